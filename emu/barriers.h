@@ -1,0 +1,56 @@
+// Every ordering point between the driver (post path) and the device engine, named for its use.
+// Mirrors the vocabulary of rdma-core's udma_barrier.h so a reader of mlx5 code recognises each one;
+// a later deterministic scheduler hooks exactly these helpers (roadmap 1).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+
+namespace emu {
+
+// WQE stores must be visible to the device before the doorbell record that publishes them.
+inline void to_device_barrier() { std::atomic_thread_fence(std::memory_order_release); }
+
+// Device-written memory (CQE body) may be read only after the owner bit that published it.
+inline void from_device_barrier() { std::atomic_thread_fence(std::memory_order_acquire); }
+
+// Opens a write-combining burst (BlueFlame copy). On x86 WC stores need no fence before them.
+inline void mmio_wc_start() { std::atomic_thread_fence(std::memory_order_release); }
+
+// Drains write-combining buffers: after this the device sees every BlueFlame chunk written so far.
+inline void mmio_flush_writes() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+
+// The 8-byte doorbell: one store the device observes whole.
+inline void mmio_write64(volatile uint64_t* reg, uint64_t value) {
+  reinterpret_cast<std::atomic<uint64_t>*>(const_cast<uint64_t*>(reg))
+      ->store(value, std::memory_order_release);
+}
+
+// One 64-byte BlueFlame chunk. Real WC memory may tear a chunk into smaller bursts; the device model
+// treats a chunk as the unit it receives.
+inline void mmio_copy_chunk64(void* dst, const void* src) { std::memcpy(dst, src, 64); }
+
+// Device side: read a doorbell record / doorbell register written by the driver.
+inline uint32_t device_load32(const uint32_t* p) {
+  return reinterpret_cast<const std::atomic<uint32_t>*>(p)->load(std::memory_order_acquire);
+}
+inline uint64_t device_load64(const uint64_t* p) {
+  return reinterpret_cast<const std::atomic<uint64_t>*>(p)->load(std::memory_order_acquire);
+}
+
+// Driver side: store a doorbell record the device reads.
+inline void dbrec_store32(uint32_t* p, uint32_t v) {
+  reinterpret_cast<std::atomic<uint32_t>*>(p)->store(v, std::memory_order_release);
+}
+
+// Device publishes a CQE by its last byte (owner bit); the driver reads that byte first.
+inline void cqe_publish(uint8_t* op_own, uint8_t v) {
+  reinterpret_cast<std::atomic<uint8_t>*>(op_own)->store(v, std::memory_order_release);
+}
+inline uint8_t cqe_owner_load(const uint8_t* op_own) {
+  return reinterpret_cast<const std::atomic<uint8_t>*>(op_own)->load(std::memory_order_acquire);
+}
+
+inline void cpu_relax() { __builtin_ia32_pause(); }
+
+}  // namespace emu

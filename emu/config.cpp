@@ -1,0 +1,95 @@
+#include "config.h"
+
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+namespace emu {
+namespace {
+
+const KnobDoc kKnobs[] = {
+    {"EMU_FABRIC", "default",
+     "Name of the fabric: processes with the same user and fabric share devices and can connect."},
+    {"EMU_SHM_DIR", "/dev/shm", "Directory of the shared segment file (a tmpfs)."},
+    {"EMU_SHM_SIZE", "48M",
+     "Size of the shared segment (suffix K/M/G). Rings and tables live here; Docker's default "
+     "/dev/shm is 64 MiB."},
+    {"EMU_DEVICES", "1", "Number of emulated devices: emu0, emu1, ... (at most 8)."},
+    {"EMU_PORTS", "1", "Ports per device (at most 4)."},
+    {"EMU_UARS", "16",
+     "Doorbell/BlueFlame registers per context; QPs beyond this number share registers."},
+    {"EMU_ENGINE", "inline",
+     "Who drives the device engine: 'inline' (the posting thread, when it rings the doorbell) or "
+     "'deferred' (the next poll of a CQ or wait for a completion event in any attached process)."},
+    {"EMU_LOG", "0", "1: log device-side events (errors, retries, races) to stderr."},
+};
+
+const char* env_or(const char* name, const char* dflt) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : dflt;
+}
+
+uint64_t parse_size(const char* s) {
+  char* end = nullptr;
+  uint64_t v = std::strtoull(s, &end, 0);
+  switch (end && *end ? *end : 0) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    default: break;
+  }
+  return v;
+}
+
+uint32_t parse_u32(const char* name, const char* dflt, uint32_t lo, uint32_t hi) {
+  long v = std::strtol(env_or(name, dflt), nullptr, 0);
+  if (v < static_cast<long>(lo)) v = lo;
+  if (v > static_cast<long>(hi)) v = hi;
+  return static_cast<uint32_t>(v);
+}
+
+}  // namespace
+
+Config config_from_env() {
+  Config c;
+  c.fabric = env_or("EMU_FABRIC", "default");
+  c.shm_dir = env_or("EMU_SHM_DIR", "/dev/shm");
+  c.shm_size = parse_size(env_or("EMU_SHM_SIZE", "48M"));
+  if (c.shm_size < (8u << 20)) c.shm_size = 8u << 20;
+  c.num_devices = parse_u32("EMU_DEVICES", "1", 0, 8);
+  c.ports_per_dev = parse_u32("EMU_PORTS", "1", 1, 4);
+  c.uar_regs = parse_u32("EMU_UARS", "16", 1, 64);
+  std::string engine = env_or("EMU_ENGINE", "inline");
+  c.engine = engine == "deferred" ? EngineMode::deferred_to_poll : EngineMode::inline_on_doorbell;
+  c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;
+  return c;
+}
+
+const Config& config() {
+  static const Config c = config_from_env();
+  return c;
+}
+
+std::string Config::segment_name() const {
+  return "rdmaemu-" + std::to_string(getuid()) + "-" + fabric;
+}
+
+std::string Config::segment_path() const { return shm_dir + "/" + segment_name(); }
+
+const KnobDoc* knob_docs(int* count) {
+  *count = static_cast<int>(sizeof(kKnobs) / sizeof(kKnobs[0]));
+  return kKnobs;
+}
+
+void log(const char* fmt, ...) {
+  if (!config().log) return;
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "rdmaemu[%d]: %s\n", getpid(), buf);
+}
+
+}  // namespace emu

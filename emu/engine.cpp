@@ -1,0 +1,531 @@
+#include "engine.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <ctime>
+
+#include "barriers.h"
+#include "memory.h"
+#include "notify.h"
+
+namespace emu {
+namespace {
+
+constexpr int kMaxSpans = 32;
+constexpr uint64_t kMaxMsgSize = 1ull << 31;
+
+uint64_t monotonic_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+}
+
+uint32_t* dbrec_of(Segment* seg, const QpSlot& qp) { return seg->at<uint32_t>(qp.dbrec_off); }
+
+uint32_t sq_producer(Segment* seg, const QpSlot& qp) {
+  return be32(device_load32(&dbrec_of(seg, qp)[1])) & 0xffff;
+}
+uint32_t rq_producer(Segment* seg, const QpSlot& qp) {
+  return be32(device_load32(&dbrec_of(seg, qp)[0])) & 0xffff;
+}
+
+bool can_receive(uint32_t state) {
+  return state == kQpsRtr || state == kQpsRts || state == kQpsSqd || state == kQpsSqe;
+}
+
+// The IBTA RNR timer encoding, in microseconds (code 0 is the longest, 655.36 ms).
+const uint32_t kRnrUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,
+                             160,    240,   320,   480,   640,   960,    1280,   1920,
+                             2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
+                             40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
+
+struct Sges {
+  MemSpan span[kMaxSpans];
+  int n = 0;
+  uint64_t total = 0;
+  bool is_inline = false;
+};
+
+// A local key check as the NIC does it: key, PD, owner, bounds and the needed access.
+bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint64_t addr, uint64_t len,
+                     bool need_write, uint64_t* va) {
+  const MrSlot* mr = seg->find_mr(lkey);
+  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner) return false;
+  if (need_write && !(mr->access & kAccessLocalWrite)) return false;
+  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
+  *va = mr->addr + (addr - mr->iova);
+  return true;
+}
+
+bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr, uint64_t len,
+                      uint32_t need, uint64_t* va) {
+  if (!(qp.access & need)) return false;
+  const MrSlot* mr = seg->find_mr(rkey);
+  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner || !(mr->access & need)) return false;
+  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
+  *va = mr->addr + (addr - mr->iova);
+  return true;
+}
+
+uint32_t packets(uint64_t len, uint8_t mtu_code) {
+  uint64_t mtu = 128ull << (mtu_code ? mtu_code : 1);
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+}  // namespace
+
+Engine::Engine(Segment* seg) : seg_(seg), h_(seg->hdr()), now_(monotonic_ns) {}
+
+uint64_t Engine::rnr_delay_us(uint8_t code) { return kRnrUs[code & 31]; }
+
+uint64_t Engine::transport_timeout_us(uint8_t timeout) {
+  if (timeout == 0) return 0;  // infinite
+  return (4096ull << std::min<uint8_t>(timeout, 31)) / 1000;
+}
+
+void Engine::on_doorbell(const UarReg* reg, uint32_t bf_offset, bool bluefame) {
+  // The first 8 bytes of the control segment name the QP; the WQE itself is fetched from the ring.
+  CtrlSeg ctrl;
+  if (bluefame) {
+    std::memcpy(&ctrl, reg->bf[bf_offset ? 1 : 0], sizeof ctrl);
+  } else {
+    uint64_t v = device_load64(&reg->doorbell);
+    std::memcpy(&ctrl, &v, 8);
+  }
+  uint32_t qpn = be32(ctrl.qpn_ds) >> 8;
+  QpSlot* qp = seg_->find_qp(qpn);
+  if (!qp) {
+    log("doorbell for unknown QP 0x%x ignored", qpn);
+    return;
+  }
+  kick_sq(*qp);
+}
+
+void Engine::kick_sq(QpSlot& qp, bool force_retry) {
+  for (;;) {
+    if (!qp.sq_engine.try_lock_or_recover(seg_->self())) return;  // the runner re-checks for us
+    run_sq(qp, force_retry);
+    qp.sq_engine.unlock();
+    // A doorbell that arrived after the runner's last look found the lock taken: take it over.
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (qp.state.load(std::memory_order_acquire) != kSlotLive) return;
+    if ((qp.sq_ci & 0xffff) == sq_producer(seg_, qp)) return;
+    if (qp.stall.load() != kStallNone && qp.qp_state.load() != kQpsErr) return;
+    force_retry = false;
+  }
+}
+
+bool Engine::fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs) {
+  const uint8_t* ring = seg_->at<uint8_t>(qp.sq_off);
+  uint32_t mask = qp.sq_bbs - 1;
+  uint32_t idx = qp.sq_ci & mask;
+  CtrlSeg ctrl;
+  std::memcpy(&ctrl, ring + idx * kSendWqeBB, sizeof ctrl);
+  uint32_t ds = be32(ctrl.qpn_ds) & 0x3f;
+  uint32_t size = ds * 16;
+  if (ds == 0 || size > kMaxWqeBBs * kSendWqeBB) return false;
+  *bbs = (size + kSendWqeBB - 1) / kSendWqeBB;
+  uint32_t first = std::min(size, (qp.sq_bbs - idx) * kSendWqeBB);
+  std::memcpy(buf, ring + idx * kSendWqeBB, first);
+  if (first < size) std::memcpy(buf + first, ring, size - first);
+  uint32_t wqe_idx = (be32(ctrl.opmod_idx_opcode) >> 8) & 0xffff;
+  return wqe_idx == (qp.sq_ci & 0xffff) && (be32(ctrl.qpn_ds) >> 8) == qp.qpn;
+}
+
+void Engine::set_stall(QpSlot& qp, uint32_t kind, uint32_t delay_us) {
+  uint32_t prev = qp.stall.exchange(kind);
+  if (prev != kind) qp.stall_attempts = 0;
+  qp.stall_since_ns = now_();
+  qp.stall_delay_us = delay_us;
+  if (prev == kStallNone) h_->cqs[qp.send_cq].stalled_qps.fetch_add(1);
+}
+
+void Engine::clear_stall(QpSlot& qp) {
+  if (qp.stall.exchange(kStallNone) != kStallNone) {
+    h_->cqs[qp.send_cq].stalled_qps.fetch_sub(1);
+    qp.stall_attempts = 0;
+  }
+}
+
+bool Engine::retry_due(QpSlot& qp) {
+  if (qp.stall_delay_us == 0) return false;  // infinite timeout: only a kick retries
+  return now_() - qp.stall_since_ns >= uint64_t(qp.stall_delay_us) * 1000;
+}
+
+void Engine::run_sq(QpSlot& qp, bool force_retry) {
+  alignas(64) uint8_t buf[kMaxWqeBBs * kSendWqeBB];
+  for (;;) {
+    uint32_t pi = sq_producer(seg_, qp);
+    if ((qp.sq_ci & 0xffff) == pi) return;
+    uint32_t state = qp.qp_state.load(std::memory_order_acquire);
+    uint32_t bbs = 1;
+    if (state == kQpsErr) {
+      clear_stall(qp);
+      if (!fetch_wqe(qp, buf, &bbs)) {
+        // Garbage behind an error: nothing a completion could name. Drop to the producer index.
+        qp.sq_ci = (qp.sq_ci & ~0xffffu) | pi;
+        if ((pi & 0xffff) < (qp.sq_ci & 0xffff)) qp.sq_ci += 0x10000;
+        return;
+      }
+      auto* c = reinterpret_cast<const CtrlSeg*>(buf);
+      CqeInfo info{};
+      info.cqe_opcode = kCqeReqErr;
+      info.syndrome = kSynWrFlush;
+      info.wqe_opcode = be32(c->opmod_idx_opcode) & 0xff;
+      info.wqe_counter = qp.sq_ci & 0xffff;
+      info.qpn = qp.qpn;
+      complete_send(qp, info, true);
+      qp.sq_ci += bbs;
+      continue;
+    }
+    if (state != kQpsRts && state != kQpsSqd) return;  // the send queue is not running
+    if (qp.stall.load() != kStallNone) {
+      if (!force_retry && !retry_due(qp)) return;
+      force_retry = false;
+      ++qp.stall_attempts;
+      qp.stall_since_ns = now_();
+    }
+    if (!fetch_wqe(qp, buf, &bbs)) {
+      CqeInfo info{};
+      info.cqe_opcode = kCqeReqErr;
+      info.syndrome = kSynLocalQpOp;
+      info.wqe_counter = qp.sq_ci & 0xffff;
+      info.qpn = qp.qpn;
+      log("QP 0x%x: malformed WQE at index %u", qp.qpn, qp.sq_ci & 0xffff);
+      complete_send(qp, info, true);
+      qp.sq_ci += 1;
+      enter_error(qp);
+      continue;
+    }
+    auto* ctrl = reinterpret_cast<const CtrlSeg*>(buf);
+    CqeInfo info{};
+    ExecOutcome out = execute(qp, buf, &info);
+    if (out != ExecOutcome::done) {
+      bool rnr = out == ExecOutcome::stall_rnr;
+      uint32_t kind = rnr ? kStallRnr : kStallRetry;
+      uint32_t limit = rnr ? qp.rnr_retry : qp.retry_cnt;
+      bool infinite = rnr && limit == 7;
+      if (qp.stall.load() == kind && !infinite && qp.stall_attempts >= limit) {
+        // Budget spent: the head WQE fails and the QP goes to ERR.
+        clear_stall(qp);
+        info = CqeInfo{};
+        info.cqe_opcode = kCqeReqErr;
+        info.syndrome = rnr ? kSynRnrRetryExc : kSynRetryExc;
+        info.wqe_opcode = be32(ctrl->opmod_idx_opcode) & 0xff;
+        info.wqe_counter = qp.sq_ci & 0xffff;
+        info.qpn = qp.qpn;
+        log("QP 0x%x: %s", qp.qpn, rnr ? "RNR retries exhausted" : "transport retries exhausted");
+        complete_send(qp, info, true);
+        qp.sq_ci += bbs;
+        enter_error(qp);
+        continue;
+      }
+      if (qp.stall.load() != kind) {
+        uint32_t delay = rnr ? static_cast<uint32_t>(rnr_delay_us(info.rnr_timer))
+                             : static_cast<uint32_t>(transport_timeout_us(qp.timeout));
+        set_stall(qp, kind, delay);
+        if (!infinite && limit == 0) continue;  // no retries allowed: fail on the next pass
+      }
+      return;
+    }
+    clear_stall(qp);
+    bool error = info.cqe_opcode == kCqeReqErr;
+    complete_send(qp, info, error || (ctrl->fm_ce_se & kCtrlCqUpdate));
+    qp.sq_ci += bbs;
+    if (error) enter_error(qp);
+  }
+}
+
+ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
+  auto* ctrl = reinterpret_cast<const CtrlSeg*>(wqe);
+  uint8_t opcode = be32(ctrl->opmod_idx_opcode) & 0xff;
+  uint32_t size = (be32(ctrl->qpn_ds) & 0x3f) * 16;
+  const uint8_t* p = wqe + sizeof(CtrlSeg);
+  const uint8_t* end = wqe + size;
+  *out = CqeInfo{};
+  out->cqe_opcode = kCqeReq;
+  out->wqe_opcode = opcode;
+  out->wqe_counter = qp.sq_ci & 0xffff;
+  out->qpn = qp.qpn;
+  auto fail = [&](uint8_t syndrome) {
+    out->cqe_opcode = kCqeReqErr;
+    out->syndrome = syndrome;
+    return ExecOutcome::done;
+  };
+
+  bool has_raddr = opcode == kOpRdmaWrite || opcode == kOpRdmaWriteImm || opcode == kOpRdmaRead ||
+                   opcode == kOpAtomicCs || opcode == kOpAtomicFa;
+  bool is_atomic = opcode == kOpAtomicCs || opcode == kOpAtomicFa;
+  if (!has_raddr && opcode != kOpSend && opcode != kOpSendImm && opcode != kOpNop)
+    return fail(kSynLocalQpOp);
+  RaddrSeg raddr{};
+  AtomicSeg atom{};
+  if (has_raddr) {
+    if (p + sizeof raddr > end) return fail(kSynLocalQpOp);
+    std::memcpy(&raddr, p, sizeof raddr);
+    p += sizeof raddr;
+  }
+  if (is_atomic) {
+    if (p + sizeof atom > end) return fail(kSynLocalQpOp);
+    std::memcpy(&atom, p, sizeof atom);
+    p += sizeof atom;
+  }
+
+  // Local gather/scatter list.
+  bool local_write = opcode == kOpRdmaRead || is_atomic;
+  Sges local;
+  while (p + 4 <= end) {
+    uint32_t bc;
+    std::memcpy(&bc, p, 4);
+    bc = be32(bc);
+    if (bc & kInlineSegFlag) {
+      uint32_t len = bc & ~kInlineSegFlag;
+      if (local_write || p + 4 + len > end || local.n == kMaxSpans) return fail(kSynLocalQpOp);
+      local.span[local.n++] = {reinterpret_cast<uint64_t>(p + 4), len};
+      local.total += len;
+      local.is_inline = true;
+      p += (4 + len + 15) & ~15u;
+      continue;
+    }
+    if (p + sizeof(DataSeg) > end) break;
+    DataSeg d;
+    std::memcpy(&d, p, sizeof d);
+    p += sizeof d;
+    uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
+    uint64_t va;
+    if (local.is_inline || local.n == kMaxSpans) return fail(kSynLocalQpOp);
+    if (!translate_local(seg_, qp, be32(d.lkey), be64(d.addr), len, local_write, &va))
+      return fail(kSynLocalProt);
+    local.span[local.n++] = {va, len};
+    local.total += len;
+  }
+  if (local.total > kMaxMsgSize) return fail(kSynLocalLength);
+  if (is_atomic && local.total != 8) return fail(kSynLocalLength);
+  out->byte_cnt = static_cast<uint32_t>(local.total);
+  if (opcode == kOpNop) return ExecOutcome::done;
+  int local_pid = local.is_inline ? 0 : h_->procs[qp.owner].pid;
+
+  // The responder: the connected QP behind the destination LID, ready to receive.
+  QpSlot* r = seg_->find_qp(qp.dest_qpn);
+  if (!r || r->type != qp.type || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
+      r->dev >= h_->num_devices || h_->devices[r->dev].ports[r->port - 1].lid != qp.dlid ||
+      !seg_->proc_alive(r->owner))
+    return ExecOutcome::stall_retry;
+  int remote_pid = h_->procs[r->owner].pid;
+  uint16_t my_lid = h_->devices[qp.dev].ports[qp.port - 1].lid;
+  uint32_t npk = packets(local.total, qp.path_mtu);
+  auto responder_error = [&](uint8_t req_syndrome, uint32_t event) {
+    raise_qp_event(*r, event);
+    enter_error(*r);
+    return fail(req_syndrome);
+  };
+
+  if (opcode == kOpRdmaWrite || opcode == kOpRdmaWriteImm || opcode == kOpRdmaRead) {
+    uint64_t va = 0;
+    uint32_t need = opcode == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite;
+    // A zero-length transfer carries no R_Key check.
+    if (local.total && !translate_remote(seg_, *r, be32(raddr.rkey), be64(raddr.raddr),
+                                         local.total, need, &va))
+      return responder_error(kSynRemoteAccess, kEvQpAccessErr);
+    bool imm = opcode == kOpRdmaWriteImm;
+    if (imm) r->rq_lock.lock(seg_->self());
+    if (imm && (r->rq_ci & 0xffff) == rq_producer(seg_, *r)) {
+      r->rq_lock.unlock();
+      r->rnr_waiter.store(qp.qpn + 1);
+      out->rnr_timer = r->min_rnr_timer;
+      return ExecOutcome::stall_rnr;
+    }
+    CopyResult cr = CopyResult::ok;
+    if (local.total) {
+      MemSpan remote{va, local.total};
+      cr = opcode == kOpRdmaRead ? dma_copy(remote_pid, &remote, 1, local_pid, local.span, local.n)
+                                 : dma_copy(local_pid, local.span, local.n, remote_pid, &remote, 1);
+    }
+    if (cr != CopyResult::ok) {
+      if (imm) r->rq_lock.unlock();
+      bool remote_side = opcode == kOpRdmaRead ? (cr == CopyResult::src_gone || cr == CopyResult::src_fault)
+                                               : (cr == CopyResult::dst_gone || cr == CopyResult::dst_fault);
+      if (cr == CopyResult::src_gone || cr == CopyResult::dst_gone) {
+        if (remote_side) return ExecOutcome::stall_retry;
+      }
+      if (remote_side) return responder_error(kSynRemoteAccess, kEvQpAccessErr);
+      return fail(kSynLocalProt);
+    }
+    qp.sq_psn = (qp.sq_psn + npk) & 0xffffff;
+    r->rq_psn = (r->rq_psn + npk) & 0xffffff;
+    if (imm) {
+      CqeInfo rc{};
+      rc.cqe_opcode = kCqeRespWrImm;
+      rc.wqe_counter = r->rq_ci & 0xffff;
+      rc.qpn = r->qpn;
+      rc.src_qpn = qp.qpn;
+      rc.slid = my_lid;
+      rc.byte_cnt = static_cast<uint32_t>(local.total);
+      rc.imm_be = ctrl->imm;
+      rc.emu_flags = kCqeFlagImm | ((ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0);
+      ++r->rq_ci;
+      r->rq_lock.unlock();
+      write_cqe(h_->cqs[r->recv_cq], rc);
+    }
+    return ExecOutcome::done;
+  }
+
+  if (is_atomic) {
+    uint64_t va;
+    if (be64(raddr.raddr) & 7) return responder_error(kSynRemoteInvalReq, kEvQpReqErr);
+    if (!translate_remote(seg_, *r, be32(raddr.rkey), be64(raddr.raddr), 8, kAccessRemoteAtomic, &va))
+      return responder_error(kSynRemoteAccess, kEvQpAccessErr);
+    uint64_t old = 0;
+    CopyResult cr;
+    {
+      ShmLockGuard g(h_->atomic_lock, seg_->self());
+      cr = dma_read64(remote_pid, va, &old);
+      if (cr == CopyResult::ok) {
+        uint64_t v = old;
+        if (opcode == kOpAtomicFa) v = old + be64(atom.swap_add);
+        else if (old == be64(atom.compare)) v = be64(atom.swap_add);
+        if (v != old) cr = dma_write64(remote_pid, va, v);
+      }
+    }
+    if (cr == CopyResult::src_gone || cr == CopyResult::dst_gone) return ExecOutcome::stall_retry;
+    if (cr != CopyResult::ok) return responder_error(kSynRemoteAccess, kEvQpAccessErr);
+    MemSpan src{reinterpret_cast<uint64_t>(&old), 8};
+    if (dma_copy(0, &src, 1, local_pid, local.span, local.n) != CopyResult::ok)
+      return fail(kSynLocalProt);
+    qp.sq_psn = (qp.sq_psn + 1) & 0xffffff;
+    r->rq_psn = (r->rq_psn + 1) & 0xffffff;
+    return ExecOutcome::done;
+  }
+
+  // SEND / SEND_WITH_IMM: consume the responder's next receive WQE.
+  r->rq_lock.lock(seg_->self());
+  if ((r->rq_ci & 0xffff) == rq_producer(seg_, *r)) {
+    r->rq_lock.unlock();
+    r->rnr_waiter.store(qp.qpn + 1);
+    out->rnr_timer = r->min_rnr_timer;
+    return ExecOutcome::stall_rnr;
+  }
+  const uint8_t* rwqe =
+      seg_->at<uint8_t>(r->rq_off) + (r->rq_ci & (r->rq_wqe_cnt - 1)) * r->rq_stride;
+  Sges scatter;
+  bool prot_ok = true;
+  for (uint32_t off = 0; off + sizeof(DataSeg) <= r->rq_stride; off += sizeof(DataSeg)) {
+    DataSeg d;
+    std::memcpy(&d, rwqe + off, sizeof d);
+    if (be32(d.lkey) == kInvalidLkey) break;
+    uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
+    uint64_t va;
+    if (!translate_local(seg_, *r, be32(d.lkey), be64(d.addr), len, true, &va)) {
+      prot_ok = false;
+      break;
+    }
+    scatter.span[scatter.n++] = {va, len};
+    scatter.total += len;
+  }
+  CqeInfo rc{};
+  rc.wqe_counter = r->rq_ci & 0xffff;
+  rc.qpn = r->qpn;
+  rc.src_qpn = qp.qpn;
+  rc.slid = my_lid;
+  uint8_t resp_syndrome = 0;
+  if (!prot_ok) resp_syndrome = kSynLocalProt;
+  else if (scatter.total < local.total) resp_syndrome = kSynLocalLength;
+  if (!resp_syndrome && local.total) {
+    CopyResult cr = dma_copy(local_pid, local.span, local.n, remote_pid, scatter.span, scatter.n);
+    if (cr == CopyResult::dst_gone) {
+      r->rq_lock.unlock();
+      return ExecOutcome::stall_retry;
+    }
+    if (cr == CopyResult::src_fault || cr == CopyResult::src_gone) {
+      r->rq_lock.unlock();
+      return fail(kSynLocalProt);
+    }
+    if (cr == CopyResult::dst_fault) resp_syndrome = kSynLocalProt;
+  }
+  ++r->rq_ci;
+  r->rq_lock.unlock();
+  if (resp_syndrome) {
+    rc.cqe_opcode = kCqeRespErr;
+    rc.syndrome = resp_syndrome;
+    write_cqe(h_->cqs[r->recv_cq], rc);
+    enter_error(*r);
+    return fail(resp_syndrome == kSynLocalLength ? kSynRemoteInvalReq : kSynRemoteOp);
+  }
+  rc.cqe_opcode = opcode == kOpSendImm ? kCqeRespSendImm : kCqeRespSend;
+  rc.byte_cnt = static_cast<uint32_t>(local.total);
+  rc.imm_be = ctrl->imm;
+  rc.emu_flags = (opcode == kOpSendImm ? kCqeFlagImm : 0) |
+                 ((ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0);
+  qp.sq_psn = (qp.sq_psn + npk) & 0xffffff;
+  r->rq_psn = (r->rq_psn + npk) & 0xffffff;
+  write_cqe(h_->cqs[r->recv_cq], rc);
+  return ExecOutcome::done;
+}
+
+void Engine::complete_send(QpSlot& qp, const CqeInfo& info, bool signaled) {
+  if (signaled) write_cqe(h_->cqs[qp.send_cq], info);
+}
+
+void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
+  uint32_t pi = cq.pi.fetch_add(1, std::memory_order_relaxed);
+  if (pi - cq.ci.load(std::memory_order_acquire) >= cq.cqe_cnt) {
+    // The CQ is full: a NIC reports a CQ error and cannot place the completion.
+    if (!cq.overrun.exchange(1)) log("CQ overrun (cqe count %u)", cq.cqe_cnt);
+    return;
+  }
+  Cqe64* ring = seg_->at<Cqe64>(cq.buf_off);
+  Cqe64& c = ring[pi & (cq.cqe_cnt - 1)];
+  bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;
+  Cqe64 v{};
+  v.emu_flags = info.emu_flags;
+  v.slid = be16(info.slid);
+  v.flags_rqpn = be32(info.src_qpn & 0xffffff);
+  v.imm_inval_pkey = info.imm_be;
+  v.byte_cnt = be32(info.byte_cnt);
+  v.timestamp = be64(now_());
+  v.sop_drop_qpn = be32((uint32_t(info.wqe_opcode) << 24) | (info.qpn & 0xffffff));
+  v.wqe_counter = be16(info.wqe_counter);
+  if (err) {
+    auto* e = reinterpret_cast<ErrCqe*>(&v);
+    e->syndrome = info.syndrome;
+    e->vendor_err_synd = info.syndrome;
+  }
+  std::memcpy(&c, &v, sizeof(Cqe64) - 1);
+  uint8_t owner = (pi >> cq.log_cqe_cnt) & 1;
+  cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | owner));
+  uint32_t arm = cq.arm.load(std::memory_order_acquire);
+  if (arm == 1 || (arm == 2 && (err || (info.emu_flags & kCqeFlagSolicited)))) {
+    if (cq.arm.exchange(0) != 0) notify_comp(cq);
+  }
+}
+
+void Engine::flush_rq(QpSlot& qp) {
+  ShmLockGuard g(qp.rq_lock, seg_->self());
+  uint32_t pi = rq_producer(seg_, qp);
+  while ((qp.rq_ci & 0xffff) != pi) {
+    CqeInfo info{};
+    info.cqe_opcode = kCqeRespErr;
+    info.syndrome = kSynWrFlush;
+    info.wqe_counter = qp.rq_ci & 0xffff;
+    info.qpn = qp.qpn;
+    write_cqe(h_->cqs[qp.recv_cq], info);
+    ++qp.rq_ci;
+  }
+}
+
+void Engine::enter_error(QpSlot& qp) {
+  qp.qp_state.store(kQpsErr, std::memory_order_release);
+  flush_rq(qp);
+  kick_sq(qp);  // flushes the send queue unless this thread already runs it (then its loop does)
+  uint32_t waiter = qp.rnr_waiter.exchange(0);
+  if (waiter) {
+    if (QpSlot* w = seg_->find_qp(waiter - 1)) kick_sq(*w);
+  }
+}
+
+void Engine::raise_qp_event(const QpSlot& qp, uint32_t type) {
+  if (qp.ctx < kMaxContexts) notify_async(h_->ctxs[qp.ctx], qp.uid, type);
+}
+
+}  // namespace emu

@@ -1,0 +1,78 @@
+// The device engine: what a NIC does with what the driver wrote. Its steps are explicit so a
+// scheduler can drive them one at a time: fetch the doorbell record, fetch a WQE, execute it,
+// complete it. The engine has no thread of its own; whoever runs it (the posting thread, a poller,
+// a scheduler) calls these entry points, and it behaves the same in any attached process.
+#pragma once
+#include <cstdint>
+
+#include "layout.h"
+#include "segment.h"
+#include "wqe.h"
+
+namespace emu {
+
+struct CqeInfo {
+  uint8_t cqe_opcode;    // CqeOpcode
+  uint8_t syndrome;      // for error CQEs
+  uint8_t wqe_opcode;    // requester: the WQE's opcode
+  uint8_t emu_flags;     // CqeEmuFlags
+  uint16_t wqe_counter;
+  uint16_t slid;
+  uint32_t qpn;
+  uint32_t src_qpn;
+  uint32_t byte_cnt;
+  uint32_t imm_be;       // immediate data as it travels (big-endian)
+  uint8_t rnr_timer;     // on an RNR stall: the responder's min_rnr_timer code
+};
+
+// What executing the head WQE came to.
+enum class ExecOutcome {
+  done,        // completed (successfully or with an error CQE)
+  stall_rnr,   // responder has no receive posted
+  stall_retry, // no answer from the responder (missing, not ready, or dead)
+};
+
+class Engine {
+ public:
+  using Clock = uint64_t (*)();
+
+  explicit Engine(Segment* seg);
+
+  // A doorbell register was written (8-byte doorbell, or the first chunk of a BlueFlame copy).
+  void on_doorbell(const UarReg* reg, uint32_t bf_offset, bool bluefame);
+
+  // Runs the send queue of qp until it is empty or stalled. Safe from any thread or process: one
+  // runner at a time; a caller that finds it busy leaves its work to the runner, which re-checks.
+  // force_retry: try a stalled head WQE now (the responder just posted a receive).
+  void kick_sq(QpSlot& qp, bool force_retry = false);
+
+  // Flushes the receive queue of a QP in ERR (WR_FLUSH_ERR for every posted receive).
+  void flush_rq(QpSlot& qp);
+
+  // Moves a QP to ERR and flushes both queues, as a device does after an error.
+  void enter_error(QpSlot& qp);
+
+  // Writes one CQE and raises the completion event if the CQ is armed for it.
+  void write_cqe(CqSlot& cq, const CqeInfo& info);
+
+  void set_clock(Clock c) { now_ = c; }
+
+  static uint64_t rnr_delay_us(uint8_t min_rnr_timer);
+  static uint64_t transport_timeout_us(uint8_t timeout);
+
+ private:
+  void run_sq(QpSlot& qp, bool force_retry);
+  bool fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs);
+  ExecOutcome execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);
+  bool retry_due(QpSlot& qp);
+  void set_stall(QpSlot& qp, uint32_t kind, uint32_t delay_us);
+  void clear_stall(QpSlot& qp);
+  void complete_send(QpSlot& qp, const CqeInfo& info, bool signaled);
+  void raise_qp_event(const QpSlot& qp, uint32_t type);
+
+  Segment* seg_;
+  Header* h_;
+  Clock now_;
+};
+
+}  // namespace emu

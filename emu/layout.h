@@ -1,0 +1,214 @@
+// The shared segment's layout: one Header per user and fabric, holding every device, port, attached
+// process and object table. Everything here is plain data reachable from any process that maps the
+// segment at any address: references are table indices or segment offsets, never pointers.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "shm_lock.h"
+
+namespace emu {
+
+constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
+constexpr uint32_t kLayoutVersion = 1;
+
+constexpr uint32_t kMaxDevices = 8;
+constexpr uint32_t kMaxPorts = 4;
+constexpr uint32_t kGidTableLen = 4;
+constexpr uint32_t kMaxProcs = 128;
+constexpr uint32_t kMaxContexts = 256;
+constexpr uint32_t kMaxPds = 1024;
+constexpr uint32_t kMaxMrs = 8192;
+constexpr uint32_t kMaxCqs = 2048;
+constexpr uint32_t kQpIndexBits = 12;
+constexpr uint32_t kMaxQps = 1u << kQpIndexBits;
+constexpr uint32_t kUarRegsMax = 64;
+constexpr uint32_t kBfBufSize = 256;  // each register has two BlueFlame buffers of this size
+
+enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1 };
+
+// QP states use ibv_qp_state's numbering so the verbs edge needs no table.
+enum QpState : uint32_t { kQpsReset, kQpsInit, kQpsRtr, kQpsRts, kQpsSqd, kQpsSqe, kQpsErr };
+enum QpType : uint8_t { kQptRc = 2, kQptUc = 3, kQptUd = 4 };
+
+// Access flags use ibv_access_flags' numbering.
+enum Access : uint32_t {
+  kAccessLocalWrite = 1,
+  kAccessRemoteWrite = 2,
+  kAccessRemoteRead = 4,
+  kAccessRemoteAtomic = 8,
+};
+
+// Async event types use ibv_event_type's numbering.
+enum AsyncEvent : uint32_t {
+  kEvCqErr = 0,
+  kEvQpFatal = 1,
+  kEvQpReqErr = 2,
+  kEvQpAccessErr = 3,
+  kEvCommEst = 4,
+  kEvPortActive = 9,
+  kEvPortErr = 10,
+};
+
+struct PortState {
+  uint16_t lid;
+  uint8_t state;        // ibv_port_state numbering (4 = ACTIVE)
+  uint8_t link_layer;   // 1 = InfiniBand, 2 = Ethernet
+  uint8_t active_mtu;   // ibv_mtu numbering (1 = 256 ... 5 = 4096)
+  uint8_t rsvd[3];
+  uint64_t gid_prefix;  // host order
+  uint64_t port_guid;   // host order
+};
+
+struct DeviceState {
+  char name[32];
+  uint64_t node_guid;
+  uint32_t num_ports;
+  uint32_t rsvd;
+  PortState ports[kMaxPorts];
+};
+
+enum ProcState : uint32_t { kProcFree = 0, kProcAlive = 1, kProcDead = 2 };
+
+struct ProcRecord {
+  std::atomic<uint32_t> state;
+  int32_t pid;
+  uint64_t start_time;  // /proc/<pid>/stat field 22: tells a recycled pid from the original
+};
+
+struct ContextSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;
+  uint32_t dev;
+  int32_t async_wfd;    // write end of the async-event pipe, in the owner
+  uint64_t uid;
+  uint64_t uar_off;     // UarPage array
+  uint32_t uar_count;
+  uint32_t rsvd;
+};
+
+struct alignas(64) UarReg {
+  uint64_t doorbell;                 // the 8-byte doorbell register
+  uint8_t pad[56];
+  uint8_t bf[2][kBfBufSize];         // BlueFlame buffers, alternated per post
+};
+static_assert(sizeof(UarReg) == 64 + 2 * kBfBufSize);
+
+struct PdSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t ctx;
+};
+
+struct MrSlot {
+  std::atomic<uint32_t> state;
+  uint32_t key;     // lkey == rkey: index << 8 | generation
+  uint32_t pd;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t access;  // ibv_access_flags
+  uint64_t addr;    // in the owner's address space
+  uint64_t length;
+  uint64_t iova;    // what remote keys address
+};
+
+struct CqSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t ctx;
+  uint32_t cqe_cnt;                 // power of two
+  uint32_t log_cqe_cnt;
+  uint64_t buf_off;                 // Cqe64[cqe_cnt]
+  uint64_t uid;                     // names the CQ in event records
+  std::atomic<uint32_t> pi;         // device: next CQE to produce (reserved by fetch_add)
+  std::atomic<uint32_t> ci;         // driver: consumer index (the CQ doorbell record)
+  std::atomic<uint32_t> arm;        // 0 idle, 1 next completion, 2 solicited only
+  std::atomic<uint32_t> overrun;
+  int32_t chan_wfd;                 // write end of the completion channel in the owner, -1 if none
+  std::atomic<uint32_t> stalled_qps;  // QPs completing here whose head WQE waits for a retry
+  uint64_t chan_uid;
+};
+
+// Requester stall reasons: the head WQE waits for a receive (RNR) or for an answer that does not come.
+enum SqStall : uint32_t { kStallNone = 0, kStallRnr = 1, kStallRetry = 2 };
+
+struct QpSlot {
+  std::atomic<uint32_t> state;
+  uint32_t qpn;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t ctx;
+  uint8_t port;
+  uint8_t type;
+  uint8_t sq_sig_all;
+  uint8_t rsvd0;
+  std::atomic<uint32_t> qp_state;
+  uint32_t pd;
+  uint32_t send_cq;
+  uint32_t recv_cq;
+  uint64_t uid;
+  // Path and transport attributes (set by modify).
+  uint32_t dest_qpn;
+  uint16_t dlid;
+  uint8_t path_mtu;
+  uint8_t sl;
+  uint8_t timeout;
+  uint8_t retry_cnt;
+  uint8_t rnr_retry;
+  uint8_t min_rnr_timer;
+  uint8_t max_rd_atomic;
+  uint8_t max_dest_rd_atomic;
+  uint8_t is_global;
+  uint8_t sgid_index;
+  uint8_t dgid[16];
+  uint32_t access;
+  uint16_t pkey_index;
+  uint16_t rsvd1;
+  uint32_t rq_psn;
+  uint32_t sq_psn;
+  uint32_t qkey;
+  uint32_t stall_delay_us;  // the wait before the stalled head WQE is tried again
+  // Rings.
+  uint64_t sq_off;
+  uint32_t sq_bbs;        // send ring size in 64-byte blocks (power of two)
+  uint32_t rq_wqe_cnt;    // power of two
+  uint64_t rq_off;
+  uint32_t rq_stride;     // bytes per receive WQE (16 * max receive SGEs, power of two)
+  uint32_t rsvd3;
+  uint64_t dbrec_off;     // be32[2]: [0] receive counter, [1] send counter
+  // Device-side requester state.
+  ShmLock sq_engine;
+  uint32_t sq_ci;         // next send block the device fetches
+  std::atomic<uint32_t> stall;
+  uint32_t stall_attempts;
+  uint64_t stall_since_ns;
+  // Device-side responder state.
+  ShmLock rq_lock;
+  uint32_t rq_ci;
+  std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty receive queue
+  uint32_t rsvd4;
+};
+
+struct Header {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t header_size;
+  uint64_t segment_size;
+  ShmLock table_lock;       // object table allocation (slow path)
+  ShmLock atomic_lock;      // serialises remote atomics: IBV_ATOMIC_HCA semantics
+  std::atomic<uint64_t> next_uid;
+  std::atomic<uint32_t> generation;
+  uint32_t num_devices;
+  DeviceState devices[kMaxDevices];
+  ProcRecord procs[kMaxProcs];
+  ContextSlot ctxs[kMaxContexts];
+  PdSlot pds[kMaxPds];
+  MrSlot mrs[kMaxMrs];
+  CqSlot cqs[kMaxCqs];
+  QpSlot qps[kMaxQps];
+};
+
+}  // namespace emu

@@ -1,0 +1,289 @@
+#include "segment.h"
+
+#include <boost/interprocess/managed_mapped_file.hpp>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace bip = boost::interprocess;
+
+namespace emu {
+namespace {
+
+std::string g_error;
+Segment* g_segment = nullptr;
+std::once_flag g_once;
+
+bip::managed_mapped_file* file_of(void* m) { return static_cast<bip::managed_mapped_file*>(m); }
+
+template <class SlotT, size_t N>
+Status alloc_slot(Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx) {
+  ShmLockGuard g(h->table_lock, self);
+  for (uint32_t i = 0; i < N; ++i) {
+    if (table[i].state.load(std::memory_order_relaxed) == kSlotFree) {
+      SlotT& s = table[i];
+      // Keep the generation-bearing fields' memory; callers set every field they use.
+      std::memset(reinterpret_cast<char*>(&s) + sizeof(s.state), 0, sizeof(SlotT) - sizeof(s.state));
+      s.owner = self;
+      s.state.store(kSlotLive, std::memory_order_release);
+      *idx = i;
+      return Status::ok;
+    }
+  }
+  return Status::no_memory;
+}
+
+}  // namespace
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::ok: return "ok";
+    case Status::invalid: return "invalid";
+    case Status::no_memory: return "no memory";
+    case Status::busy: return "busy";
+    case Status::not_found: return "not found";
+    case Status::not_supported: return "not supported";
+    case Status::layout_mismatch: return "layout mismatch";
+    case Status::io: return "i/o error";
+  }
+  return "?";
+}
+
+uint64_t proc_start_time(int pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return 0;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  // Field 2 (comm) may contain spaces: count fields after its closing parenthesis.
+  char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  int field = 2;
+  unsigned long long v = 0;
+  for (char* tok = std::strtok(p + 1, " "); tok; tok = std::strtok(nullptr, " ")) {
+    if (++field == 22) {
+      v = std::strtoull(tok, nullptr, 10);
+      break;
+    }
+  }
+  return v;
+}
+
+bool pid_matches(int pid, uint64_t start_time) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  return proc_start_time(pid) == start_time;
+}
+
+bool proc_slot_alive(uint32_t slot) {
+  Segment* s = Segment::get();
+  return s && s->proc_alive(slot);
+}
+
+Segment* Segment::get() {
+  std::call_once(g_once, [] {
+    auto* s = new Segment();
+    Status st = s->attach(config());
+    if (st != Status::ok) {
+      std::fprintf(stderr, "rdmaemu: %s\n", g_error.c_str());
+      delete s;
+      return;
+    }
+    g_segment = s;
+  });
+  return g_segment;
+}
+
+const std::string& Segment::last_error() { return g_error; }
+
+Status Segment::attach(const Config& cfg) {
+  std::string path = cfg.segment_path();
+  bip::managed_mapped_file* mf = nullptr;
+  try {
+    bip::permissions perm(0600);
+    mf = new bip::managed_mapped_file(bip::open_or_create, path.c_str(), cfg.shm_size, nullptr, perm);
+  } catch (const std::exception& e) {
+    g_error = "cannot map shared segment " + path + " (" + std::to_string(cfg.shm_size >> 20) +
+              " MiB needed in " + cfg.shm_dir + "; set EMU_SHM_DIR or EMU_SHM_SIZE): " + e.what();
+    return Status::io;
+  }
+  mapping_ = mf;
+  base_ = static_cast<char*>(mf->get_address());
+  pid_ = getpid();
+  try {
+    hdr_ = mf->find_or_construct<Header>("rdmaemu.header")();
+  } catch (const std::exception& e) {
+    g_error = "shared segment " + path + " is full or corrupt: " + e.what() +
+              " (remove it with `emu-ctl reset`)";
+    return Status::no_memory;
+  }
+  // The first attacher fills the header; the table lock orders everyone else behind it.
+  {
+    ShmLockGuard g(hdr_->table_lock, kMaxProcs);  // no proc slot yet: a fixed non-zero owner
+    if (hdr_->magic == 0) {
+      hdr_->layout_version = kLayoutVersion;
+      hdr_->header_size = sizeof(Header);
+      hdr_->segment_size = mf->get_size();
+      hdr_->next_uid.store(1);
+      init_devices(cfg);
+      hdr_->magic = kMagic;
+    }
+  }
+  if (hdr_->magic != kMagic || hdr_->layout_version != kLayoutVersion ||
+      hdr_->header_size != sizeof(Header)) {
+    g_error = "shared segment " + path + " has layout version " +
+              std::to_string(hdr_->layout_version) + " but this build uses " +
+              std::to_string(kLayoutVersion) + "; remove it (emu-ctl reset) or set EMU_FABRIC";
+    return Status::layout_mismatch;
+  }
+  sweep_dead();
+  // Register this process.
+  {
+    ShmLockGuard g(hdr_->table_lock, kMaxProcs);
+    uint32_t i = 0;
+    for (; i < kMaxProcs; ++i)
+      if (hdr_->procs[i].state.load() == kProcFree) break;
+    if (i == kMaxProcs) {
+      g_error = "too many processes attached to " + path;
+      return Status::no_memory;
+    }
+    hdr_->procs[i].pid = pid_;
+    hdr_->procs[i].start_time = proc_start_time(pid_);
+    hdr_->procs[i].state.store(kProcAlive);
+    self_ = i;
+  }
+  // Peers read and write our registered memory with process_vm_readv/writev, as a NIC would DMA:
+  // allow them where Yama restricts ptrace to descendants.
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  return Status::ok;
+}
+
+void Segment::init_devices(const Config& cfg) {
+  hdr_->num_devices = cfg.num_devices;
+  for (uint32_t d = 0; d < cfg.num_devices; ++d) {
+    DeviceState& dev = hdr_->devices[d];
+    std::snprintf(dev.name, sizeof dev.name, "emu%u", d);
+    dev.node_guid = 0x0002c90300000000ull | (uint64_t(d + 1) << 8);
+    dev.num_ports = cfg.ports_per_dev;
+    for (uint32_t p = 0; p < cfg.ports_per_dev; ++p) {
+      PortState& ps = dev.ports[p];
+      ps.lid = static_cast<uint16_t>(1 + d * kMaxPorts + p);
+      ps.state = 4;       // ACTIVE
+      ps.link_layer = 1;  // InfiniBand
+      ps.active_mtu = 5;  // 4096
+      ps.gid_prefix = 0xfe80000000000000ull;
+      ps.port_guid = dev.node_guid | (p + 1);
+    }
+  }
+}
+
+uint64_t Segment::alloc(size_t bytes, size_t align) {
+  void* p = nullptr;
+  try {
+    p = file_of(mapping_)->allocate_aligned(bytes, align);
+  } catch (const std::exception&) {
+    return 0;
+  }
+  std::memset(p, 0, bytes);
+  return offset_of(p);
+}
+
+void Segment::free(uint64_t off) {
+  if (off) file_of(mapping_)->deallocate(at(off));
+}
+
+Status Segment::alloc_ctx(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->ctxs, idx); }
+Status Segment::alloc_pd(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->pds, idx); }
+Status Segment::alloc_mr(uint32_t* idx) {
+  Status st = alloc_slot(hdr_, self_, hdr_->mrs, idx);
+  if (st == Status::ok) {
+    uint32_t gen = hdr_->generation.fetch_add(1, std::memory_order_relaxed) & 0xff;
+    hdr_->mrs[*idx].key = (*idx << 8) | gen;
+  }
+  return st;
+}
+Status Segment::alloc_cq(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->cqs, idx); }
+Status Segment::alloc_qp(uint32_t* idx) {
+  Status st = alloc_slot(hdr_, self_, hdr_->qps, idx);
+  if (st == Status::ok) {
+    // QPN: table index in the low bits, a generation above so a stale number finds nothing.
+    // 0 and 1 are the special QPs.
+    uint32_t gen = (hdr_->generation.fetch_add(1, std::memory_order_relaxed) % 0xfff) + 1;
+    hdr_->qps[*idx].qpn = (gen << kQpIndexBits) | *idx;
+  }
+  return st;
+}
+
+MrSlot* Segment::find_mr(uint32_t key) const {
+  uint32_t i = key >> 8;
+  if (i >= kMaxMrs) return nullptr;
+  MrSlot* m = &hdr_->mrs[i];
+  if (m->state.load(std::memory_order_acquire) != kSlotLive || m->key != key) return nullptr;
+  return m;
+}
+
+QpSlot* Segment::find_qp(uint32_t qpn) const {
+  uint32_t i = qpn & (kMaxQps - 1);
+  QpSlot* q = &hdr_->qps[i];
+  if (q->state.load(std::memory_order_acquire) != kSlotLive || q->qpn != qpn) return nullptr;
+  return q;
+}
+
+bool Segment::proc_alive(uint32_t slot) const {
+  if (slot >= kMaxProcs) return true;
+  const ProcRecord& r = hdr_->procs[slot];
+  if (r.state.load(std::memory_order_acquire) != kProcAlive) return false;
+  if (static_cast<int>(r.pid) == pid_) return true;
+  return pid_matches(r.pid, r.start_time);
+}
+
+void Segment::release_proc_objects(uint32_t proc) {
+  for (auto& q : hdr_->qps)
+    if (q.state.load() == kSlotLive && q.owner == proc) {
+      q.state.store(kSlotFree);
+      free(q.sq_off);
+      free(q.rq_off);
+      free(q.dbrec_off);
+    }
+  for (auto& c : hdr_->cqs)
+    if (c.state.load() == kSlotLive && c.owner == proc) {
+      c.state.store(kSlotFree);
+      free(c.buf_off);
+    }
+  for (auto& m : hdr_->mrs)
+    if (m.state.load() == kSlotLive && m.owner == proc) m.state.store(kSlotFree);
+  for (auto& p : hdr_->pds)
+    if (p.state.load() == kSlotLive && p.owner == proc) p.state.store(kSlotFree);
+  for (auto& c : hdr_->ctxs)
+    if (c.state.load() == kSlotLive && c.owner == proc) {
+      c.state.store(kSlotFree);
+      free(c.uar_off);
+    }
+}
+
+int Segment::sweep_dead() {
+  int n = 0;
+  for (uint32_t i = 0; i < kMaxProcs; ++i) {
+    ProcRecord& r = hdr_->procs[i];
+    if (r.state.load() != kProcAlive || r.pid == pid_) continue;
+    if (pid_matches(r.pid, r.start_time)) continue;
+    ShmLockGuard g(hdr_->table_lock, kMaxProcs);
+    if (r.state.load() != kProcAlive) continue;
+    r.state.store(kProcDead);
+    release_proc_objects(i);
+    r.state.store(kProcFree);
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace emu

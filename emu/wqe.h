@@ -1,0 +1,146 @@
+// Wire-visible layouts of the queues the driver and the device share: send WQE segments, receive
+// segments and CQE64. Offsets follow the public infiniband/mlx5dv.h (checked by a unit test against
+// that header); the device model itself stays free of verbs types. Multi-byte fields are big-endian.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+namespace emu {
+
+constexpr uint32_t kSendWqeBB = 64;    // send basic block
+constexpr uint32_t kMaxWqeBBs = 16;    // one WQE spans at most this many blocks (1 KiB)
+constexpr uint32_t kInlineSegFlag = 0x80000000u;
+constexpr uint32_t kInvalidLkey = 0x100;  // terminates a receive scatter list
+
+enum WqeOpcode : uint8_t {
+  kOpNop = 0x00,
+  kOpRdmaWrite = 0x08,
+  kOpRdmaWriteImm = 0x09,
+  kOpSend = 0x0a,
+  kOpSendImm = 0x0b,
+  kOpRdmaRead = 0x10,
+  kOpAtomicCs = 0x11,
+  kOpAtomicFa = 0x12,
+};
+
+enum CtrlFlags : uint8_t {
+  kCtrlSolicited = 1 << 1,
+  kCtrlCqUpdate = 2 << 2,   // signaled
+  kCtrlFence = 4 << 5,
+};
+
+struct CtrlSeg {
+  uint32_t opmod_idx_opcode;  // be: wqe index << 8 | opcode
+  uint32_t qpn_ds;            // be: qpn << 8 | size in 16-byte units
+  uint8_t signature;
+  uint8_t rsvd[2];
+  uint8_t fm_ce_se;
+  uint32_t imm;               // be
+};
+static_assert(sizeof(CtrlSeg) == 16);
+static_assert(offsetof(CtrlSeg, fm_ce_se) == 11);
+
+struct RaddrSeg {
+  uint64_t raddr;  // be
+  uint32_t rkey;   // be
+  uint32_t rsvd;
+};
+static_assert(sizeof(RaddrSeg) == 16);
+
+struct AtomicSeg {
+  uint64_t swap_add;  // be
+  uint64_t compare;   // be
+};
+static_assert(sizeof(AtomicSeg) == 16);
+
+struct DataSeg {
+  uint32_t byte_count;  // be
+  uint32_t lkey;        // be
+  uint64_t addr;        // be
+};
+static_assert(sizeof(DataSeg) == 16);
+
+struct InlineSeg {
+  uint32_t byte_count;  // be, with kInlineSegFlag
+};
+static_assert(sizeof(InlineSeg) == 4);
+
+enum CqeOpcode : uint8_t {
+  kCqeReq = 0,
+  kCqeRespWrImm = 1,
+  kCqeRespSend = 2,
+  kCqeRespSendImm = 3,
+  kCqeReqErr = 13,
+  kCqeRespErr = 14,
+  kCqeInvalid = 15,
+};
+
+// Error syndromes, mlx5's numbering.
+enum CqeSyndrome : uint8_t {
+  kSynLocalLength = 0x01,
+  kSynLocalQpOp = 0x02,
+  kSynLocalProt = 0x04,
+  kSynWrFlush = 0x05,
+  kSynBadResp = 0x10,
+  kSynLocalAccess = 0x11,
+  kSynRemoteInvalReq = 0x12,
+  kSynRemoteAccess = 0x13,
+  kSynRemoteOp = 0x14,
+  kSynRetryExc = 0x15,
+  kSynRnrRetryExc = 0x16,
+};
+
+// CQE flags kept in the reserved area (byte 1) so the driver can report wc_flags and the opcode of a
+// requester completion without keeping its own per-WQE table.
+enum CqeEmuFlags : uint8_t {
+  kCqeFlagImm = 1 << 0,
+  kCqeFlagSolicited = 1 << 1,
+};
+
+struct Cqe64 {
+  uint8_t rsvd0;
+  uint8_t emu_flags;        // CqeEmuFlags
+  uint16_t wqe_id;
+  uint8_t rsvd4[13];
+  uint8_t ml_path;
+  uint8_t rsvd20[4];
+  uint16_t slid;            // be
+  uint32_t flags_rqpn;      // be
+  uint8_t rsvd28[4];
+  uint32_t srqn_uidx;       // be
+  uint32_t imm_inval_pkey;  // be (immediate data as sent)
+  uint8_t app;
+  uint8_t app_op;
+  uint16_t app_info;
+  uint32_t byte_cnt;        // be
+  uint64_t timestamp;       // be
+  uint32_t sop_drop_qpn;    // be: WQE opcode (requester) << 24 | qpn
+  uint16_t wqe_counter;     // be
+  uint8_t signature;
+  uint8_t op_own;           // opcode << 4 | owner
+};
+static_assert(sizeof(Cqe64) == 64);
+static_assert(offsetof(Cqe64, byte_cnt) == 44);
+static_assert(offsetof(Cqe64, sop_drop_qpn) == 56);
+static_assert(offsetof(Cqe64, op_own) == 63);
+
+// The error view of the same 64 bytes.
+struct ErrCqe {
+  uint8_t rsvd0[32];
+  uint32_t srqn;
+  uint8_t rsvd1[18];
+  uint8_t vendor_err_synd;
+  uint8_t syndrome;
+  uint32_t s_wqe_opcode_qpn;  // be
+  uint16_t wqe_counter;       // be
+  uint8_t signature;
+  uint8_t op_own;
+};
+static_assert(sizeof(ErrCqe) == 64);
+static_assert(offsetof(ErrCqe, syndrome) == 55);
+
+inline uint32_t be32(uint32_t v) { return __builtin_bswap32(v); }
+inline uint64_t be64(uint64_t v) { return __builtin_bswap64(v); }
+inline uint16_t be16(uint16_t v) { return __builtin_bswap16(v); }
+
+}  // namespace emu
