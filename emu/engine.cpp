@@ -84,15 +84,9 @@ uint64_t Engine::transport_timeout_us(uint8_t timeout) {
   return (4096ull << std::min<uint8_t>(timeout, 31)) / 1000;
 }
 
-void Engine::on_doorbell(const UarReg* reg, uint32_t bf_offset, bool bluefame) {
-  // The first 8 bytes of the control segment name the QP; the WQE itself is fetched from the ring.
+void Engine::on_doorbell(uint64_t ctrl_head) {
   CtrlSeg ctrl;
-  if (bluefame) {
-    std::memcpy(&ctrl, reg->bf[bf_offset ? 1 : 0], sizeof ctrl);
-  } else {
-    uint64_t v = device_load64(&reg->doorbell);
-    std::memcpy(&ctrl, &v, 8);
-  }
+  std::memcpy(&ctrl, &ctrl_head, 8);
   uint32_t qpn = be32(ctrl.qpn_ds) >> 8;
   QpSlot* qp = seg_->find_qp(qpn);
   if (!qp) {

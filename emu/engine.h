@@ -38,8 +38,10 @@ class Engine {
 
   explicit Engine(Segment* seg);
 
-  // A doorbell register was written (8-byte doorbell, or the first chunk of a BlueFlame copy).
-  void on_doorbell(const UarReg* reg, uint32_t bf_offset, bool bluefame);
+  // A doorbell write reached the device: the 8-byte doorbell value, or the first 8 bytes of a
+  // BlueFlame copy (both are the head of a control segment). The value is the write itself, as a
+  // NIC receives it, not a later read of the register another QP may share.
+  void on_doorbell(uint64_t ctrl_head);
 
   // Runs the send queue of qp until it is empty or stalled. Safe from any thread or process: one
   // runner at a time; a caller that finds it busy leaves its work to the runner, which re-checks.

@@ -1,0 +1,381 @@
+// Completion queues, completion channels and completion events.
+#include <cerrno>
+#include <cstring>
+#include <fcntl.h>
+#include <unistd.h>
+
+#include "barriers.h"
+#include "forward.h"
+#include "notify.h"
+#include "provider.h"
+
+using namespace emu;
+using namespace emu::prov;
+
+namespace {
+
+ibv_wc_status status_of(uint8_t syndrome) {
+  switch (syndrome) {
+    case kSynLocalLength: return IBV_WC_LOC_LEN_ERR;
+    case kSynLocalQpOp: return IBV_WC_LOC_QP_OP_ERR;
+    case kSynLocalProt: return IBV_WC_LOC_PROT_ERR;
+    case kSynWrFlush: return IBV_WC_WR_FLUSH_ERR;
+    case kSynBadResp: return IBV_WC_BAD_RESP_ERR;
+    case kSynLocalAccess: return IBV_WC_LOC_ACCESS_ERR;
+    case kSynRemoteInvalReq: return IBV_WC_REM_INV_REQ_ERR;
+    case kSynRemoteAccess: return IBV_WC_REM_ACCESS_ERR;
+    case kSynRemoteOp: return IBV_WC_REM_OP_ERR;
+    case kSynRetryExc: return IBV_WC_RETRY_EXC_ERR;
+    case kSynRnrRetryExc: return IBV_WC_RNR_RETRY_EXC_ERR;
+    default: return IBV_WC_GENERAL_ERR;
+  }
+}
+
+ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
+  switch (wqe_opcode) {
+    case kOpRdmaWrite:
+    case kOpRdmaWriteImm: return IBV_WC_RDMA_WRITE;
+    case kOpRdmaRead: return IBV_WC_RDMA_READ;
+    case kOpAtomicCs: return IBV_WC_COMP_SWAP;
+    case kOpAtomicFa: return IBV_WC_FETCH_ADD;
+    default: return IBV_WC_SEND;
+  }
+}
+
+// Takes the next completion, if the device has published one. Caller holds cq->lock.
+bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
+  Cqe64& c = cq->ring[cq->ci & (cq->shm->cqe_cnt - 1)];
+  uint8_t op_own = cqe_owner_load(&c.op_own);
+  uint8_t opcode = op_own >> 4;
+  uint8_t expect_owner = (cq->ci >> cq->shm->log_cqe_cnt) & 1;
+  if (opcode == kCqeInvalid || (op_own & 1) != expect_owner) return false;
+  from_device_barrier();
+  uint32_t word = be32(c.sop_drop_qpn);
+  uint32_t qpn = word & 0xffffff;
+  uint8_t wqe_opcode = word >> 24;
+  uint16_t idx = be16(c.wqe_counter);
+  std::memset(wc, 0, sizeof *wc);
+  wc->qp_num = qpn;
+  wc->byte_len = be32(c.byte_cnt);
+  wc->src_qp = be32(c.flags_rqpn) & 0xffffff;
+  wc->slid = be16(c.slid);
+  if (c.emu_flags & kCqeFlagImm) {
+    wc->wc_flags |= IBV_WC_WITH_IMM;
+    wc->imm_data = c.imm_inval_pkey;
+  }
+  *ts = be64(c.timestamp);
+  bool is_err = opcode == kCqeReqErr || opcode == kCqeRespErr;
+  if (is_err) {
+    auto& e = reinterpret_cast<ErrCqe&>(c);
+    wc->status = status_of(e.syndrome);
+    wc->vendor_err = e.vendor_err_synd;
+  } else {
+    wc->status = IBV_WC_SUCCESS;
+  }
+  EmuQp* qp = qp_by_num(qpn);
+  if (opcode == kCqeReq || opcode == kCqeReqErr) {
+    wc->opcode = send_opcode(wqe_opcode);
+    if (qp) {
+      uint32_t slot = idx & (qp->sq_bbs - 1);
+      wc->wr_id = qp->sq_wrid[slot];
+      // The device completes in order: every WQE up to this one is done.
+      uint32_t full = qp->sq_head - ((qp->sq_head - idx) & 0xffff);
+      qp->sq_tail = full + qp->sq_wqe_bbs[slot];
+      qp->sq_retired = qp->sq_seq[slot];
+    }
+  } else {
+    wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+    if (qp) {
+      wc->wr_id = qp->rq_wrid[idx & (qp->rq_cnt - 1)];
+      qp->rq_tail = qp->rq_head - ((qp->rq_head - idx) & 0xffff) + 1;
+    }
+  }
+  ++cq->ci;
+  cq->shm->ci.store(cq->ci, std::memory_order_release);
+  return true;
+}
+
+void maybe_progress(EmuCq* cq) {
+  if (cq->shm->stalled_qps.load(std::memory_order_relaxed) ||
+      config().engine == EngineMode::deferred_to_poll)
+    cq_progress(cq);
+}
+
+int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
+  if (attr->comp_mask) return EINVAL;
+  EmuCq* cq = to_cq(cqx);
+  pthread_spin_lock(&cq->lock);
+  maybe_progress(cq);
+  if (!next_cqe(cq, &cq->cur_wc, &cq->cur_ts)) {
+    pthread_spin_unlock(&cq->lock);
+    return ENOENT;
+  }
+  cqx->status = cq->cur_wc.status;
+  cqx->wr_id = cq->cur_wc.wr_id;
+  return 0;
+}
+
+int next_poll(ibv_cq_ex* cqx) {
+  EmuCq* cq = to_cq(cqx);
+  if (!next_cqe(cq, &cq->cur_wc, &cq->cur_ts)) return ENOENT;
+  cqx->status = cq->cur_wc.status;
+  cqx->wr_id = cq->cur_wc.wr_id;
+  return 0;
+}
+
+void end_poll(ibv_cq_ex* cqx) { pthread_spin_unlock(&to_cq(cqx)->lock); }
+
+ibv_wc_opcode read_opcode(ibv_cq_ex* c) { return to_cq(c)->cur_wc.opcode; }
+uint32_t read_vendor_err(ibv_cq_ex* c) { return to_cq(c)->cur_wc.vendor_err; }
+uint32_t read_byte_len(ibv_cq_ex* c) { return to_cq(c)->cur_wc.byte_len; }
+__be32 read_imm_data(ibv_cq_ex* c) { return to_cq(c)->cur_wc.imm_data; }
+uint32_t read_qp_num(ibv_cq_ex* c) { return to_cq(c)->cur_wc.qp_num; }
+uint32_t read_src_qp(ibv_cq_ex* c) { return to_cq(c)->cur_wc.src_qp; }
+unsigned int read_wc_flags(ibv_cq_ex* c) { return to_cq(c)->cur_wc.wc_flags; }
+uint32_t read_slid(ibv_cq_ex* c) { return to_cq(c)->cur_wc.slid; }
+uint8_t read_sl(ibv_cq_ex* c) { return to_cq(c)->cur_wc.sl; }
+uint8_t read_dlid_path_bits(ibv_cq_ex* c) { return to_cq(c)->cur_wc.dlid_path_bits; }
+uint64_t read_completion_ts(ibv_cq_ex* c) { return to_cq(c)->cur_ts; }
+uint64_t read_completion_wallclock_ns(ibv_cq_ex* c) { return to_cq(c)->cur_ts; }
+
+constexpr uint64_t kSupportedWcFlags =
+    IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
+    IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+
+EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context,
+                        ibv_comp_channel* channel, int comp_vector) {
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > Limits::max_cqe || comp_vector < 0 ||
+      comp_vector >= context->num_comp_vectors ||
+      (channel && channel->context != context))
+    return fail_null<EmuCq>(EINVAL);
+  Segment* seg = segment();
+  uint32_t log = 1;
+  while ((1u << log) < static_cast<uint32_t>(cqe) + 1) ++log;
+  uint32_t cnt = 1u << log;
+  uint32_t slot;
+  if (seg->alloc_cq(&slot) != Status::ok) return fail_null<EmuCq>(ENOMEM);
+  CqSlot& cs = seg->hdr()->cqs[slot];
+  cs.buf_off = seg->alloc(size_t(cnt) * sizeof(Cqe64), 4096);
+  auto* cq = cs.buf_off ? new (std::nothrow) EmuCq() : nullptr;
+  if (!cq) {
+    seg->free(cs.buf_off);
+    cs.state.store(kSlotFree);
+    return fail_null<EmuCq>(ENOMEM);
+  }
+  cs.dev = to_ctx(context)->dev;
+  cs.ctx = to_ctx(context)->slot;
+  cs.cqe_cnt = cnt;
+  cs.log_cqe_cnt = log;
+  cs.uid = seg->new_uid();
+  cs.chan_wfd = channel ? to_channel(channel)->wfd : -1;
+  cs.chan_uid = channel ? to_channel(channel)->uid : 0;
+  cq->ring = seg->at<Cqe64>(cs.buf_off);
+  for (uint32_t i = 0; i < cnt; ++i) cq->ring[i].op_own = kCqeInvalid << 4 | 1;
+  cq->slot = slot;
+  cq->shm = &cs;
+  cq->uid = cs.uid;
+  cq->ci = 0;
+  pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+  ibv_cq_ex& x = cq->cqx;
+  x.context = context;
+  x.channel = channel;
+  x.cq_context = cq_context;
+  x.handle = slot;
+  x.cqe = static_cast<int>(cnt - 1);
+  pthread_mutex_init(&x.mutex, nullptr);
+  pthread_cond_init(&x.cond, nullptr);
+  if (channel) {
+    pthread_mutex_lock(&context->mutex);
+    ++channel->refcnt;
+    pthread_mutex_unlock(&context->mutex);
+  }
+  registry_put(cq->uid, cq);
+  return cq;
+}
+
+}  // namespace
+
+namespace emu::prov {
+
+void cq_progress(EmuCq* cq) {
+  std::lock_guard<std::mutex> g(cq->qps_mu);
+  for (EmuQp* qp : cq->qps) qp_progress(qp);
+}
+
+int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
+  EmuCq* cq = to_cq(ibcq);
+  if (n < 0) return -1;
+  pthread_spin_lock(&cq->lock);
+  maybe_progress(cq);
+  int i = 0;
+  uint64_t ts;
+  while (i < n && next_cqe(cq, &wc[i], &ts)) ++i;
+  pthread_spin_unlock(&cq->lock);
+  return i;
+}
+
+int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
+  EmuCq* cq = to_cq(ibcq);
+  CqSlot& cs = *cq->shm;
+  cs.arm.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
+  // A completion the device wrote before the arm but that is still unpolled fires at once, as
+  // hardware compares the armed consumer index with its producer index.
+  pthread_spin_lock(&cq->lock);
+  Cqe64& c = cq->ring[cq->ci & (cs.cqe_cnt - 1)];
+  uint8_t op_own = cqe_owner_load(&c.op_own);
+  bool pending = (op_own >> 4) != kCqeInvalid && (op_own & 1) == ((cq->ci >> cs.log_cqe_cnt) & 1);
+  pthread_spin_unlock(&cq->lock);
+  if (pending && !solicited_only && cs.arm.exchange(0) != 0) notify_comp(cs);
+  return 0;
+}
+
+ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
+    return fail_null<ibv_cq_ex>(EINVAL);
+  if (attr->wc_flags & ~kSupportedWcFlags) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))
+    return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  EmuCq* cq = create_cq_common(context, static_cast<int>(attr->cqe), attr->cq_context,
+                               attr->channel, static_cast<int>(attr->comp_vector));
+  if (!cq) return nullptr;
+  cq->wc_flags_mask = attr->wc_flags;
+  ibv_cq_ex& x = cq->cqx;
+  x.start_poll = start_poll;
+  x.next_poll = next_poll;
+  x.end_poll = end_poll;
+  x.read_opcode = read_opcode;
+  x.read_vendor_err = read_vendor_err;
+  x.read_byte_len = read_byte_len;
+  x.read_imm_data = read_imm_data;
+  x.read_qp_num = read_qp_num;
+  x.read_src_qp = read_src_qp;
+  x.read_wc_flags = read_wc_flags;
+  x.read_slid = read_slid;
+  x.read_sl = read_sl;
+  x.read_dlid_path_bits = read_dlid_path_bits;
+  x.read_completion_ts = read_completion_ts;
+  x.read_completion_wallclock_ns = read_completion_wallclock_ns;
+  return &x;
+}
+
+}  // namespace emu::prov
+
+extern "C" {
+
+ibv_comp_channel* ibv_create_comp_channel(ibv_context* context) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_create_comp_channel, "IBVERBS_1.0");
+    return fn ? fn(context) : fail_null<ibv_comp_channel>(EINVAL);
+  }
+  int p[2];
+  if (pipe2(p, O_CLOEXEC) != 0) return nullptr;
+  fcntl(p[1], F_SETFL, O_NONBLOCK);
+  auto* ch = new (std::nothrow) EmuChannel();
+  if (!ch) {
+    close(p[0]);
+    close(p[1]);
+    return fail_null<ibv_comp_channel>(ENOMEM);
+  }
+  ch->ch.context = context;
+  ch->ch.fd = p[0];
+  ch->ch.refcnt = 0;
+  ch->wfd = p[1];
+  ch->uid = segment()->new_uid();
+  return &ch->ch;
+}
+
+int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
+  if (!is_emu(channel->context)) {
+    auto fn = REAL(ibv_destroy_comp_channel, "IBVERBS_1.0");
+    return fn ? fn(channel) : EINVAL;
+  }
+  pthread_mutex_lock(&channel->context->mutex);
+  int refs = channel->refcnt;
+  pthread_mutex_unlock(&channel->context->mutex);
+  if (refs) return EBUSY;
+  close(channel->fd);
+  close(to_channel(channel)->wfd);
+  delete to_channel(channel);
+  return 0;
+}
+
+ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                      int comp_vector) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_create_cq, "IBVERBS_1.1");
+    return fn ? fn(context, cqe, cq_context, channel, comp_vector) : fail_null<ibv_cq>(EINVAL);
+  }
+  EmuCq* cq = create_cq_common(context, cqe, cq_context, channel, comp_vector);
+  return cq ? ibv_cq_ex_to_cq(&cq->cqx) : nullptr;
+}
+
+int ibv_resize_cq(ibv_cq* cq, int cqe) {
+  if (!is_emu(cq->context)) {
+    auto fn = REAL(ibv_resize_cq, "IBVERBS_1.1");
+    return fn ? fn(cq, cqe) : EINVAL;
+  }
+  return EOPNOTSUPP;
+}
+
+int ibv_destroy_cq(ibv_cq* ibcq) {
+  if (!is_emu(ibcq->context)) {
+    auto fn = REAL(ibv_destroy_cq, "IBVERBS_1.1");
+    return fn ? fn(ibcq) : EINVAL;
+  }
+  EmuCq* cq = to_cq(ibcq);
+  {
+    std::lock_guard<std::mutex> g(cq->qps_mu);
+    if (!cq->qps.empty()) return EBUSY;  // QPs still complete here
+  }
+  // As the kernel does: wait until every delivered completion event has been acknowledged.
+  pthread_mutex_lock(&ibcq->mutex);
+  while (ibcq->comp_events_completed != cq->events_read) pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+  pthread_mutex_unlock(&ibcq->mutex);
+  registry_del(cq->uid);
+  Segment* seg = segment();
+  cq->shm->state.store(kSlotFree, std::memory_order_release);
+  seg->free(cq->shm->buf_off);
+  if (ibcq->channel) {
+    pthread_mutex_lock(&ibcq->context->mutex);
+    --ibcq->channel->refcnt;
+    pthread_mutex_unlock(&ibcq->context->mutex);
+  }
+  delete cq;
+  return 0;
+}
+
+int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  if (!is_emu(channel->context)) {
+    auto fn = REAL(ibv_get_cq_event, "IBVERBS_1.1");
+    return fn ? fn(channel, cq, cq_context) : -1;
+  }
+  for (;;) {
+    CompEventRecord rec;
+    ssize_t r = read(channel->fd, &rec, sizeof rec);
+    if (r != sizeof rec) return -1;
+    auto* ecq = static_cast<EmuCq*>(registry_get(rec.cq_uid));
+    if (!ecq) continue;  // the CQ was destroyed since: its queued events are dropped
+    ibv_cq* c = ibv_cq_ex_to_cq(&ecq->cqx);
+    pthread_mutex_lock(&c->mutex);
+    ++ecq->events_read;
+    pthread_mutex_unlock(&c->mutex);
+    *cq = c;
+    *cq_context = c->cq_context;
+    return 0;
+  }
+}
+
+void ibv_ack_cq_events(ibv_cq* cq, unsigned int nevents) {
+  if (!is_emu(cq->context)) {
+    if (auto fn = REAL(ibv_ack_cq_events, "IBVERBS_1.1")) fn(cq, nevents);
+    return;
+  }
+  pthread_mutex_lock(&cq->mutex);
+  cq->comp_events_completed += nevents;
+  pthread_cond_signal(&cq->cond);
+  pthread_mutex_unlock(&cq->mutex);
+}
+
+}  // extern "C"

@@ -1,0 +1,517 @@
+// Device discovery, open/close, and the device and port queries.
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fcntl.h>
+#include <mutex>
+#include <unistd.h>
+#include <unordered_map>
+
+#include "forward.h"
+#include "notify.h"
+#include "provider.h"
+
+#undef ibv_query_port
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+using namespace emu;
+using namespace emu::prov;
+
+namespace emu::prov {
+namespace {
+
+EmuDevice g_devices[kMaxDevices];
+uint32_t g_num_devices = 0;
+std::once_flag g_devices_once;
+
+std::mutex g_lists_mu;
+std::unordered_map<ibv_device**, ibv_device**> g_lists;  // our list -> libibverbs' list
+
+std::mutex g_reg_mu;
+std::unordered_map<uint64_t, void*>* g_registry = new std::unordered_map<uint64_t, void*>();
+
+void init_devices() {
+  Segment* seg = segment();
+  if (!seg) return;
+  Header* h = seg->hdr();
+  g_num_devices = h->num_devices;
+  for (uint32_t i = 0; i < g_num_devices; ++i) {
+    EmuDevice& d = g_devices[i];
+    d.index = i;
+    d.dev.node_type = IBV_NODE_CA;
+    d.dev.transport_type = IBV_TRANSPORT_IB;
+    std::snprintf(d.dev.name, sizeof d.dev.name, "%s", h->devices[i].name);
+    std::snprintf(d.dev.dev_name, sizeof d.dev.dev_name, "uverbs-%s", h->devices[i].name);
+    std::snprintf(d.dev.dev_path, sizeof d.dev.dev_path, "%s", seg_path_for_device().c_str());
+    std::snprintf(d.dev.ibdev_path, sizeof d.dev.ibdev_path, "%s", seg_path_for_device().c_str());
+  }
+}
+
+}  // namespace
+
+std::string seg_path_for_device() { return config().segment_path(); }
+
+void* real_symbol(const char* name, const char* version) {
+  void* p = dlvsym(RTLD_NEXT, name, version);
+  return p;
+}
+
+bool is_emu_device(const ibv_device* d) {
+  auto* p = reinterpret_cast<const EmuDevice*>(d);
+  return p >= g_devices && p < g_devices + kMaxDevices;
+}
+
+Segment* segment() { return Segment::get(); }
+
+Engine* engine() {
+  static Engine* e = segment() ? new Engine(segment()) : nullptr;
+  return e;
+}
+
+void registry_put(uint64_t uid, void* obj) {
+  std::lock_guard<std::mutex> g(g_reg_mu);
+  (*g_registry)[uid] = obj;
+}
+void registry_del(uint64_t uid) {
+  std::lock_guard<std::mutex> g(g_reg_mu);
+  g_registry->erase(uid);
+}
+void* registry_get(uint64_t uid) {
+  std::lock_guard<std::mutex> g(g_reg_mu);
+  auto it = g_registry->find(uid);
+  return it == g_registry->end() ? nullptr : it->second;
+}
+
+int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* a) {
+  Header* h = segment()->hdr();
+  if (dev >= h->num_devices || port < 1 || port > h->devices[dev].num_ports) return EINVAL;
+  const PortState& ps = h->devices[dev].ports[port - 1];
+  std::memset(a, 0, sizeof *a);
+  a->state = static_cast<ibv_port_state>(ps.state);
+  a->max_mtu = IBV_MTU_4096;
+  a->active_mtu = static_cast<ibv_mtu>(ps.active_mtu);
+  a->gid_tbl_len = kGidTableLen;
+  a->port_cap_flags = IBV_PORT_CM_SUP;
+  a->max_msg_sz = Limits::max_msg;
+  a->bad_pkey_cntr = 0;
+  a->qkey_viol_cntr = 0;
+  a->pkey_tbl_len = 1;
+  a->lid = ps.lid;
+  a->sm_lid = 1;
+  a->lmc = 0;
+  a->max_vl_num = 1;
+  a->sm_sl = 0;
+  a->subnet_timeout = 18;
+  a->init_type_reply = 0;
+  a->active_width = 2;   // 4x
+  a->active_speed = 32;  // EDR
+  a->phys_state = ps.state == IBV_PORT_ACTIVE ? 5 : 3;  // LinkUp / Disabled
+  a->link_layer = ps.link_layer;
+  return 0;
+}
+
+}  // namespace emu::prov
+
+namespace {
+
+void fill_device_attr(uint32_t dev, ibv_device_attr* a) {
+  Header* h = segment()->hdr();
+  std::memset(a, 0, sizeof *a);
+  std::snprintf(a->fw_ver, sizeof a->fw_ver, "rdmaemu-%s", "0.1");
+  a->node_guid = htobe64(h->devices[dev].node_guid);
+  a->sys_image_guid = htobe64(h->devices[dev].node_guid);
+  a->max_mr_size = Limits::max_mr_size;
+  a->page_size_cap = 0xfffff000;
+  a->vendor_id = 0;
+  a->vendor_part_id = emu_vendor_part_id();
+  a->hw_ver = 1;
+  a->max_qp = Limits::max_qp;
+  a->max_qp_wr = Limits::max_qp_wr;
+  a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
+                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT;
+  a->max_sge = Limits::max_sge;
+  a->max_sge_rd = Limits::max_sge;
+  a->max_cq = Limits::max_cq;
+  a->max_cqe = Limits::max_cqe;
+  a->max_mr = Limits::max_mr;
+  a->max_pd = Limits::max_pd;
+  a->max_qp_rd_atom = Limits::max_rd_atom;
+  a->max_ee_rd_atom = 0;
+  a->max_res_rd_atom = Limits::max_rd_atom * Limits::max_qp;
+  a->max_qp_init_rd_atom = Limits::max_rd_atom;
+  a->max_ee_init_rd_atom = 0;
+  a->atomic_cap = IBV_ATOMIC_HCA;
+  a->max_mcast_grp = 0;
+  a->max_mcast_qp_attach = 0;
+  a->max_total_mcast_qp_attach = 0;
+  a->max_ah = 0;
+  a->max_srq = 0;
+  a->max_srq_wr = 0;
+  a->max_srq_sge = 0;
+  a->max_pkeys = 1;
+  a->local_ca_ack_delay = 16;
+  a->phys_port_cnt = static_cast<uint8_t>(h->devices[dev].num_ports);
+}
+
+}  // namespace
+
+namespace emu::prov {
+
+uint32_t emu_vendor_part_id() {
+  static const uint32_t id = [] {
+    const char* v = std::getenv("EMU_VENDOR_PART_ID");
+    return v && *v ? static_cast<uint32_t>(std::strtoul(v, nullptr, 0)) : 4123u;
+  }();
+  return id;
+}
+
+int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
+                        ibv_device_attr_ex* attr, size_t len) {
+  if (in && in->comp_mask) return EINVAL;
+  if (len < sizeof(ibv_device_attr)) return EINVAL;
+  ibv_device_attr_ex full;
+  std::memset(&full, 0, sizeof full);
+  fill_device_attr(to_ctx(ctx)->dev, &full.orig_attr);
+  full.completion_timestamp_mask = ~0ull;
+  full.hca_core_clock = 1000000;  // kHz: timestamps are nanoseconds
+  full.max_dm_size = 0;
+  std::memcpy(attr, &full, std::min(len, sizeof full));
+  return 0;
+}
+
+int emu_query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t len) {
+  ibv_port_attr a;
+  int rc = port_attr_fill(to_ctx(ctx)->dev, port, &a);
+  if (rc) return rc;
+  std::memcpy(attr, &a, std::min(len, sizeof a));
+  return 0;
+}
+
+int emu_query_rt_values(ibv_context*, ibv_values_ex* values) {
+  if (values->comp_mask & ~static_cast<uint32_t>(IBV_VALUES_MASK_RAW_CLOCK)) return EINVAL;
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  values->raw_clock = ts;
+  values->comp_mask = IBV_VALUES_MASK_RAW_CLOCK;
+  return 0;
+}
+
+}  // namespace emu::prov
+
+// ---- exported entry points --------------------------------------------------------------------
+
+extern "C" {
+
+ibv_device** ibv_get_device_list(int* num_devices) {
+  std::call_once(g_devices_once, init_devices);
+  int real_n = 0;
+  ibv_device** real = nullptr;
+  if (auto fn = REAL(ibv_get_device_list, "IBVERBS_1.1")) {
+    int saved = errno;
+    real = fn(&real_n);
+    if (!real) real_n = 0;  // no RDMA in this kernel (ENOSYS): the emulated devices still appear
+    errno = saved;
+  }
+  auto** list = static_cast<ibv_device**>(calloc(real_n + g_num_devices + 1, sizeof(ibv_device*)));
+  if (!list) {
+    errno = ENOMEM;
+    return nullptr;
+  }
+  int n = 0;
+  for (int i = 0; i < real_n; ++i) list[n++] = real[i];
+  for (uint32_t i = 0; i < g_num_devices; ++i) list[n++] = &g_devices[i].dev;
+  {
+    std::lock_guard<std::mutex> g(g_lists_mu);
+    g_lists[list] = real;
+  }
+  if (num_devices) *num_devices = n;
+  return list;
+}
+
+void ibv_free_device_list(ibv_device** list) {
+  ibv_device** real = nullptr;
+  {
+    std::lock_guard<std::mutex> g(g_lists_mu);
+    auto it = g_lists.find(list);
+    if (it == g_lists.end()) {
+      if (auto fn = REAL(ibv_free_device_list, "IBVERBS_1.1")) fn(list);
+      return;
+    }
+    real = it->second;
+    g_lists.erase(it);
+  }
+  if (real)
+    if (auto fn = REAL(ibv_free_device_list, "IBVERBS_1.1")) fn(real);
+  free(list);
+}
+
+const char* ibv_get_device_name(ibv_device* device) {
+  if (is_emu_device(device)) return device->name;
+  auto fn = REAL(ibv_get_device_name, "IBVERBS_1.1");
+  return fn ? fn(device) : nullptr;
+}
+
+__be64 ibv_get_device_guid(ibv_device* device) {
+  if (is_emu_device(device))
+    return htobe64(segment()->hdr()->devices[reinterpret_cast<EmuDevice*>(device)->index].node_guid);
+  auto fn = REAL(ibv_get_device_guid, "IBVERBS_1.1");
+  return fn ? fn(device) : 0;
+}
+
+int ibv_get_device_index(ibv_device* device) {
+  if (is_emu_device(device)) return 1000 + static_cast<int>(reinterpret_cast<EmuDevice*>(device)->index);
+  auto fn = REAL(ibv_get_device_index, "IBVERBS_1.9");
+  return fn ? fn(device) : -1;
+}
+
+ibv_context* ibv_open_device(ibv_device* device) {
+  if (!is_emu_device(device)) {
+    auto fn = REAL(ibv_open_device, "IBVERBS_1.1");
+    return fn ? fn(device) : fail_null<ibv_context>(ENODEV);
+  }
+  Segment* seg = segment();
+  if (!seg) return fail_null<ibv_context>(ENODEV);
+  auto* ctx = new (std::nothrow) EmuContext();
+  if (!ctx) return fail_null<ibv_context>(ENOMEM);
+  ctx->dev = reinterpret_cast<EmuDevice*>(device)->index;
+  ctx->engine = engine();
+  if (seg->alloc_ctx(&ctx->slot) != Status::ok) {
+    delete ctx;
+    return fail_null<ibv_context>(ENOMEM);
+  }
+  ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
+  cs.dev = ctx->dev;
+  cs.uid = seg->new_uid();
+  ctx->n_uars = config().uar_regs;
+  cs.uar_count = ctx->n_uars;
+  cs.uar_off = seg->alloc(sizeof(UarReg) * ctx->n_uars, 4096);
+  int pfd[2] = {-1, -1};
+  int cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
+  if (!cs.uar_off || pipe2(pfd, O_CLOEXEC) != 0 || cmd_fd < 0) {
+    seg->free(cs.uar_off);
+    cs.state.store(kSlotFree);
+    if (pfd[0] >= 0) close(pfd[0]), close(pfd[1]);
+    if (cmd_fd >= 0) close(cmd_fd);
+    delete ctx;
+    return fail_null<ibv_context>(ENOMEM);
+  }
+  fcntl(pfd[1], F_SETFL, O_NONBLOCK);
+  ctx->async_wfd = pfd[1];
+  cs.async_wfd = pfd[1];
+  ctx->uars = seg->at<UarReg>(cs.uar_off);
+  for (uint32_t i = 0; i < ctx->n_uars; ++i) pthread_spin_init(&ctx->uar_use[i].lock, PTHREAD_PROCESS_PRIVATE);
+
+  verbs_context& v = ctx->vctx;
+  std::memset(&v, 0, sizeof v);
+  v.sz = sizeof(verbs_context);
+  v.query_port = emu_query_port;
+  v.query_device_ex = emu_query_device_ex;
+  v.create_cq_ex = emu_create_cq_ex;
+  v.create_qp_ex = emu_create_qp_ex;
+  v.query_rt_values = emu_query_rt_values;
+  ibv_context& c = v.context;
+  c.device = device;
+  c.cmd_fd = cmd_fd;
+  c.async_fd = pfd[0];
+  c.num_comp_vectors = 1;
+  pthread_mutex_init(&c.mutex, nullptr);
+  c.abi_compat = __VERBS_ABI_IS_EXTENDED;
+  c.ops.poll_cq = emu_poll_cq;
+  c.ops.req_notify_cq = emu_req_notify_cq;
+  c.ops.post_send = emu_post_send;
+  c.ops.post_recv = emu_post_recv;
+  registry_put(cs.uid, &c);
+  return &c;
+}
+
+int ibv_close_device(ibv_context* context) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_close_device, "IBVERBS_1.1");
+    return fn ? fn(context) : EINVAL;
+  }
+  EmuContext* ctx = to_ctx(context);
+  Segment* seg = segment();
+  ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
+  registry_del(cs.uid);
+  seg->free(cs.uar_off);
+  cs.state.store(kSlotFree);
+  close(context->async_fd);
+  close(ctx->async_wfd);
+  close(context->cmd_fd);
+  delete ctx;
+  return 0;
+}
+
+int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_query_device, "IBVERBS_1.1");
+    return fn ? fn(context, attr) : EINVAL;
+  }
+  fill_device_attr(to_ctx(context)->dev, attr);
+  return 0;
+}
+
+int ibv_query_port(ibv_context* context, uint8_t port_num, _compat_ibv_port_attr* port_attr) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_query_port, "IBVERBS_1.1");
+    return fn ? fn(context, port_num, port_attr) : EINVAL;
+  }
+  // libibverbs' own export writes a whole ibv_port_attr here too.
+  return emu_query_port(context, port_num, reinterpret_cast<ibv_port_attr*>(port_attr),
+                        sizeof(ibv_port_attr));
+}
+
+int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gid) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_query_gid, "IBVERBS_1.1");
+    return fn ? fn(context, port_num, index, gid) : -1;
+  }
+  Header* h = segment()->hdr();
+  uint32_t dev = to_ctx(context)->dev;
+  if (port_num < 1 || port_num > h->devices[dev].num_ports || index < 0 ||
+      index >= static_cast<int>(kGidTableLen))
+    return -1;
+  std::memset(gid, 0, sizeof *gid);
+  if (index == 0) {
+    const PortState& ps = h->devices[dev].ports[port_num - 1];
+    gid->global.subnet_prefix = htobe64(ps.gid_prefix);
+    gid->global.interface_id = htobe64(ps.port_guid);
+  }
+  return 0;
+}
+
+int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_index,
+                      ibv_gid_entry* entry, uint32_t flags, size_t entry_size) {
+  if (!is_emu(context)) {
+    auto fn = REAL(_ibv_query_gid_ex, "IBVERBS_1.11");
+    return fn ? fn(context, port_num, gid_index, entry, flags, entry_size) : EINVAL;
+  }
+  if (flags || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
+  if (port_num > 255 || gid_index >= kGidTableLen) return EINVAL;
+  ibv_gid gid;
+  if (ibv_query_gid(context, static_cast<uint8_t>(port_num), static_cast<int>(gid_index), &gid))
+    return EINVAL;
+  if (gid_index != 0) return ENODATA;  // an empty GID table entry
+  std::memset(entry, 0, entry_size);
+  entry->gid = gid;
+  entry->gid_index = gid_index;
+  entry->port_num = port_num;
+  entry->gid_type = IBV_GID_TYPE_IB;
+  entry->ndev_ifindex = 0;
+  return 0;
+}
+
+ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_t max_entries,
+                             uint32_t flags, size_t entry_size) {
+  if (!is_emu(context)) {
+    auto fn = REAL(_ibv_query_gid_table, "IBVERBS_1.11");
+    return fn ? fn(context, entries, max_entries, flags, entry_size) : -EINVAL;
+  }
+  if (flags || entry_size < sizeof(ibv_gid_entry)) return -EINVAL;
+  Header* h = segment()->hdr();
+  uint32_t dev = to_ctx(context)->dev;
+  size_t n = 0;
+  for (uint32_t p = 1; p <= h->devices[dev].num_ports; ++p) {
+    if (n >= max_entries) return -EINVAL;
+    auto* e = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + n * entry_size);
+    if (_ibv_query_gid_ex(context, p, 0, e, 0, entry_size) == 0) ++n;
+  }
+  return static_cast<ssize_t>(n);
+}
+
+// Private to rdma-core (driver.h), yet ibv_devinfo imports it. The type is an enum there:
+// 0 = IB/RoCE v1, 1 = RoCE v2.
+int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int index, int* type) {
+  if (!is_emu(context)) {
+    using Fn = int (*)(ibv_context*, uint8_t, unsigned int, int*);
+    auto fn = reinterpret_cast<Fn>(real_symbol("ibv_query_gid_type", "IBVERBS_PRIVATE_34"));
+    return fn ? fn(context, port_num, index, type) : -1;
+  }
+  Header* h = segment()->hdr();
+  uint32_t dev = to_ctx(context)->dev;
+  if (port_num < 1 || port_num > h->devices[dev].num_ports || index >= kGidTableLen) return -1;
+  *type = 0;
+  return 0;
+}
+
+int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pkey) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_query_pkey, "IBVERBS_1.1");
+    return fn ? fn(context, port_num, index, pkey) : -1;
+  }
+  Header* h = segment()->hdr();
+  uint32_t dev = to_ctx(context)->dev;
+  if (port_num < 1 || port_num > h->devices[dev].num_ports || index != 0) return -1;
+  *pkey = htobe16(0xffff);
+  return 0;
+}
+
+int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_get_pkey_index, "IBVERBS_1.5");
+    return fn ? fn(context, port_num, pkey) : -1;
+  }
+  return (be16toh(pkey) & 0x7fff) == 0x7fff ? 0 : -1;
+}
+
+int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_get_async_event, "IBVERBS_1.1");
+    return fn ? fn(context, event) : -1;
+  }
+  for (;;) {
+    AsyncEventRecord rec;
+    ssize_t r = read(context->async_fd, &rec, sizeof rec);
+    if (r != sizeof rec) return -1;
+    event->event_type = static_cast<ibv_event_type>(rec.type);
+    switch (rec.type) {
+      case IBV_EVENT_PORT_ACTIVE:
+      case IBV_EVENT_PORT_ERR:
+      case IBV_EVENT_LID_CHANGE:
+      case IBV_EVENT_PKEY_CHANGE:
+      case IBV_EVENT_SM_CHANGE:
+      case IBV_EVENT_CLIENT_REREGISTER:
+      case IBV_EVENT_GID_CHANGE:
+        event->element.port_num = static_cast<int>(rec.element_uid);
+        return 0;
+      case IBV_EVENT_CQ_ERR: {
+        void* cq = registry_get(rec.element_uid);
+        if (!cq) continue;  // destroyed since: the kernel drops such events too
+        event->element.cq = static_cast<ibv_cq*>(cq);
+        return 0;
+      }
+      default: {
+        void* qp = registry_get(rec.element_uid);
+        if (!qp) continue;
+        event->element.qp = static_cast<ibv_qp*>(qp);
+        auto* q = static_cast<ibv_qp*>(qp);
+        pthread_mutex_lock(&q->mutex);
+        pthread_mutex_unlock(&q->mutex);
+        return 0;
+      }
+    }
+  }
+}
+
+void ibv_ack_async_event(ibv_async_event* event) {
+  switch (event->event_type) {
+    case IBV_EVENT_CQ_ERR:
+    case IBV_EVENT_QP_FATAL:
+    case IBV_EVENT_QP_REQ_ERR:
+    case IBV_EVENT_QP_ACCESS_ERR:
+    case IBV_EVENT_COMM_EST:
+    case IBV_EVENT_SQ_DRAINED:
+    case IBV_EVENT_PATH_MIG:
+    case IBV_EVENT_PATH_MIG_ERR:
+    case IBV_EVENT_QP_LAST_WQE_REACHED:
+      break;
+    default:
+      return;  // port events carry no object to count
+  }
+  auto fn = REAL(ibv_ack_async_event, "IBVERBS_1.1");
+  if (fn) fn(event);  // only touches the public counters and condition variables
+}
+
+}  // extern "C"

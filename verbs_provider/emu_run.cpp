@@ -1,0 +1,43 @@
+// emu-run CMD ARGS...: runs CMD with the emulated devices visible (preloads libemu_verbs.so, found
+// beside this executable or in ../lib).
+#include <cerrno>
+#include <climits>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <unistd.h>
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    std::fprintf(stderr, "usage: emu-run COMMAND [ARGS...]\n");
+    return 2;
+  }
+  char self[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) {
+    std::perror("emu-run: /proc/self/exe");
+    return 2;
+  }
+  self[n] = 0;
+  std::string dir(self);
+  dir.resize(dir.rfind('/'));
+  std::string lib;
+  for (const char* rel : {"/libemu_verbs.so", "/../lib/libemu_verbs.so", "/verbs_provider/libemu_verbs.so"}) {
+    std::string cand = dir + rel;
+    if (access(cand.c_str(), R_OK) == 0) {
+      lib = cand;
+      break;
+    }
+  }
+  if (lib.empty()) {
+    std::fprintf(stderr, "emu-run: libemu_verbs.so not found next to %s\n", self);
+    return 2;
+  }
+  std::string preload = lib;
+  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+  setenv("LD_PRELOAD", preload.c_str(), 1);
+  execvp(argv[1], argv + 1);
+  std::fprintf(stderr, "emu-run: %s: %s\n", argv[1], std::strerror(errno));
+  return 127;
+}

@@ -1,0 +1,150 @@
+// Protection domains and memory regions.
+#include <cerrno>
+#include <cstring>
+
+#include "forward.h"
+#include "provider.h"
+
+#undef ibv_reg_mr
+#undef ibv_reg_mr_iova
+
+using namespace emu;
+using namespace emu::prov;
+
+namespace {
+
+constexpr unsigned kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                  IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
+                                  IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB |
+                                  IBV_ACCESS_RELAXED_ORDERING;
+
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  // The remote-write and atomic rights need local write, as ibv_reg_mr(3) says.
+  if ((access & ~kKnownAccess & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE)) ||
+      ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
+       !(access & IBV_ACCESS_LOCAL_WRITE)))
+    return fail_null<ibv_mr>(EINVAL);
+  if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND)) return fail_null<ibv_mr>(EOPNOTSUPP);
+  if (length == 0 || length > Limits::max_mr_size || !addr) return fail_null<ibv_mr>(EINVAL);
+  Segment* seg = segment();
+  uint32_t slot;
+  if (seg->alloc_mr(&slot) != Status::ok) return fail_null<ibv_mr>(ENOMEM);
+  auto* mr = new (std::nothrow) EmuMr();
+  if (!mr) {
+    seg->hdr()->mrs[slot].state.store(kSlotFree);
+    return fail_null<ibv_mr>(ENOMEM);
+  }
+  MrSlot& ms = seg->hdr()->mrs[slot];
+  ms.pd = to_pd(pd)->slot;
+  ms.dev = to_ctx(pd->context)->dev;
+  ms.access = access;
+  ms.addr = reinterpret_cast<uint64_t>(addr);
+  ms.length = length;
+  ms.iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
+  mr->slot = slot;
+  mr->mr.context = pd->context;
+  mr->mr.pd = pd;
+  mr->mr.addr = addr;
+  mr->mr.length = length;
+  mr->mr.handle = slot;
+  mr->mr.lkey = ms.key;
+  mr->mr.rkey = ms.key;
+  return &mr->mr;
+}
+
+}  // namespace
+
+extern "C" {
+
+ibv_pd* ibv_alloc_pd(ibv_context* context) {
+  if (!is_emu(context)) {
+    auto fn = REAL(ibv_alloc_pd, "IBVERBS_1.1");
+    return fn ? fn(context) : fail_null<ibv_pd>(EINVAL);
+  }
+  Segment* seg = segment();
+  uint32_t slot;
+  if (seg->alloc_pd(&slot) != Status::ok) return fail_null<ibv_pd>(ENOMEM);
+  auto* pd = new (std::nothrow) EmuPd();
+  if (!pd) {
+    seg->hdr()->pds[slot].state.store(kSlotFree);
+    return fail_null<ibv_pd>(ENOMEM);
+  }
+  seg->hdr()->pds[slot].dev = to_ctx(context)->dev;
+  seg->hdr()->pds[slot].ctx = to_ctx(context)->slot;
+  pd->slot = slot;
+  pd->pd.context = context;
+  pd->pd.handle = slot;
+  return &pd->pd;
+}
+
+int ibv_dealloc_pd(ibv_pd* pd) {
+  if (!is_emu(pd->context)) {
+    auto fn = REAL(ibv_dealloc_pd, "IBVERBS_1.1");
+    return fn ? fn(pd) : EINVAL;
+  }
+  Header* h = segment()->hdr();
+  uint32_t slot = to_pd(pd)->slot;
+  // The kernel refuses while MRs or QPs still use the PD.
+  for (auto& m : h->mrs)
+    if (m.state.load() == kSlotLive && m.pd == slot && m.owner == segment()->self()) return EBUSY;
+  for (auto& q : h->qps)
+    if (q.state.load() == kSlotLive && q.pd == slot && q.owner == segment()->self()) return EBUSY;
+  h->pds[slot].state.store(kSlotFree);
+  delete to_pd(pd);
+  return 0;
+}
+
+ibv_mr* ibv_reg_mr(ibv_pd* pd, void* addr, size_t length, int access) {
+  if (!is_emu(pd->context)) {
+    auto fn = REAL(ibv_reg_mr, "IBVERBS_1.1");
+    return fn ? fn(pd, addr, length, access) : fail_null<ibv_mr>(EINVAL);
+  }
+  return reg_mr(pd, addr, length, reinterpret_cast<uint64_t>(addr), static_cast<unsigned>(access));
+}
+
+ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova, int access) {
+  if (!is_emu(pd->context)) {
+    auto fn = REAL(ibv_reg_mr_iova, "IBVERBS_1.7");
+    return fn ? fn(pd, addr, length, iova, access) : fail_null<ibv_mr>(EINVAL);
+  }
+  return reg_mr(pd, addr, length, iova, static_cast<unsigned>(access));
+}
+
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+  if (!is_emu(pd->context)) {
+    auto fn = REAL(ibv_reg_mr_iova2, "IBVERBS_1.8");
+    return fn ? fn(pd, addr, length, iova, access) : fail_null<ibv_mr>(EINVAL);
+  }
+  return reg_mr(pd, addr, length, iova, access);
+}
+
+ibv_mr* ibv_reg_dmabuf_mr(ibv_pd* pd, uint64_t offset, size_t length, uint64_t iova, int fd,
+                          int access) {
+  if (!is_emu(pd->context)) {
+    auto fn = REAL(ibv_reg_dmabuf_mr, "IBVERBS_1.12");
+    return fn ? fn(pd, offset, length, iova, fd, access) : fail_null<ibv_mr>(EINVAL);
+  }
+  return fail_null<ibv_mr>(EOPNOTSUPP);
+}
+
+int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, int access) {
+  if (!is_emu(mr->context)) {
+    auto fn = REAL(ibv_rereg_mr, "IBVERBS_1.1");
+    return fn ? fn(mr, flags, pd, addr, length, access) : IBV_REREG_MR_ERR_INPUT;
+  }
+  errno = EOPNOTSUPP;
+  return IBV_REREG_MR_ERR_INPUT;
+}
+
+int ibv_dereg_mr(ibv_mr* mr) {
+  if (!is_emu(mr->context)) {
+    auto fn = REAL(ibv_dereg_mr, "IBVERBS_1.1");
+    return fn ? fn(mr) : EINVAL;
+  }
+  segment()->hdr()->mrs[to_mr(mr)->slot].state.store(kSlotFree, std::memory_order_release);
+  delete to_mr(mr);
+  return 0;
+}
+
+}  // extern "C"

@@ -1,0 +1,258 @@
+// The post path: WQEs into the rings, the doorbell record, then the doorbell (8-byte write or
+// BlueFlame copy) — the same order of stores a hardware driver makes.
+#include <cerrno>
+#include <cstring>
+
+#include "barriers.h"
+#include "provider.h"
+
+using namespace emu;
+using namespace emu::prov;
+
+namespace emu::prov {
+
+namespace {
+
+constexpr uint32_t kMaxSendWqeBytes = kMaxWqeBBs * kSendWqeBB;
+
+CtrlSeg* stage_ctrl(EmuQp* qp) { return reinterpret_cast<CtrlSeg*>(qp->stage); }
+
+bool sq_full(const EmuQp* qp, uint32_t more_blocks) {
+  return qp->sq_posted - qp->sq_retired >= qp->max_send_wr ||
+         qp->sq_head + more_blocks - qp->sq_tail > qp->sq_bbs;
+}
+
+// Copies a staged WQE into the ring at block `at`, wrapping at the end.
+void ring_copy(EmuQp* qp, uint32_t at, const uint8_t* src, uint32_t size) {
+  uint32_t idx = at & (qp->sq_bbs - 1);
+  uint32_t room = (qp->sq_bbs - idx) * kSendWqeBB;
+  uint32_t first = size < room ? size : room;
+  std::memcpy(qp->sq + idx * kSendWqeBB, src, first);
+  if (first < size) std::memcpy(qp->sq, src + first, size - first);
+}
+
+// The doorbell: BlueFlame for a lone small WQE (the WQE itself goes through the register), else the
+// 8-byte doorbell. The register's lock covers the copy and the flush, as mlx5 does for shared
+// registers (without the flush inside, a later post's doorbell could overtake this one).
+void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
+  EmuContext* ctx = qp->ctx;
+  UarUse& use = ctx->uar_use[qp->uar_idx];
+  UarReg& reg = ctx->uars[qp->uar_idx];
+  const uint8_t* ctrl = qp->sq + (ctrl_block & (qp->sq_bbs - 1)) * kSendWqeBB;
+  uint64_t head;
+  std::memcpy(&head, ctrl, 8);
+  pthread_spin_lock(&use.lock);
+  if (single && bbs * kSendWqeBB <= kBfBufSize) {
+    uint8_t* bf = reg.bf[use.bf_offset];
+    mmio_wc_start();
+    for (uint32_t i = 0; i < bbs; ++i) {
+      uint32_t blk = (ctrl_block + i) & (qp->sq_bbs - 1);
+      mmio_copy_chunk64(bf + i * kSendWqeBB, qp->sq + blk * kSendWqeBB);
+    }
+    mmio_flush_writes();
+    use.bf_offset ^= 1;
+  } else {
+    mmio_write64(&reg.doorbell, head);
+  }
+  pthread_spin_unlock(&use.lock);
+  if (config().engine == EngineMode::inline_on_doorbell) ctx->engine->on_doorbell(head);
+}
+
+}  // namespace
+
+int wqe_begin(EmuQp* qp, uint8_t opcode, unsigned send_flags, uint32_t imm_be, uint64_t wr_id) {
+  std::memset(qp->stage, 0, sizeof(CtrlSeg));
+  CtrlSeg* c = stage_ctrl(qp);
+  c->opmod_idx_opcode = opcode;  // index filled at commit
+  uint8_t f = 0;
+  if ((send_flags & IBV_SEND_SIGNALED) || qp->sig_all) f |= kCtrlCqUpdate;
+  if (send_flags & IBV_SEND_SOLICITED) f |= kCtrlSolicited;
+  if (send_flags & IBV_SEND_FENCE) f |= kCtrlFence;
+  c->fm_ce_se = f;
+  c->imm = imm_be;
+  qp->stage_size = sizeof(CtrlSeg);
+  qp->stage_nsge = 0;
+  qp->stage_opcode = opcode;
+  qp->stage_wr_id = wr_id;
+  return 0;
+}
+
+void wqe_add_raddr(EmuQp* qp, uint64_t raddr, uint32_t rkey) {
+  RaddrSeg r{be64(raddr), be32(rkey), 0};
+  std::memcpy(qp->stage + qp->stage_size, &r, sizeof r);
+  qp->stage_size += sizeof r;
+}
+
+void wqe_add_atomic(EmuQp* qp, uint64_t swap_add, uint64_t compare) {
+  AtomicSeg a{be64(swap_add), be64(compare)};
+  std::memcpy(qp->stage + qp->stage_size, &a, sizeof a);
+  qp->stage_size += sizeof a;
+}
+
+int wqe_add_sge(EmuQp* qp, uint32_t lkey, uint64_t addr, uint32_t length) {
+  if (length == 0) return 0;  // a zero byte_count would mean 2 GiB to the device
+  if (++qp->stage_nsge > qp->max_send_sge || qp->stage_size + sizeof(DataSeg) > kMaxSendWqeBytes)
+    return EINVAL;
+  DataSeg d{be32(length), be32(lkey), be64(addr)};
+  std::memcpy(qp->stage + qp->stage_size, &d, sizeof d);
+  qp->stage_size += sizeof d;
+  return 0;
+}
+
+int wqe_add_inline(EmuQp* qp, const ibv_data_buf* bufs, size_t n) {
+  size_t total = 0;
+  for (size_t i = 0; i < n; ++i) total += bufs[i].length;
+  if (total > qp->max_inline || qp->stage_size + 4 + total > kMaxSendWqeBytes) return EINVAL;
+  if (total == 0) return 0;
+  uint8_t* p = qp->stage + qp->stage_size;
+  uint32_t hdr = be32(static_cast<uint32_t>(total) | kInlineSegFlag);
+  std::memcpy(p, &hdr, 4);
+  uint8_t* d = p + 4;
+  for (size_t i = 0; i < n; ++i) {
+    std::memcpy(d, bufs[i].addr, bufs[i].length);
+    d += bufs[i].length;
+  }
+  uint32_t seg = static_cast<uint32_t>((4 + total + 15) & ~size_t(15));
+  std::memset(d, 0, seg - 4 - total);
+  qp->stage_size += seg;
+  return 0;
+}
+
+int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs_out) {
+  uint32_t size = (qp->stage_size + 15) & ~15u;
+  uint32_t bbs = (size + kSendWqeBB - 1) / kSendWqeBB;
+  if (sq_full(qp, bbs)) return ENOMEM;
+  CtrlSeg* c = stage_ctrl(qp);
+  c->opmod_idx_opcode = be32(((qp->sq_head & 0xffff) << 8) | qp->stage_opcode);
+  c->qpn_ds = be32((qp->qpx.qp_base.qp_num << 8) | (size / 16));
+  ring_copy(qp, qp->sq_head, qp->stage, size);
+  uint32_t slot = qp->sq_head & (qp->sq_bbs - 1);
+  ++qp->sq_posted;
+  qp->sq_wrid[slot] = qp->stage_wr_id;
+  qp->sq_wqe_bbs[slot] = static_cast<uint8_t>(bbs);
+  qp->sq_seq[slot] = qp->sq_posted;
+  qp->sq_opcode[slot] = qp->stage_opcode;
+  *ctrl_block = qp->sq_head;
+  *bbs_out = bbs;
+  qp->sq_head += bbs;
+  qp->stage_size = 0;
+  return 0;
+}
+
+void sq_publish(EmuQp* qp, uint32_t last_block, uint32_t last_bbs, uint32_t nreq) {
+  if (nreq == 0) return;  // nothing posted: no doorbell
+  to_device_barrier();
+  dbrec_store32(&qp->dbrec[1], be32(qp->sq_head & 0xffff));
+  ring_doorbell(qp, last_block, last_bbs, nreq == 1);
+}
+
+int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
+  EmuQp* qp = to_qp(ibqp);
+  pthread_spin_lock(&qp->sq_lock);
+  uint32_t state = qp->shm->qp_state.load(std::memory_order_relaxed);
+  int err = 0;
+  uint32_t nreq = 0, last_block = 0, last_bbs = 0;
+  if (state == kQpsReset || state == kQpsInit || state == kQpsRtr) {
+    err = EINVAL;
+    *bad = wr;
+  }
+  for (; !err && wr; wr = wr->next) {
+    uint8_t opcode;
+    switch (wr->opcode) {
+      case IBV_WR_SEND: opcode = kOpSend; break;
+      case IBV_WR_SEND_WITH_IMM: opcode = kOpSendImm; break;
+      case IBV_WR_RDMA_WRITE: opcode = kOpRdmaWrite; break;
+      case IBV_WR_RDMA_WRITE_WITH_IMM: opcode = kOpRdmaWriteImm; break;
+      case IBV_WR_RDMA_READ: opcode = kOpRdmaRead; break;
+      case IBV_WR_ATOMIC_CMP_AND_SWP: opcode = kOpAtomicCs; break;
+      case IBV_WR_ATOMIC_FETCH_AND_ADD: opcode = kOpAtomicFa; break;
+      default: opcode = 0xff; break;
+    }
+    if (opcode == 0xff || wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->max_send_sge) {
+      err = EINVAL;
+    } else {
+      uint32_t imm = (opcode == kOpSendImm || opcode == kOpRdmaWriteImm) ? wr->imm_data : 0;
+      wqe_begin(qp, opcode, wr->send_flags, imm, wr->wr_id);
+      bool atomic = opcode == kOpAtomicCs || opcode == kOpAtomicFa;
+      if (atomic) {
+        wqe_add_raddr(qp, wr->wr.atomic.remote_addr, wr->wr.atomic.rkey);
+        if (opcode == kOpAtomicCs) wqe_add_atomic(qp, wr->wr.atomic.swap, wr->wr.atomic.compare_add);
+        else wqe_add_atomic(qp, wr->wr.atomic.compare_add, 0);
+      } else if (opcode != kOpSend && opcode != kOpSendImm) {
+        wqe_add_raddr(qp, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
+      }
+      bool inl = (wr->send_flags & IBV_SEND_INLINE) && opcode != kOpRdmaRead && !atomic;
+      if (inl) {
+        ibv_data_buf bufs[Limits::max_sge];
+        for (int i = 0; i < wr->num_sge; ++i)
+          bufs[i] = {reinterpret_cast<void*>(wr->sg_list[i].addr), wr->sg_list[i].length};
+        err = wqe_add_inline(qp, bufs, static_cast<size_t>(wr->num_sge));
+      } else {
+        for (int i = 0; !err && i < wr->num_sge; ++i)
+          err = wqe_add_sge(qp, wr->sg_list[i].lkey, wr->sg_list[i].addr, wr->sg_list[i].length);
+      }
+      if (!err) err = wqe_commit(qp, &last_block, &last_bbs);
+    }
+    if (err) {
+      qp->stage_size = 0;
+      *bad = wr;
+      break;
+    }
+    ++nreq;
+  }
+  sq_publish(qp, last_block, last_bbs, nreq);
+  pthread_spin_unlock(&qp->sq_lock);
+  return err;
+}
+
+int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  EmuQp* qp = to_qp(ibqp);
+  pthread_spin_lock(&qp->rq_lock);
+  int err = 0;
+  uint32_t nreq = 0;
+  if (qp->shm->qp_state.load(std::memory_order_relaxed) == kQpsReset) {
+    err = EINVAL;
+    *bad = wr;
+  }
+  for (; !err && wr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->max_recv_sge) {
+      err = EINVAL;
+    } else if (qp->rq_head - qp->rq_tail >= qp->max_recv_wr) {
+      err = ENOMEM;
+    }
+    if (err) {
+      *bad = wr;
+      break;
+    }
+    uint8_t* w = qp->rq + (qp->rq_head & (qp->rq_cnt - 1)) * qp->rq_stride;
+    uint32_t n = 0;
+    for (int i = 0; i < wr->num_sge; ++i) {
+      if (wr->sg_list[i].length == 0) continue;
+      DataSeg d{be32(wr->sg_list[i].length), be32(wr->sg_list[i].lkey), be64(wr->sg_list[i].addr)};
+      std::memcpy(w + n++ * sizeof(DataSeg), &d, sizeof d);
+    }
+    if (n * sizeof(DataSeg) < qp->rq_stride) {
+      DataSeg term{0, be32(kInvalidLkey), 0};
+      std::memcpy(w + n * sizeof(DataSeg), &term, sizeof term);
+    }
+    qp->rq_wrid[qp->rq_head & (qp->rq_cnt - 1)] = wr->wr_id;
+    ++qp->rq_head;
+    ++nreq;
+  }
+  if (nreq) {
+    to_device_barrier();
+    dbrec_store32(&qp->dbrec[0], be32(qp->rq_head & 0xffff));
+  }
+  pthread_spin_unlock(&qp->rq_lock);
+  if (nreq) {
+    // The device's side of a receive doorbell: flush in ERR, or wake a requester parked on RNR.
+    if (qp->shm->qp_state.load() == kQpsErr) {
+      qp->ctx->engine->flush_rq(*qp->shm);
+    } else if (uint32_t waiter = qp->shm->rnr_waiter.exchange(0)) {
+      if (QpSlot* w = segment()->find_qp(waiter - 1)) qp->ctx->engine->kick_sq(*w, true);
+    }
+  }
+  return err;
+}
+
+}  // namespace emu::prov

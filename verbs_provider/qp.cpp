@@ -1,0 +1,491 @@
+// Queue pairs: create, modify (the IBTA state machine with ibv_modify_qp(3)'s attribute rules),
+// query, destroy.
+#include <cerrno>
+#include <cstring>
+
+#include "forward.h"
+#include "provider.h"
+
+using namespace emu;
+using namespace emu::prov;
+
+namespace {
+
+EmuQp* g_qp_table[kMaxQps];
+
+uint32_t pow2_at_least(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+// Blocks one WQE of this QP may need: control, remote address, atomic, then data or inline.
+uint32_t wqe_bbs_for(uint32_t max_sge, uint32_t max_inline) {
+  uint32_t data = max_sge * sizeof(DataSeg);
+  uint32_t inl = max_inline ? ((4 + max_inline + 15) & ~15u) : 0;
+  uint32_t bytes = sizeof(CtrlSeg) + sizeof(RaddrSeg) + sizeof(AtomicSeg) + (data > inl ? data : inl);
+  return (bytes + kSendWqeBB - 1) / kSendWqeBB;
+}
+
+// Attribute rules for RC transitions: what must be given and what may be.
+struct Rule {
+  int required;
+  int optional;
+};
+
+constexpr int kQpAttrAll = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY |
+                           IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY |
+                           IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                           IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
+                           IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
+                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_CAP |
+                           IBV_QP_DEST_QPN;
+
+bool rc_rule(uint32_t cur, uint32_t next, Rule* r) {
+  *r = {0, 0};
+  if (next == kQpsReset || next == kQpsErr) return true;  // from any state, no attributes
+  switch (cur) {
+    case kQpsReset:
+      if (next == kQpsInit) {
+        *r = {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0};
+        return true;
+      }
+      return false;
+    case kQpsInit:
+      if (next == kQpsInit) {
+        *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS};
+        return true;
+      }
+      if (next == kQpsRtr) {
+        *r = {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
+                  IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
+              IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
+        return true;
+      }
+      return false;
+    case kQpsRtr:
+      if (next == kQpsRts) {
+        *r = {IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                  IBV_QP_MAX_QP_RD_ATOMIC,
+              IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+                  IBV_QP_PATH_MIG_STATE};
+        return true;
+      }
+      return false;
+    case kQpsRts:
+      if (next == kQpsRts) {
+        *r = {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS | IBV_QP_ALT_PATH | IBV_QP_PATH_MIG_STATE |
+                     IBV_QP_MIN_RNR_TIMER};
+        return true;
+      }
+      if (next == kQpsSqd) {
+        *r = {0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
+        return true;
+      }
+      return false;
+    case kQpsSqd:
+      if (next == kQpsRts) {
+        *r = {0, IBV_QP_CUR_STATE | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_MIN_RNR_TIMER |
+                     IBV_QP_PATH_MIG_STATE};
+        return true;
+      }
+      if (next == kQpsSqd) {
+        *r = {0, IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+                     IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE | IBV_QP_TIMEOUT |
+                     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
+                     IBV_QP_MAX_DEST_RD_ATOMIC};
+        return true;
+      }
+      return false;
+    case kQpsSqe:
+      if (next == kQpsRts) {
+        *r = {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS};
+        return true;
+      }
+      return false;
+    case kQpsErr:
+      return false;
+  }
+  return false;
+}
+
+constexpr unsigned kQpAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+int check_values(EmuQp* qp, const ibv_qp_attr* a, int mask) {
+  Header* h = segment()->hdr();
+  uint32_t nports = h->devices[qp->ctx->dev].num_ports;
+  if ((mask & IBV_QP_PORT) && (a->port_num < 1 || a->port_num > nports)) return EINVAL;
+  if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0) return EINVAL;
+  if ((mask & IBV_QP_ACCESS_FLAGS) && (a->qp_access_flags & ~kQpAccessKnown)) return EINVAL;
+  if ((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096))
+    return EINVAL;
+  if ((mask & IBV_QP_TIMEOUT) && a->timeout > 31) return EINVAL;
+  if ((mask & IBV_QP_RETRY_CNT) && a->retry_cnt > 7) return EINVAL;
+  if ((mask & IBV_QP_RNR_RETRY) && a->rnr_retry > 7) return EINVAL;
+  if ((mask & IBV_QP_MIN_RNR_TIMER) && a->min_rnr_timer > 31) return EINVAL;
+  if ((mask & IBV_QP_MAX_QP_RD_ATOMIC) && a->max_rd_atomic > Limits::max_rd_atom) return EINVAL;
+  if ((mask & IBV_QP_MAX_DEST_RD_ATOMIC) && a->max_dest_rd_atomic > Limits::max_rd_atom)
+    return EINVAL;
+  if ((mask & IBV_QP_DEST_QPN) && a->dest_qp_num > 0xffffff) return EINVAL;
+  if ((mask & (IBV_QP_RQ_PSN)) && a->rq_psn > 0xffffff) return EINVAL;
+  if ((mask & (IBV_QP_SQ_PSN)) && a->sq_psn > 0xffffff) return EINVAL;
+  if (mask & IBV_QP_AV) {
+    const ibv_ah_attr& ah = a->ah_attr;
+    if (ah.sl > 15) return EINVAL;
+    if (ah.port_num && ah.port_num > nports) return EINVAL;
+    if (ah.is_global && ah.grh.sgid_index >= kGidTableLen) return EINVAL;
+  }
+  if (mask & IBV_QP_CAP) return EINVAL;  // resizing queues is not supported by modify on RC
+  return 0;
+}
+
+void reset_queues(EmuQp* qp) {
+  QpSlot& s = *qp->shm;
+  pthread_spin_lock(&qp->sq_lock);
+  pthread_spin_lock(&qp->rq_lock);
+  qp->sq_head = qp->sq_tail = 0;
+  qp->sq_posted = qp->sq_retired = 0;
+  qp->rq_head = qp->rq_tail = 0;
+  qp->dbrec[0] = qp->dbrec[1] = 0;
+  s.sq_ci = 0;
+  s.rq_ci = 0;
+  s.rnr_waiter.store(0);
+  if (s.stall.exchange(kStallNone) != kStallNone)
+    segment()->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
+  pthread_spin_unlock(&qp->rq_lock);
+  pthread_spin_unlock(&qp->sq_lock);
+}
+
+}  // namespace
+
+namespace emu::prov {
+
+EmuQp* qp_by_num(uint32_t qpn) {
+  EmuQp* q = g_qp_table[qpn & (kMaxQps - 1)];
+  return q && q->qpx.qp_base.qp_num == qpn ? q : nullptr;
+}
+
+void qp_table_set(uint32_t qpn, EmuQp* qp) { g_qp_table[qpn & (kMaxQps - 1)] = qp; }
+
+void qp_progress(EmuQp* qp) { qp->ctx->engine->kick_sq(*qp->shm); }
+
+constexpr uint64_t kSupportedSendOps =
+    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
+    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
+    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
+
+ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
+                                  IBV_QP_INIT_ATTR_CREATE_FLAGS;
+  if (attr->comp_mask & ~kKnownMask) return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context)
+    return fail_null<ibv_qp>(EINVAL);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)
+    return fail_null<ibv_qp>(EOPNOTSUPP);
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+      (attr->send_ops_flags & ~kSupportedSendOps))
+    return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (attr->qp_type != IBV_QPT_RC) return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (attr->srq) return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (!attr->send_cq || !attr->recv_cq || attr->send_cq->context != context ||
+      attr->recv_cq->context != context)
+    return fail_null<ibv_qp>(EINVAL);
+  ibv_qp_cap& cap = attr->cap;
+  if (cap.max_send_wr > Limits::max_qp_wr || cap.max_recv_wr > Limits::max_qp_wr ||
+      cap.max_send_sge > Limits::max_sge || cap.max_recv_sge > Limits::max_sge ||
+      cap.max_inline_data > Limits::max_inline)
+    return fail_null<ibv_qp>(EINVAL);
+
+  uint32_t send_sge = cap.max_send_sge ? cap.max_send_sge : 1;
+  uint32_t bbs_per_wqe = wqe_bbs_for(send_sge, cap.max_inline_data);
+  uint32_t send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
+  uint32_t sq_bbs = pow2_at_least(send_wr * bbs_per_wqe);
+  if (sq_bbs > 32768) return fail_null<ibv_qp>(EINVAL);  // 16-bit WQE counters must stay unambiguous
+  uint32_t rq_cnt = pow2_at_least(cap.max_recv_wr ? cap.max_recv_wr : 1);
+  uint32_t recv_sge = pow2_at_least(cap.max_recv_sge ? cap.max_recv_sge : 1);
+  uint32_t rq_stride = recv_sge * sizeof(DataSeg);
+
+  Segment* seg = segment();
+  uint32_t slot;
+  if (seg->alloc_qp(&slot) != Status::ok) return fail_null<ibv_qp>(ENOMEM);
+  QpSlot& s = seg->hdr()->qps[slot];
+  s.sq_off = seg->alloc(size_t(sq_bbs) * kSendWqeBB, 4096);
+  s.rq_off = seg->alloc(size_t(rq_cnt) * rq_stride, 4096);
+  s.dbrec_off = seg->alloc(64, 64);
+  auto* qp = (s.sq_off && s.rq_off && s.dbrec_off) ? new (std::nothrow) EmuQp() : nullptr;
+  if (!qp) {
+    seg->free(s.sq_off);
+    seg->free(s.rq_off);
+    seg->free(s.dbrec_off);
+    s.state.store(kSlotFree);
+    return fail_null<ibv_qp>(ENOMEM);
+  }
+  EmuContext* ctx = to_ctx(context);
+  s.dev = ctx->dev;
+  s.ctx = ctx->slot;
+  s.port = 1;
+  s.type = kQptRc;
+  s.sq_sig_all = attr->sq_sig_all ? 1 : 0;
+  s.pd = to_pd(attr->pd)->slot;
+  s.send_cq = to_cq(attr->send_cq)->slot;
+  s.recv_cq = to_cq(attr->recv_cq)->slot;
+  s.uid = seg->new_uid();
+  s.sq_bbs = sq_bbs;
+  s.rq_wqe_cnt = rq_cnt;
+  s.rq_stride = rq_stride;
+  s.path_mtu = IBV_MTU_1024;
+  s.qp_state.store(kQpsReset);
+
+  qp->slot = slot;
+  qp->shm = &s;
+  qp->ctx = ctx;
+  qp->dbrec = seg->at<uint32_t>(s.dbrec_off);
+  qp->sq = seg->at<uint8_t>(s.sq_off);
+  qp->sq_bbs = sq_bbs;
+  qp->max_send_wr = sq_bbs / bbs_per_wqe;
+  qp->max_send_sge = send_sge;
+  qp->max_inline = bbs_per_wqe * kSendWqeBB - sizeof(CtrlSeg) - sizeof(RaddrSeg) - 4;
+  if (qp->max_inline > Limits::max_inline) qp->max_inline = Limits::max_inline;
+  qp->sq_wrid.assign(sq_bbs, 0);
+  qp->sq_seq.assign(sq_bbs, 0);
+  qp->sq_wqe_bbs.assign(sq_bbs, 1);
+  qp->sq_opcode.assign(sq_bbs, 0);
+  qp->rq = seg->at<uint8_t>(s.rq_off);
+  qp->rq_cnt = rq_cnt;
+  qp->rq_stride = rq_stride;
+  qp->max_recv_wr = rq_cnt;
+  qp->max_recv_sge = recv_sge;
+  qp->rq_wrid.assign(rq_cnt, 0);
+  qp->sig_all = attr->sq_sig_all != 0;
+  qp->uar_idx = ctx->next_uar.fetch_add(1) % ctx->n_uars;
+  pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
+  pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+
+  ibv_qp& q = qp->qpx.qp_base;
+  q.context = context;
+  q.qp_context = attr->qp_context;
+  q.pd = attr->pd;
+  q.send_cq = attr->send_cq;
+  q.recv_cq = attr->recv_cq;
+  q.srq = nullptr;
+  q.handle = slot;
+  q.qp_num = s.qpn;
+  q.state = IBV_QPS_RESET;
+  q.qp_type = IBV_QPT_RC;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  q.events_completed = 0;
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+    qp->send_ops_flags = static_cast<uint32_t>(attr->send_ops_flags);
+    install_wr_ops(qp);
+  }
+
+  // Report what was really made, as ibv_create_qp(3) asks.
+  cap.max_send_wr = qp->max_send_wr;
+  cap.max_recv_wr = qp->max_recv_wr;
+  cap.max_send_sge = qp->max_send_sge;
+  cap.max_recv_sge = qp->max_recv_sge;
+  cap.max_inline_data = qp->max_inline;
+
+  qp_table_set(q.qp_num, qp);
+  registry_put(s.uid, &q);
+  for (ibv_cq* c : {attr->send_cq, attr->recv_cq}) {
+    EmuCq* cq = to_cq(c);
+    std::lock_guard<std::mutex> g(cq->qps_mu);
+    cq->qps.push_back(qp);
+    if (attr->send_cq == attr->recv_cq) break;
+  }
+  {
+    std::lock_guard<std::mutex> g(ctx->mu);
+    ctx->qps.push_back(qp);
+  }
+  return &q;
+}
+
+ibv_qp* emu_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  return create_qp_common(context, attr);
+}
+
+}  // namespace emu::prov
+
+extern "C" {
+
+ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
+  if (!is_emu(pd->context)) {
+    auto fn = REAL(ibv_create_qp, "IBVERBS_1.1");
+    return fn ? fn(pd, attr) : fail_null<ibv_qp>(EINVAL);
+  }
+  ibv_qp_init_attr_ex ex;
+  std::memset(&ex, 0, sizeof ex);
+  std::memcpy(&ex, attr, sizeof *attr);
+  ex.comp_mask = IBV_QP_INIT_ATTR_PD;
+  ex.pd = pd;
+  ibv_qp* qp = create_qp_common(pd->context, &ex);
+  if (qp) attr->cap = ex.cap;
+  return qp;
+}
+
+ibv_qp_ex* ibv_qp_to_qp_ex(ibv_qp* qp) {
+  if (!is_emu(qp->context)) {
+    auto fn = REAL(ibv_qp_to_qp_ex, "IBVERBS_1.6");
+    return fn ? fn(qp) : nullptr;
+  }
+  EmuQp* q = to_qp(qp);
+  return q->send_ops_flags ? &q->qpx : nullptr;
+}
+
+int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
+  if (!is_emu(ibqp->context)) {
+    auto fn = REAL(ibv_modify_qp, "IBVERBS_1.1");
+    return fn ? fn(ibqp, attr, mask) : EINVAL;
+  }
+  EmuQp* qp = to_qp(ibqp);
+  QpSlot& s = *qp->shm;
+  if (mask & ~kQpAttrAll) return EINVAL;
+  uint32_t actual = s.qp_state.load();
+  uint32_t cur = actual;
+  if (mask & IBV_QP_CUR_STATE) {
+    if (attr->cur_qp_state != actual) return EINVAL;
+    cur = attr->cur_qp_state;
+  }
+  uint32_t next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+  if (next > kQpsErr) return EINVAL;
+  Rule rule;
+  if (!rc_rule(cur, next, &rule)) return EINVAL;
+  int given = mask & ~IBV_QP_STATE;
+  if ((given & rule.required) != rule.required) return EINVAL;
+  if (given & ~(rule.required | rule.optional)) return EINVAL;
+  if (int e = check_values(qp, attr, mask)) return e;
+
+  if (mask & IBV_QP_PORT) s.port = attr->port_num;
+  if (mask & IBV_QP_PKEY_INDEX) s.pkey_index = attr->pkey_index;
+  if (mask & IBV_QP_ACCESS_FLAGS) s.access = attr->qp_access_flags;
+  if (mask & IBV_QP_PATH_MTU) s.path_mtu = attr->path_mtu;
+  if (mask & IBV_QP_DEST_QPN) s.dest_qpn = attr->dest_qp_num;
+  if (mask & IBV_QP_RQ_PSN) s.rq_psn = attr->rq_psn;
+  if (mask & IBV_QP_SQ_PSN) s.sq_psn = attr->sq_psn;
+  if (mask & IBV_QP_MAX_DEST_RD_ATOMIC) s.max_dest_rd_atomic = attr->max_dest_rd_atomic;
+  if (mask & IBV_QP_MAX_QP_RD_ATOMIC) s.max_rd_atomic = attr->max_rd_atomic;
+  if (mask & IBV_QP_MIN_RNR_TIMER) s.min_rnr_timer = attr->min_rnr_timer;
+  if (mask & IBV_QP_TIMEOUT) s.timeout = attr->timeout;
+  if (mask & IBV_QP_RETRY_CNT) s.retry_cnt = attr->retry_cnt;
+  if (mask & IBV_QP_RNR_RETRY) s.rnr_retry = attr->rnr_retry;
+  if (mask & IBV_QP_AV) {
+    const ibv_ah_attr& ah = attr->ah_attr;
+    s.dlid = ah.dlid;
+    s.sl = ah.sl;
+    s.is_global = ah.is_global;
+    s.sgid_index = ah.grh.sgid_index;
+    std::memcpy(s.dgid, ah.grh.dgid.raw, 16);
+    if (ah.port_num) s.port = ah.port_num;
+  }
+  if (next == kQpsReset) {
+    s.qp_state.store(kQpsReset);
+    reset_queues(qp);
+  } else if (next == kQpsErr) {
+    qp->ctx->engine->enter_error(s);
+  } else {
+    s.qp_state.store(next, std::memory_order_release);
+    if (next == kQpsRts) qp->ctx->engine->kick_sq(s);
+  }
+  ibqp->state = static_cast<ibv_qp_state>(next);
+  return 0;
+}
+
+int ibv_query_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask, ibv_qp_init_attr* init) {
+  if (!is_emu(ibqp->context)) {
+    auto fn = REAL(ibv_query_qp, "IBVERBS_1.1");
+    return fn ? fn(ibqp, attr, mask, init) : EINVAL;
+  }
+  EmuQp* qp = to_qp(ibqp);
+  const QpSlot& s = *qp->shm;
+  std::memset(attr, 0, sizeof *attr);
+  attr->qp_state = static_cast<ibv_qp_state>(s.qp_state.load());
+  attr->cur_qp_state = attr->qp_state;
+  attr->path_mtu = static_cast<ibv_mtu>(s.path_mtu);
+  attr->path_mig_state = IBV_MIG_MIGRATED;
+  attr->qkey = s.qkey;
+  attr->rq_psn = s.rq_psn;
+  attr->sq_psn = s.sq_psn;
+  attr->dest_qp_num = s.dest_qpn;
+  attr->qp_access_flags = static_cast<int>(s.access);
+  attr->cap.max_send_wr = qp->max_send_wr;
+  attr->cap.max_recv_wr = qp->max_recv_wr;
+  attr->cap.max_send_sge = qp->max_send_sge;
+  attr->cap.max_recv_sge = qp->max_recv_sge;
+  attr->cap.max_inline_data = qp->max_inline;
+  attr->ah_attr.dlid = s.dlid;
+  attr->ah_attr.sl = s.sl;
+  attr->ah_attr.is_global = s.is_global;
+  attr->ah_attr.grh.sgid_index = s.sgid_index;
+  std::memcpy(attr->ah_attr.grh.dgid.raw, s.dgid, 16);
+  attr->ah_attr.port_num = s.port;
+  attr->pkey_index = s.pkey_index;
+  attr->sq_draining = 0;
+  attr->max_rd_atomic = s.max_rd_atomic;
+  attr->max_dest_rd_atomic = s.max_dest_rd_atomic;
+  attr->min_rnr_timer = s.min_rnr_timer;
+  attr->port_num = s.port;
+  attr->timeout = s.timeout;
+  attr->retry_cnt = s.retry_cnt;
+  attr->rnr_retry = s.rnr_retry;
+  if (init) {
+    std::memset(init, 0, sizeof *init);
+    init->qp_context = ibqp->qp_context;
+    init->send_cq = ibqp->send_cq;
+    init->recv_cq = ibqp->recv_cq;
+    init->srq = ibqp->srq;
+    init->cap = attr->cap;
+    init->qp_type = ibqp->qp_type;
+    init->sq_sig_all = qp->sig_all;
+  }
+  return 0;
+}
+
+int ibv_destroy_qp(ibv_qp* ibqp) {
+  if (!is_emu(ibqp->context)) {
+    auto fn = REAL(ibv_destroy_qp, "IBVERBS_1.1");
+    return fn ? fn(ibqp) : EINVAL;
+  }
+  EmuQp* qp = to_qp(ibqp);
+  QpSlot& s = *qp->shm;
+  Segment* seg = segment();
+  // Stop the device on this QP before its rings go.
+  s.qp_state.store(kQpsReset);
+  s.sq_engine.lock(seg->self());
+  s.rq_lock.lock(seg->self());
+  if (s.stall.exchange(kStallNone) != kStallNone) seg->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
+  s.state.store(kSlotFree, std::memory_order_release);
+  s.rq_lock.unlock();
+  s.sq_engine.unlock();
+  for (ibv_cq* c : {ibqp->send_cq, ibqp->recv_cq}) {
+    EmuCq* cq = to_cq(c);
+    std::lock_guard<std::mutex> g(cq->qps_mu);
+    auto& v = cq->qps;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] == qp) {
+        v.erase(v.begin() + static_cast<long>(i));
+        break;
+      }
+  }
+  {
+    std::lock_guard<std::mutex> g(qp->ctx->mu);
+    auto& v = qp->ctx->qps;
+    for (size_t i = 0; i < v.size(); ++i)
+      if (v[i] == qp) {
+        v.erase(v.begin() + static_cast<long>(i));
+        break;
+      }
+  }
+  // Wait for the async events already handed out on this QP to be acknowledged.
+  registry_del(s.uid);
+  qp_table_set(ibqp->qp_num, nullptr);
+  seg->free(s.sq_off);
+  seg->free(s.rq_off);
+  seg->free(s.dbrec_off);
+  delete qp;
+  return 0;
+}
+
+}  // extern "C"

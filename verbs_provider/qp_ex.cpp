@@ -1,0 +1,192 @@
+// The ibv_wr_* API (ibv_qp_ex): the same WQE builder as ibv_post_send, driven one call per field.
+// Between ibv_wr_start and ibv_wr_complete/abort the QP's send lock is held, as in mlx5.
+#include <cerrno>
+
+#include "provider.h"
+
+using namespace emu;
+using namespace emu::prov;
+
+namespace {
+
+void commit_pending(EmuQp* qp) {
+  if (qp->stage_size == 0) return;
+  if (qp->wr_error) {
+    qp->stage_size = 0;
+    return;
+  }
+  uint32_t block, bbs;
+  int err = wqe_commit(qp, &block, &bbs);
+  if (err) {
+    qp->wr_error = err;
+    qp->stage_size = 0;
+    return;
+  }
+  qp->wr_last_ctrl = block;
+  qp->wr_last_bbs = bbs;
+  ++qp->wr_count;
+}
+
+bool op_enabled(EmuQp* qp, uint64_t flag) {
+  if (qp->send_ops_flags & flag) return true;
+  qp->wr_error = EOPNOTSUPP;
+  return false;
+}
+
+void begin(ibv_qp_ex* x, uint8_t opcode, uint64_t flag, uint32_t imm_be) {
+  EmuQp* qp = to_qp(x);
+  commit_pending(qp);
+  if (!op_enabled(qp, flag)) return;
+  wqe_begin(qp, opcode, x->wr_flags, imm_be, x->wr_id);
+}
+
+void wr_start(ibv_qp_ex* x) {
+  EmuQp* qp = to_qp(x);
+  pthread_spin_lock(&qp->sq_lock);
+  uint32_t state = qp->shm->qp_state.load(std::memory_order_relaxed);
+  qp->wr_error = (state == kQpsReset || state == kQpsInit || state == kQpsRtr) ? EINVAL : 0;
+  qp->wr_start_head = qp->sq_head;
+  qp->wr_start_posted = qp->sq_posted;
+  qp->wr_count = 0;
+  qp->stage_size = 0;
+}
+
+void rollback(EmuQp* qp) {
+  qp->sq_head = qp->wr_start_head;
+  qp->sq_posted = qp->wr_start_posted;
+  qp->stage_size = 0;
+  qp->wr_count = 0;
+}
+
+int wr_complete(ibv_qp_ex* x) {
+  EmuQp* qp = to_qp(x);
+  commit_pending(qp);
+  int err = qp->wr_error;
+  if (err) rollback(qp);  // none of the session's WRs is posted
+  else sq_publish(qp, qp->wr_last_ctrl, qp->wr_last_bbs, qp->wr_count);
+  pthread_spin_unlock(&qp->sq_lock);
+  return err;
+}
+
+void wr_abort(ibv_qp_ex* x) {
+  EmuQp* qp = to_qp(x);
+  rollback(qp);
+  pthread_spin_unlock(&qp->sq_lock);
+}
+
+void wr_send(ibv_qp_ex* x) { begin(x, kOpSend, IBV_QP_EX_WITH_SEND, 0); }
+void wr_send_imm(ibv_qp_ex* x, __be32 imm) { begin(x, kOpSendImm, IBV_QP_EX_WITH_SEND_WITH_IMM, imm); }
+
+void wr_rdma_write(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr) {
+  begin(x, kOpRdmaWrite, IBV_QP_EX_WITH_RDMA_WRITE, 0);
+  if (!to_qp(x)->wr_error) wqe_add_raddr(to_qp(x), raddr, rkey);
+}
+
+void wr_rdma_write_imm(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr, __be32 imm) {
+  begin(x, kOpRdmaWriteImm, IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, imm);
+  if (!to_qp(x)->wr_error) wqe_add_raddr(to_qp(x), raddr, rkey);
+}
+
+void wr_rdma_read(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr) {
+  begin(x, kOpRdmaRead, IBV_QP_EX_WITH_RDMA_READ, 0);
+  if (!to_qp(x)->wr_error) wqe_add_raddr(to_qp(x), raddr, rkey);
+}
+
+void wr_atomic_cmp_swp(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr, uint64_t compare, uint64_t swap) {
+  begin(x, kOpAtomicCs, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, 0);
+  if (to_qp(x)->wr_error) return;
+  wqe_add_raddr(to_qp(x), raddr, rkey);
+  wqe_add_atomic(to_qp(x), swap, compare);
+}
+
+void wr_atomic_fetch_add(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr, uint64_t add) {
+  begin(x, kOpAtomicFa, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, 0);
+  if (to_qp(x)->wr_error) return;
+  wqe_add_raddr(to_qp(x), raddr, rkey);
+  wqe_add_atomic(to_qp(x), add, 0);
+}
+
+void wr_set_sge(ibv_qp_ex* x, uint32_t lkey, uint64_t addr, uint32_t length) {
+  EmuQp* qp = to_qp(x);
+  if (qp->wr_error || !qp->stage_size) return;
+  if (int e = wqe_add_sge(qp, lkey, addr, length)) qp->wr_error = e;
+}
+
+void wr_set_sge_list(ibv_qp_ex* x, size_t n, const ibv_sge* sges) {
+  EmuQp* qp = to_qp(x);
+  if (qp->wr_error || !qp->stage_size) return;
+  if (n > qp->max_send_sge) {
+    qp->wr_error = EINVAL;
+    return;
+  }
+  for (size_t i = 0; i < n && !qp->wr_error; ++i)
+    if (int e = wqe_add_sge(qp, sges[i].lkey, sges[i].addr, sges[i].length)) qp->wr_error = e;
+}
+
+bool inline_allowed(EmuQp* qp) {
+  uint8_t op = qp->stage_opcode;
+  return op == kOpSend || op == kOpSendImm || op == kOpRdmaWrite || op == kOpRdmaWriteImm;
+}
+
+void wr_set_inline_data(ibv_qp_ex* x, void* addr, size_t length) {
+  EmuQp* qp = to_qp(x);
+  if (qp->wr_error || !qp->stage_size) return;
+  if (!inline_allowed(qp)) {
+    qp->wr_error = EINVAL;
+    return;
+  }
+  ibv_data_buf b{addr, length};
+  if (int e = wqe_add_inline(qp, &b, 1)) qp->wr_error = e;
+}
+
+void wr_set_inline_data_list(ibv_qp_ex* x, size_t n, const ibv_data_buf* bufs) {
+  EmuQp* qp = to_qp(x);
+  if (qp->wr_error || !qp->stage_size) return;
+  if (!inline_allowed(qp)) {
+    qp->wr_error = EINVAL;
+    return;
+  }
+  if (int e = wqe_add_inline(qp, bufs, n)) qp->wr_error = e;
+}
+
+// Operations an RC QP of this device does not have.
+void wr_unsupported_rkey(ibv_qp_ex* x, uint32_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
+void wr_set_ud_addr(ibv_qp_ex* x, ibv_ah*, uint32_t, uint32_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
+void wr_set_xrc_srqn(ibv_qp_ex* x, uint32_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
+void wr_bind_mw(ibv_qp_ex* x, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
+  to_qp(x)->wr_error = EOPNOTSUPP;
+}
+void wr_send_tso(ibv_qp_ex* x, void*, uint16_t, uint16_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
+void wr_atomic_write(ibv_qp_ex* x, uint32_t, uint64_t, const void*) { to_qp(x)->wr_error = EOPNOTSUPP; }
+
+}  // namespace
+
+namespace emu::prov {
+
+void install_wr_ops(EmuQp* qp) {
+  ibv_qp_ex& x = qp->qpx;
+  x.comp_mask = 0;
+  x.wr_start = wr_start;
+  x.wr_complete = wr_complete;
+  x.wr_abort = wr_abort;
+  x.wr_send = wr_send;
+  x.wr_send_imm = wr_send_imm;
+  x.wr_rdma_write = wr_rdma_write;
+  x.wr_rdma_write_imm = wr_rdma_write_imm;
+  x.wr_rdma_read = wr_rdma_read;
+  x.wr_atomic_cmp_swp = wr_atomic_cmp_swp;
+  x.wr_atomic_fetch_add = wr_atomic_fetch_add;
+  x.wr_set_sge = wr_set_sge;
+  x.wr_set_sge_list = wr_set_sge_list;
+  x.wr_set_inline_data = wr_set_inline_data;
+  x.wr_set_inline_data_list = wr_set_inline_data_list;
+  x.wr_send_inv = wr_unsupported_rkey;
+  x.wr_local_inv = wr_unsupported_rkey;
+  x.wr_set_ud_addr = wr_set_ud_addr;
+  x.wr_set_xrc_srqn = wr_set_xrc_srqn;
+  x.wr_bind_mw = wr_bind_mw;
+  x.wr_send_tso = wr_send_tso;
+  x.wr_atomic_write = wr_atomic_write;
+}
+
+}  // namespace emu::prov
