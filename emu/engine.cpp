@@ -200,7 +200,8 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
       uint32_t kind = rnr ? kStallRnr : kStallRetry;
       uint32_t limit = rnr ? qp.rnr_retry : qp.retry_cnt;
       bool infinite = rnr && limit == 7;
-      if (qp.stall.load() == kind && !infinite && qp.stall_attempts >= limit) {
+      bool exhausted = !infinite && (limit == 0 || (qp.stall.load() == kind && qp.stall_attempts >= limit));
+      if (exhausted) {
         // Budget spent: the head WQE fails and the QP goes to ERR.
         clear_stall(qp);
         info = CqeInfo{};
@@ -219,7 +220,6 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
         uint32_t delay = rnr ? static_cast<uint32_t>(rnr_delay_us(info.rnr_timer))
                              : static_cast<uint32_t>(transport_timeout_us(qp.timeout));
         set_stall(qp, kind, delay);
-        if (!infinite && limit == 0) continue;  // no retries allowed: fail on the next pass
       }
       return;
     }
@@ -304,7 +304,10 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   QpSlot* r = seg_->find_qp(qp.dest_qpn);
   if (!r || r->type != qp.type || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
       r->dev >= h_->num_devices || h_->devices[r->dev].ports[r->port - 1].lid != qp.dlid ||
-      !seg_->proc_alive(r->owner))
+      h_->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive)
+    return ExecOutcome::stall_retry;
+  // A retry asks the slow question too: is the responder's process still the one that registered?
+  if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !seg_->proc_alive(r->owner))
     return ExecOutcome::stall_retry;
   int remote_pid = h_->procs[r->owner].pid;
   uint16_t my_lid = h_->devices[qp.dev].ports[qp.port - 1].lid;

@@ -34,8 +34,9 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "emu-run: libemu_verbs.so not found next to %s\n", self);
     return 2;
   }
+  // Anything already preloaded stays first (a sanitizer runtime must come before every library).
   std::string preload = lib;
-  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload += std::string(":") + old;
+  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload = std::string(old) + ":" + lib;
   setenv("LD_PRELOAD", preload.c_str(), 1);
   execvp(argv[1], argv + 1);
   std::fprintf(stderr, "emu-run: %s: %s\n", argv[1], std::strerror(errno));

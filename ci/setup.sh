@@ -1,0 +1,17 @@
+#!/bin/bash
+# Installs what the build and the tests need, from Debian 12's repositories, if it is missing.
+# Works from a bare debian:12 (no compiler, no cmake) as root, non-interactively.
+set -euo pipefail
+PKGS=(build-essential cmake g++ python3 procps
+      libboost-dev libibverbs-dev ibverbs-utils perftest
+      googletest libgtest-dev ucx-utils)
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "ci/setup.sh: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}"
+fi

@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Runs unmodified verbs programs on emu devices, through emu-run, and checks what they say.
+
+  pair.py --emu-run PATH --name NAME [--port P] --server "CMD" --client "CMD" [checks]
+  pair.py --emu-run PATH --name NAME --single "CMD" [checks]
+
+The server is started first; the client starts once the server's TCP port is listening (read from
+/proc/net/tcp: a condition, not a sleep). Each run gets its own fabric (EMU_FABRIC) so tests do not
+see each other's objects, and the segment file is removed afterwards.
+"""
+import argparse
+import os
+import re
+import shlex
+import subprocess
+import sys
+import time
+
+
+def listening(port):
+    want = ":%04X" % port
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            with open(table) as f:
+                next(f)
+                for line in f:
+                    cols = line.split()
+                    if cols[1].endswith(want) and cols[3] == "0A":
+                        return True
+        except OSError:
+            pass
+    return False
+
+
+def check(label, text, rc, args_rc, patterns, absent):
+    ok = True
+    if rc != args_rc:
+        print(f"FAIL {label}: exit code {rc}, expected {args_rc}")
+        ok = False
+    for p in patterns:
+        if not re.search(p, text, re.M):
+            print(f"FAIL {label}: output lacks /{p}/")
+            ok = False
+    for p in absent:
+        if re.search(p, text, re.M):
+            print(f"FAIL {label}: output has /{p}/")
+            ok = False
+    return ok
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--emu-run", required=True)
+    ap.add_argument("--name", required=True)
+    ap.add_argument("--port", type=int, default=18515)
+    ap.add_argument("--server")
+    ap.add_argument("--client")
+    ap.add_argument("--single")
+    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("--no-listen", action="store_true",
+                    help="the server is expected to exit before listening (argument errors)")
+    ap.add_argument("--rc", type=int, default=0, help="expected exit code of every process")
+    ap.add_argument("--expect", action="append", default=[], help="regex the client/single output must match")
+    ap.add_argument("--expect-server", action="append", default=[])
+    ap.add_argument("--absent", action="append", default=[], help="regex no output may match")
+    a = ap.parse_args()
+
+    env = dict(os.environ)
+    env["EMU_FABRIC"] = "test-" + a.name + "-" + str(os.getpid())
+    seg = os.path.join(env.get("EMU_SHM_DIR", "/dev/shm"), f"rdmaemu-{os.getuid()}-{env['EMU_FABRIC']}")
+    run = lambda cmd: [a.emu_run] + shlex.split(cmd)
+    ok = True
+    try:
+        if a.single:
+            p = subprocess.run(run(a.single), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=a.timeout)
+            print(p.stdout)
+            ok = check("process", p.stdout, p.returncode, a.rc, a.expect, a.absent)
+        else:
+            srv = subprocess.Popen(run(a.server), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                   text=True)
+            deadline = time.monotonic() + 30
+            if a.no_listen:
+                srv.wait(timeout=a.timeout)
+            while not a.no_listen and not listening(a.port):
+                if srv.poll() is not None or time.monotonic() > deadline:
+                    out = srv.communicate()[0] if srv.poll() is not None else ""
+                    print("FAIL server never listened on port", a.port, "\n", out)
+                    srv.kill()
+                    return 1
+                time.sleep(0.01)  # polling a condition with a bounded deadline
+            try:
+                cli = subprocess.run(run(a.client), env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True, timeout=a.timeout)
+            except subprocess.TimeoutExpired as e:
+                srv.kill()
+                print("FAIL client timed out\n", e.stdout)
+                return 1
+            try:
+                sout = srv.communicate(timeout=a.timeout)[0]
+            except subprocess.TimeoutExpired:
+                srv.kill()
+                sout = srv.communicate()[0]
+                print("FAIL server did not exit after the client")
+                ok = False
+            print("--- server\n" + sout + "\n--- client\n" + cli.stdout)
+            ok &= check("server", sout, srv.returncode, a.rc, a.expect_server, a.absent)
+            ok &= check("client", cli.stdout, cli.returncode, a.rc, a.expect, a.absent)
+    finally:
+        try:
+            os.unlink(seg)
+        except OSError:
+            pass
+    print("PASS" if ok else "FAIL", a.name)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

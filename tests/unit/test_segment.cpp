@@ -1,0 +1,107 @@
+#include <gtest/gtest.h>
+
+#include <csignal>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "segment.h"
+
+using namespace emu;
+
+TEST(Segment, AttachesAndRegistersThisProcess) {
+  Segment* s = Segment::get();
+  ASSERT_NE(s, nullptr) << Segment::last_error();
+  Header* h = s->hdr();
+  EXPECT_EQ(h->magic, kMagic);
+  EXPECT_EQ(h->layout_version, kLayoutVersion);
+  EXPECT_GE(h->num_devices, 1u);
+  EXPECT_STREQ(h->devices[0].name, "emu0");
+  EXPECT_EQ(h->procs[s->self()].pid, getpid());
+  EXPECT_TRUE(s->proc_alive(s->self()));
+  EXPECT_NE(h->devices[0].ports[0].lid, 0);
+}
+
+TEST(Segment, QpNumbersCarryAGeneration) {
+  Segment* s = Segment::get();
+  uint32_t i;
+  ASSERT_EQ(s->alloc_qp(&i), Status::ok);
+  uint32_t qpn = s->hdr()->qps[i].qpn;
+  EXPECT_EQ(s->find_qp(qpn), &s->hdr()->qps[i]);
+  EXPECT_GT(qpn, 1u) << "QPs 0 and 1 are special";
+  s->hdr()->qps[i].state.store(kSlotFree);
+  EXPECT_EQ(s->find_qp(qpn), nullptr);
+  uint32_t j;
+  ASSERT_EQ(s->alloc_qp(&j), Status::ok);
+  EXPECT_EQ(i, j) << "the free slot is reused";
+  EXPECT_NE(s->hdr()->qps[j].qpn, qpn) << "but a stale number does not find the new QP";
+  EXPECT_EQ(s->find_qp(qpn), nullptr);
+  s->hdr()->qps[j].state.store(kSlotFree);
+}
+
+TEST(Segment, MrKeysAreCheckedWhole) {
+  Segment* s = Segment::get();
+  uint32_t i;
+  ASSERT_EQ(s->alloc_mr(&i), Status::ok);
+  uint32_t key = s->hdr()->mrs[i].key;
+  EXPECT_NE(s->find_mr(key), nullptr);
+  EXPECT_EQ(s->find_mr(key ^ 1), nullptr);
+  EXPECT_EQ(s->find_mr(0xffffffffu), nullptr);
+  s->hdr()->mrs[i].state.store(kSlotFree);
+  EXPECT_EQ(s->find_mr(key), nullptr);
+}
+
+TEST(Segment, AllocationIsZeroedAndAligned) {
+  Segment* s = Segment::get();
+  uint64_t off = s->alloc(10000, 4096);
+  ASSERT_NE(off, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(s->at(off)) % 4096, 0u);
+  auto* p = s->at<unsigned char>(off);
+  for (int i = 0; i < 10000; ++i) ASSERT_EQ(p[i], 0);
+  s->free(off);
+}
+
+TEST(Segment, DeadProcessObjectsAreSweptAtTheNextAttach) {
+  Segment* s = Segment::get();
+  Header* h = s->hdr();
+  // A child attaches (through fork it shares the mapping) as its own process and dies holding a QP.
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    uint32_t slot = kMaxProcs;
+    {
+      ShmLockGuard g(h->table_lock, kMaxProcs);
+      for (uint32_t i = 0; i < kMaxProcs; ++i)
+        if (h->procs[i].state.load() == kProcFree) {
+          h->procs[i].pid = getpid();
+          h->procs[i].start_time = proc_start_time(getpid());
+          h->procs[i].state.store(kProcAlive);
+          slot = i;
+          break;
+        }
+    }
+    uint32_t q = kMaxQps;
+    for (uint32_t i = 0; i < kMaxQps; ++i)
+      if (h->qps[i].state.load() == kSlotFree) {
+        h->qps[i].owner = slot;
+        h->qps[i].state.store(kSlotLive);
+        q = i;
+        break;
+      }
+    (void)!write(fds[1], &q, sizeof q);
+    (void)!write(fds[1], &slot, sizeof slot);
+    pause();
+    _exit(0);
+  }
+  uint32_t q, slot;
+  ASSERT_EQ(read(fds[0], &q, sizeof q), (ssize_t)sizeof q);
+  ASSERT_EQ(read(fds[0], &slot, sizeof slot), (ssize_t)sizeof slot);
+  EXPECT_TRUE(s->proc_alive(slot));
+  EXPECT_EQ(s->sweep_dead(), 0) << "a live process is left alone";
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  EXPECT_FALSE(s->proc_alive(slot));
+  EXPECT_EQ(s->sweep_dead(), 1);
+  EXPECT_EQ(h->qps[q].state.load(), kSlotFree);
+  EXPECT_EQ(h->procs[slot].state.load(), kProcFree);
+}
