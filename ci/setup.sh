@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake g++ python3 procps
       libboost-dev libibverbs-dev ibverbs-utils perftest
-      googletest libgtest-dev ucx-utils)
+      googletest libgtest-dev)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -23,6 +23,9 @@ const KnobDoc kKnobs[] = {
      "Who drives the device engine: 'inline' (the posting thread, when it rings the doorbell) or "
      "'deferred' (the next poll of a CQ or wait for a completion event in any attached process)."},
     {"EMU_LOG", "0", "1: log device-side events (errors, retries, races) to stderr."},
+    {"EMU_VENDOR_PART_ID", "4123",
+     "vendor_part_id reported by ibv_query_device (vendor_id is 0). 4123 makes perftest treat emu0 "
+     "as a ConnectX-6-class device (ibv_wr_* post path, inline defaults); 0 gives its legacy path."},
 };
 
 const char* env_or(const char* name, const char* dflt) {
@@ -63,6 +66,7 @@ Config config_from_env() {
   std::string engine = env_or("EMU_ENGINE", "inline");
   c.engine = engine == "deferred" ? EngineMode::deferred_to_poll : EngineMode::inline_on_doorbell;
   c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;
+  c.vendor_part_id = static_cast<uint32_t>(std::strtoul(env_or("EMU_VENDOR_PART_ID", "4123"), nullptr, 0));
   return c;
 }
 

@@ -18,6 +18,7 @@ struct Config {
   uint32_t uar_regs;        // EMU_UARS
   EngineMode engine;        // EMU_ENGINE
   bool log;                 // EMU_LOG
+  uint32_t vendor_part_id;  // EMU_VENDOR_PART_ID
 
   // The segment's file name: one per user and fabric.
   std::string segment_name() const;

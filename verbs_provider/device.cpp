@@ -159,13 +159,7 @@ void fill_device_attr(uint32_t dev, ibv_device_attr* a) {
 
 namespace emu::prov {
 
-uint32_t emu_vendor_part_id() {
-  static const uint32_t id = [] {
-    const char* v = std::getenv("EMU_VENDOR_PART_ID");
-    return v && *v ? static_cast<uint32_t>(std::strtoul(v, nullptr, 0)) : 4123u;
-  }();
-  return id;
-}
+uint32_t emu_vendor_part_id() { return config().vendor_part_id; }
 
 int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
                         ibv_device_attr_ex* attr, size_t len) {

@@ -1,0 +1,58 @@
+#!/bin/bash
+# Benchmark (not a test): emu0 against the anchors of shared/brief/perf-anchors.md, measured side by
+# side in one run (A B A B ...), median ratio per pair. Writes a table to stdout; docs/perf.md keeps
+# the latest one. Usage: bench/run.sh [rounds=3]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-3}
+command -v ucx_perftest >/dev/null || { apt-get update -qq && apt-get install -y -qq ucx-utils; }
+B=build/bin
+port=19500
+
+# wait_listen PORT: until a TCP listener is on PORT (a condition; bounded)
+wait_listen() {
+  for _ in $(seq 1000); do
+    grep -q ":$(printf %04X "$1") 00000000:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
+    sleep 0.01
+  done
+  return 1
+}
+
+# pair SERVERCMD CLIENTCMD -> client output on stdout
+pair() {
+  port=$((port + 1))
+  local s=${1//@P/$port} c=${2//@P/$port}
+  taskset -c 0 $s >/dev/null 2>&1 &
+  local sp=$!
+  wait_listen "$port"
+  taskset -c 1 $c 2>&1
+  wait "$sp" || true
+}
+
+emu_send_lat() { pair "$B/emu-run ib_send_lat -d emu0 -F -s 2 -n 100000 -p @P" \
+  "$B/emu-run ib_send_lat -d emu0 -F -s 2 -n 100000 -p @P localhost" | awk '$1==2 {print $5}'; }
+emu_write_bw() { pair "$B/emu-run ib_write_bw -d emu0 -F -s $1 -n $2 -p @P" \
+  "$B/emu-run ib_write_bw -d emu0 -F -s $1 -n $2 -p @P localhost" | awk -v s="$1" '$1==s {print $4}'; }
+emu_write_rate() { pair "$B/emu-run ib_write_bw -d emu0 -F -s 8 -n 2000000 -p @P" \
+  "$B/emu-run ib_write_bw -d emu0 -F -s 8 -n 2000000 -p @P localhost" | awk '$1==8 {print $5}'; }
+ucx() { pair "env UCX_TLS=$1 ucx_perftest -p @P ${*:2}" "env UCX_TLS=$1 ucx_perftest 127.0.0.1 -p @P ${*:2}"; }
+ucx_tag_lat() { ucx posix -t tag_lat -s 8 -n 1000000 | awk '/^ *Final:/ {print $2; exit} $1 ~ /^[0-9]+$/ {v=$4} END {if (v) print v}' | head -1; }
+ucx_cma_put() { ucx cma -t put_bw -x cma -d memory -D zcopy -s "$1" -n 20000 | awk '$1 ~ /^[0-9]+$/ {v=$6} END {print v}'; }
+ucx_tag_rate() { ucx posix -t tag_bw -s 8 -n 5000000 | awk '$1 ~ /^[0-9]+$/ {v=$8} END {print v}'; }
+
+median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
+
+declare -A R
+for r in $(seq "$rounds"); do
+  a=$(emu_send_lat); b=$(ucx_tag_lat); R[lat]+="$(ratio "$a" "$b") "; echo "round $r: send_lat 2B emu0 ${a}us vs ucp tag_lat ${b}us" >&2
+  a=$(emu_write_bw 65536 20000); b=$(ucx_cma_put 65536); R[bw64k]+="$(ratio "$a" "$b") "; echo "round $r: write_bw 64K emu0 ${a}MB/s vs cma put ${b}MB/s" >&2
+  a=$(emu_write_bw 1048576 2000); b=$(ucx_cma_put 1048576); R[bw1m]+="$(ratio "$a" "$b") "; echo "round $r: write_bw 1M emu0 ${a}MB/s vs cma put ${b}MB/s" >&2
+  a=$(emu_write_rate); b=$(ucx_tag_rate); R[rate]+="$(ratio "$a" "$b") "; echo "round $r: write rate 8B emu0 ${a}Mpps vs ucp tag rate ${b}" >&2
+done
+echo "| measure | ratio (median of $rounds) | goal |"
+echo "|---|---|---|"
+echo "| ib_send_lat 2 B / UCP tag_lat 8 B posix (latency) | $(tr ' ' '\n' <<<"${R[lat]}" | grep . | median) | <= 1.0 |"
+echo "| ib_write_bw 64 KiB / UCT cma zcopy put 64 KiB | $(tr ' ' '\n' <<<"${R[bw64k]}" | grep . | median) | >= 1.0 |"
+echo "| ib_write_bw 1 MiB / UCT cma zcopy put 1 MiB | $(tr ' ' '\n' <<<"${R[bw1m]}" | grep . | median) | (info) |"
+echo "| ib_write_bw 8 B msg rate / UCP tag_bw 8 B msg rate | $(tr ' ' '\n' <<<"${R[rate]}" | grep . | median) | >= 1.0 |"
