@@ -36,9 +36,10 @@ emu_write_bw() { pair "$B/emu-run ib_write_bw -d emu0 -F -s $1 -n $2 -p @P" \
 emu_write_rate() { pair "$B/emu-run ib_write_bw -d emu0 -F -s 8 -n 2000000 -p @P" \
   "$B/emu-run ib_write_bw -d emu0 -F -s 8 -n 2000000 -p @P localhost" | awk '$1==8 {print $5}'; }
 ucx() { pair "env UCX_TLS=$1 ucx_perftest -p @P ${*:2}" "env UCX_TLS=$1 ucx_perftest 127.0.0.1 -p @P ${*:2}"; }
-ucx_tag_lat() { ucx posix -t tag_lat -s 8 -n 1000000 | awk '/^ *Final:/ {print $2; exit} $1 ~ /^[0-9]+$/ {v=$4} END {if (v) print v}' | head -1; }
-ucx_cma_put() { ucx cma -t put_bw -x cma -d memory -D zcopy -s "$1" -n 20000 | awk '$1 ~ /^[0-9]+$/ {v=$6} END {print v}'; }
-ucx_tag_rate() { ucx posix -t tag_bw -s 8 -n 5000000 | awk '$1 ~ /^[0-9]+$/ {v=$8} END {print v}'; }
+# ucx_perftest's last line: Final: iters p50 avg overall | MB/s avg overall | msg/s avg overall
+ucx_tag_lat() { ucx posix -t tag_lat -s 8 -n 1000000 | awk '$1 == "Final:" {print $4}'; }
+ucx_cma_put() { ucx cma -t put_bw -x cma -d memory -D zcopy -s "$1" -n 20000 | awk '$1 == "Final:" {print $7}'; }
+ucx_tag_rate() { ucx posix -t tag_bw -s 8 -n 5000000 | awk '$1 == "Final:" {print $9 / 1e6}'; }
 
 median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
