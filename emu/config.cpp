@@ -20,8 +20,9 @@ const KnobDoc kKnobs[] = {
     {"EMU_UARS", "16",
      "Doorbell/BlueFlame registers per context; QPs beyond this number share registers."},
     {"EMU_ENGINE", "inline",
-     "Who drives the device engine: 'inline' (the posting thread, when it rings the doorbell) or "
-     "'deferred' (the next poll of a CQ or wait for a completion event in any attached process)."},
+     "Who drives the device engine: 'inline' (the posting thread, right after it rings the "
+     "doorbell) or 'thread' (one device thread per process, woken by doorbells, asynchronous to the "
+     "posting threads; it also retries stalled sends when nobody polls)."},
     {"EMU_LOG", "0", "1: log device-side events (errors, retries, races) to stderr."},
     {"EMU_VENDOR_PART_ID", "4123",
      "vendor_part_id reported by ibv_query_device (vendor_id is 0). 4123 makes perftest treat emu0 "
@@ -64,7 +65,7 @@ Config config_from_env() {
   c.ports_per_dev = parse_u32("EMU_PORTS", "1", 1, 4);
   c.uar_regs = parse_u32("EMU_UARS", "16", 1, 64);
   std::string engine = env_or("EMU_ENGINE", "inline");
-  c.engine = engine == "deferred" ? EngineMode::deferred_to_poll : EngineMode::inline_on_doorbell;
+  c.engine = engine == "thread" ? EngineMode::progress_thread : EngineMode::inline_on_doorbell;
   c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;
   c.vendor_part_id = static_cast<uint32_t>(std::strtoul(env_or("EMU_VENDOR_PART_ID", "4123"), nullptr, 0));
   return c;

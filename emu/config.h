@@ -7,7 +7,7 @@
 
 namespace emu {
 
-enum class EngineMode { inline_on_doorbell, deferred_to_poll };
+enum class EngineMode { inline_on_doorbell, progress_thread };
 
 struct Config {
   std::string fabric;       // EMU_FABRIC

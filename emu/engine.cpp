@@ -491,6 +491,9 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
   std::memcpy(&c, &v, sizeof(Cqe64) - 1);
   uint8_t owner = (pi >> cq.log_cqe_cnt) & 1;
   cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | owner));
+  // Store CQE, then load the arm state; the driver stores the arm state, then loads the CQE. Without a
+  // full fence on both sides each could miss the other and the event would be lost.
+  std::atomic_thread_fence(std::memory_order_seq_cst);
   uint32_t arm = cq.arm.load(std::memory_order_acquire);
   if (arm == 1 || (arm == 2 && (err || (info.emu_flags & kCqeFlagSolicited)))) {
     if (cq.arm.exchange(0) != 0) notify_comp(cq);

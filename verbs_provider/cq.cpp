@@ -96,9 +96,7 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
 }
 
 void maybe_progress(EmuCq* cq) {
-  if (cq->shm->stalled_qps.load(std::memory_order_relaxed) ||
-      config().engine == EngineMode::deferred_to_poll)
-    cq_progress(cq);
+  if (cq->shm->stalled_qps.load(std::memory_order_relaxed)) cq_progress(cq);
 }
 
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "barriers.h"
+#include "progress.h"
 #include "provider.h"
 
 using namespace emu;
@@ -56,6 +57,7 @@ void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
   }
   pthread_spin_unlock(&use.lock);
   if (config().engine == EngineMode::inline_on_doorbell) ctx->engine->on_doorbell(head);
+  else ProgressThread::get(ctx->engine)->doorbell(head);
 }
 
 }  // namespace

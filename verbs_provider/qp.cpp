@@ -349,7 +349,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     if (attr->cur_qp_state != actual) return EINVAL;
     cur = attr->cur_qp_state;
   }
-  uint32_t next = (mask & IBV_QP_STATE) ? attr->qp_state : cur;
+  uint32_t next = (mask & IBV_QP_STATE) ? static_cast<uint32_t>(attr->qp_state) : cur;
   if (next > kQpsErr) return EINVAL;
   Rule rule;
   if (!rc_rule(cur, next, &rule)) return EINVAL;

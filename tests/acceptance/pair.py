@@ -63,9 +63,13 @@ def main():
     ap.add_argument("--expect", action="append", default=[], help="regex the client/single output must match")
     ap.add_argument("--expect-server", action="append", default=[])
     ap.add_argument("--absent", action="append", default=[], help="regex no output may match")
+    ap.add_argument("--env", action="append", default=[], help="K=V for every process")
     a = ap.parse_args()
 
     env = dict(os.environ)
+    for kv in a.env:
+        k, _, v = kv.partition("=")
+        env[k] = v
     env["EMU_FABRIC"] = "test-" + a.name + "-" + str(os.getpid())
     seg = os.path.join(env.get("EMU_SHM_DIR", "/dev/shm"), f"rdmaemu-{os.getuid()}-{env['EMU_FABRIC']}")
     run = lambda cmd: [a.emu_run] + shlex.split(cmd)

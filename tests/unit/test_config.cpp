@@ -21,12 +21,12 @@ TEST(Config, ParsesAndClamps) {
   setenv("EMU_DEVICES", "3", 1);
   setenv("EMU_PORTS", "9", 1);  // above the maximum of 4
   setenv("EMU_SHM_SIZE", "64M", 1);
-  setenv("EMU_ENGINE", "deferred", 1);
+  setenv("EMU_ENGINE", "thread", 1);
   Config c = config_from_env();
   EXPECT_EQ(c.num_devices, 3u);
   EXPECT_EQ(c.ports_per_dev, 4u);
   EXPECT_EQ(c.shm_size, 64ull << 20);
-  EXPECT_EQ(c.engine, EngineMode::deferred_to_poll);
+  EXPECT_EQ(c.engine, EngineMode::progress_thread);
   unsetenv("EMU_DEVICES");
   unsetenv("EMU_PORTS");
   unsetenv("EMU_SHM_SIZE");
