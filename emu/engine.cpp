@@ -173,7 +173,8 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
       qp.sq_ci += bbs;
       continue;
     }
-    if (state != kQpsRts && state != kQpsSqd) return;  // the send queue is not running
+    // Only RTS starts new WQEs; SQD lets in-flight ones finish (ours finish as they are executed).
+    if (state != kQpsRts) return;
     if (qp.stall.load() != kStallNone) {
       if (!force_retry && !retry_due(qp)) return;
       force_retry = false;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "forward.h"
+#include "notify.h"
 #include "provider.h"
 
 using namespace emu;
@@ -388,6 +389,10 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   } else {
     s.qp_state.store(next, std::memory_order_release);
     if (next == kQpsRts) qp->ctx->engine->kick_sq(s);
+    // Nothing is in flight once the engine has returned: the drain is complete at once.
+    if (next == kQpsSqd && cur == kQpsRts && (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
+        attr->en_sqd_async_notify)
+      notify_async(segment()->hdr()->ctxs[qp->ctx->slot], s.uid, IBV_EVENT_SQ_DRAINED);
   }
   ibqp->state = static_cast<ibv_qp_state>(next);
   return 0;
