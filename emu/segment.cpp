@@ -1,5 +1,6 @@
 #include "segment.h"
 
+#include <atomic>
 #include <boost/interprocess/managed_mapped_file.hpp>
 #include <cerrno>
 #include <csignal>
@@ -18,6 +19,7 @@ namespace {
 
 std::string g_error;
 Segment* g_segment = nullptr;
+std::atomic<Header*> g_header{nullptr};
 std::once_flag g_once;
 
 bip::managed_mapped_file* file_of(void* m) { return static_cast<bip::managed_mapped_file*>(m); }
@@ -84,9 +86,20 @@ bool pid_matches(int pid, uint64_t start_time) {
   return proc_start_time(pid) == start_time;
 }
 
+// A lock holder's liveness. Called from ShmLock while attach() may still be running inside
+// Segment::get()'s call_once, so it must not go through Segment::get(): it reads the header the
+// attach set up. Owners >= kMaxProcs are processes still attaching, named by pid.
 bool proc_slot_alive(uint32_t slot) {
-  Segment* s = Segment::get();
-  return s && s->proc_alive(slot);
+  if (slot >= kMaxProcs) {
+    int pid = static_cast<int>(slot - kMaxProcs);
+    return pid > 0 && !(kill(pid, 0) != 0 && errno == ESRCH);
+  }
+  Header* h = g_header.load(std::memory_order_acquire);
+  if (!h) return true;
+  const ProcRecord& r = h->procs[slot];
+  if (r.state.load(std::memory_order_acquire) != kProcAlive) return false;
+  if (r.pid == getpid()) return true;
+  return pid_matches(r.pid, r.start_time);
 }
 
 Segment* Segment::get() {
@@ -126,9 +139,13 @@ Status Segment::attach(const Config& cfg) {
               " (remove it with `emu-ctl reset`)";
     return Status::no_memory;
   }
+  g_header.store(hdr_, std::memory_order_release);
+  // Until it has a process record, this process holds locks under its pid (so a waiter can tell
+  // whether it died).
+  const uint32_t attaching = kMaxProcs + static_cast<uint32_t>(pid_);
   // The first attacher fills the header; the table lock orders everyone else behind it.
   {
-    ShmLockGuard g(hdr_->table_lock, kMaxProcs);  // no proc slot yet: a fixed non-zero owner
+    ShmLockGuard g(hdr_->table_lock, attaching);
     if (hdr_->magic == 0) {
       hdr_->layout_version = kLayoutVersion;
       hdr_->header_size = sizeof(Header);
@@ -148,7 +165,7 @@ Status Segment::attach(const Config& cfg) {
   sweep_dead();
   // Register this process.
   {
-    ShmLockGuard g(hdr_->table_lock, kMaxProcs);
+    ShmLockGuard g(hdr_->table_lock, attaching);
     uint32_t i = 0;
     for (; i < kMaxProcs; ++i)
       if (hdr_->procs[i].state.load() == kProcFree) break;
@@ -238,13 +255,7 @@ QpSlot* Segment::find_qp(uint32_t qpn) const {
   return q;
 }
 
-bool Segment::proc_alive(uint32_t slot) const {
-  if (slot >= kMaxProcs) return true;
-  const ProcRecord& r = hdr_->procs[slot];
-  if (r.state.load(std::memory_order_acquire) != kProcAlive) return false;
-  if (static_cast<int>(r.pid) == pid_) return true;
-  return pid_matches(r.pid, r.start_time);
-}
+bool Segment::proc_alive(uint32_t slot) const { return proc_slot_alive(slot); }
 
 void Segment::release_proc_objects(uint32_t proc) {
   for (auto& q : hdr_->qps)
@@ -276,7 +287,7 @@ int Segment::sweep_dead() {
     ProcRecord& r = hdr_->procs[i];
     if (r.state.load() != kProcAlive || r.pid == pid_) continue;
     if (pid_matches(r.pid, r.start_time)) continue;
-    ShmLockGuard g(hdr_->table_lock, kMaxProcs);
+    ShmLockGuard g(hdr_->table_lock, kMaxProcs + static_cast<uint32_t>(pid_));
     if (r.state.load() != kProcAlive) continue;
     r.state.store(kProcDead);
     release_proc_objects(i);

@@ -10,6 +10,7 @@
 
 namespace emu {
 
+// Whether a lock owner lives: a process slot, or kMaxProcs + pid for a process still attaching.
 bool proc_slot_alive(uint32_t slot);  // defined in segment.cpp
 
 struct ShmLock {

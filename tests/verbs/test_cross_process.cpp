@@ -1,0 +1,333 @@
+// Tests with a second process. The test binary re-executes itself (/proc/self/exe) with
+// EMU_TEST_PEER=<role> in its environment; a constructor sees the variable, runs the peer and
+// _exits before GoogleTest starts. Parent and peer talk over two pipes (peer fds 3 and 4).
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+
+#include "verbs_fixture.h"
+
+extern char** environ;
+
+namespace vt {
+namespace {
+
+constexpr const char* kPeerEnv = "EMU_TEST_PEER";
+constexpr int kPeerIn = 3;   // peer reads the parent's messages here
+constexpr int kPeerOut = 4;  // and writes its own here
+constexpr size_t kPeerBuf = 4096;
+
+struct PeerInfo {
+  uint32_t ok;  // 0: the peer failed to set up (err says why)
+  uint16_t lid;
+  uint32_t qpn;
+  uint32_t psn;
+  uint32_t rkey;
+  uint64_t addr;
+  char err[96];
+};
+
+struct ParentInfo {
+  uint16_t lid;
+  uint32_t qpn;
+  uint32_t psn;
+};
+
+// The peer's verdict on its buffer after the parent's one-sided operations.
+struct PeerReport {
+  uint32_t write_ok;
+  uint32_t faa_value_ok;
+  uint64_t faa_value;
+};
+
+bool read_all(int fd, void* p, size_t n) {
+  auto* c = static_cast<char*>(p);
+  while (n) {
+    ssize_t r = read(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+bool write_all(int fd, const void* p, size_t n) {
+  auto* c = static_cast<const char*>(p);
+  while (n) {
+    ssize_t r = write(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// Buffer layout the parent and the peer agree on.
+constexpr size_t kWriteOff = 0, kWriteLen = 256;   // the parent writes pattern_byte(i) here
+constexpr size_t kReadOff = 1024, kReadLen = 256;  // the peer fills pattern_byte(i + 100) here
+constexpr size_t kFaaOff = 2048;                   // u64: 100, the parent adds 23
+constexpr uint64_t kFaaInit = 100, kFaaAdd = 23;
+uint8_t pattern_byte(size_t i) { return static_cast<uint8_t>(i * 13 + 1); }
+
+// ---- the peer process ----
+
+[[noreturn]] void peer_fail(const char* what) {
+  PeerInfo pi{};
+  std::snprintf(pi.err, sizeof pi.err, "%s (errno %d)", what, errno);
+  write_all(kPeerOut, &pi, sizeof pi);
+  _exit(2);
+}
+
+// Sets up a QP and a buffer, connects, reports "ready" and then blocks in read() without any
+// verbs call while the parent works on its memory. role "target" then checks the buffer; role
+// "victim" is killed by the parent while blocked.
+// Role "attach": only attach to the fabric (open emu0), report and exit.
+[[noreturn]] void run_attach_peer() {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ibv_context* ctx = nullptr;
+  for (int i = 0; list && i < n && !ctx; ++i)
+    if (std::string(ibv_get_device_name(list[i])) == "emu0") ctx = ibv_open_device(list[i]);
+  uint8_t ok = ctx != nullptr;
+  write_all(kPeerOut, &ok, 1);
+  _exit(ok ? 0 : 2);
+}
+
+[[noreturn]] void run_peer(const std::string& role) {
+  if (role == "attach") run_attach_peer();
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ibv_context* ctx = nullptr;
+  for (int i = 0; list && i < n && !ctx; ++i)
+    if (std::string(ibv_get_device_name(list[i])) == "emu0") ctx = ibv_open_device(list[i]);
+  if (!ctx) peer_fail("open emu0");
+  ibv_pd* pd = ibv_alloc_pd(ctx);
+  ibv_cq* cq = pd ? ibv_create_cq(ctx, 16, nullptr, nullptr, 0) : nullptr;
+  ibv_qp* qp = cq ? create_rc_qp(pd, cq, cq) : nullptr;
+  if (!qp) peer_fail("pd/cq/qp");
+  alignas(4096) static uint8_t buf[kPeerBuf];
+  for (size_t i = 0; i < kReadLen; ++i) buf[kReadOff + i] = pattern_byte(i + 100);
+  uint64_t init = kFaaInit;
+  std::memcpy(buf + kFaaOff, &init, 8);
+  ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof buf, kAllAccess);
+  if (!mr) peer_fail("reg_mr");
+  ibv_port_attr pa;
+  if (ibv_query_port(ctx, 1, &pa)) peer_fail("query_port");
+
+  PeerInfo me{1, pa.lid, qp->qp_num, 0x4242, mr->rkey, reinterpret_cast<uint64_t>(buf), {}};
+  if (!write_all(kPeerOut, &me, sizeof me)) _exit(3);
+  ParentInfo other;
+  if (!read_all(kPeerIn, &other, sizeof other)) _exit(3);
+  uint8_t ready = connect_qp(qp, other.lid, other.qpn, me.psn, other.psn) == 0 ? 1 : 0;
+  if (!write_all(kPeerOut, &ready, 1)) _exit(3);
+
+  uint8_t go;
+  if (!read_all(kPeerIn, &go, 1)) _exit(role == "victim" ? 0 : 3);  // blocked here: no verbs call
+  PeerReport rep{};
+  rep.write_ok = 1;
+  for (size_t i = 0; i < kWriteLen; ++i)
+    if (buf[kWriteOff + i] != pattern_byte(i)) rep.write_ok = 0;
+  std::memcpy(&rep.faa_value, buf + kFaaOff, 8);
+  rep.faa_value_ok = rep.faa_value == kFaaInit + kFaaAdd;
+  if (!write_all(kPeerOut, &rep, sizeof rep)) _exit(3);
+  ibv_destroy_qp(qp);
+  ibv_dereg_mr(mr);
+  ibv_destroy_cq(cq);
+  ibv_dealloc_pd(pd);
+  ibv_close_device(ctx);
+  ibv_free_device_list(list);
+  _exit(0);
+}
+
+__attribute__((constructor)) void maybe_run_peer() {
+  const char* role = std::getenv(kPeerEnv);
+  if (role && *role) run_peer(role);
+}
+
+// ---- the parent side ----
+
+class Peer {
+ public:
+  // Spawns /proc/self/exe as a peer in `role`.
+  bool spawn(const char* role, const std::string& extra_env = "") {
+    int to_peer[2], from_peer[2];
+    if (pipe2(to_peer, O_CLOEXEC) || pipe2(from_peer, O_CLOEXEC)) return false;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, to_peer[0], kPeerIn);
+    posix_spawn_file_actions_adddup2(&fa, from_peer[1], kPeerOut);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e)
+      if (std::strncmp(*e, kPeerEnv, std::strlen(kPeerEnv)) != 0) env_s.push_back(*e);
+    if (!extra_env.empty()) {
+      std::string key = extra_env.substr(0, extra_env.find('=') + 1);
+      env_s.erase(std::remove_if(env_s.begin(), env_s.end(),
+                                 [&](const std::string& e) { return e.rfind(key, 0) == 0; }),
+                  env_s.end());
+      env_s.push_back(extra_env);
+    }
+    env_s.push_back(std::string(kPeerEnv) + "=" + role);
+    std::vector<char*> envp;
+    for (auto& s : env_s) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    char arg0[] = "emu_verbs_tests-peer";
+    char* argv[] = {arg0, nullptr};
+    int rc = posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv, envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    close(to_peer[0]);
+    close(from_peer[1]);
+    out_ = to_peer[1];
+    in_ = from_peer[0];
+    if (rc != 0) pid_ = -1;
+    return rc == 0;
+  }
+  ~Peer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (in_ >= 0) close(in_);
+    if (out_ >= 0) close(out_);
+  }
+  bool send(const void* p, size_t n) { return write_all(out_, p, n); }
+  bool recv(void* p, size_t n) { return read_all(in_, p, n); }
+  // One byte from the peer, or false if none came before `until`.
+  bool recv_byte_by(uint8_t* b, std::chrono::steady_clock::time_point until) {
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+    pollfd pf = {in_, POLLIN, 0};
+    if (poll(&pf, 1, left.count() > 0 ? static_cast<int>(left.count()) : 0) != 1) return false;
+    return read(in_, b, 1) == 1;
+  }
+  // Waits for the peer to exit; returns its wait status.
+  int wait() {
+    int st = -1;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return st;
+  }
+  void kill_now() {
+    ASSERT_EQ(kill(pid_, SIGKILL), 0);
+    int st = wait();
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+};
+
+class CrossProcess : public VerbsTest {
+ protected:
+  // Spawns the peer, exchanges connection data and connects qp (made with `params`).
+  void connect_peer(const char* role, const ConnParams& params) {
+    ASSERT_TRUE(peer.spawn(role)) << "posix_spawn";
+    ASSERT_TRUE(peer.recv(&pi, sizeof pi)) << "peer died before reporting";
+    ASSERT_EQ(pi.ok, 1u) << "peer: " << pi.err;
+    cq = make_cq();
+    ASSERT_NE(cq, nullptr);
+    qp = make_qp(cq, cq);
+    ASSERT_NE(qp, nullptr);
+    ParentInfo me{lid, qp->qp_num, 0x777};
+    ASSERT_TRUE(peer.send(&me, sizeof me));
+    ASSERT_EQ(connect_qp(qp, pi.lid, pi.qpn, me.psn, pi.psn, params), 0);
+    uint8_t ready = 0;
+    ASSERT_TRUE(peer.recv(&ready, 1));
+    ASSERT_EQ(ready, 1) << "peer could not connect";
+    local = make_buf(4096, kAllAccess, 0);
+  }
+  Peer peer;
+  PeerInfo pi{};
+  ibv_cq* cq = nullptr;
+  ibv_qp* qp = nullptr;
+  Buf local;
+};
+
+// One-sided operations complete while the peer sits in read(): the device, not the peer's CPU,
+// serves them.
+TEST_F(CrossProcess, OneSidedWhilePeerBlocked) {
+  ASSERT_NO_FATAL_FAILURE(connect_peer("target", {}));
+  for (size_t i = 0; i < kWriteLen; ++i) local.p[i] = pattern_byte(i);
+  ibv_sge ws = local.sge(0, kWriteLen);
+  ibv_send_wr w = rdma_wr(1, IBV_WR_RDMA_WRITE, &ws, 1, pi.addr + kWriteOff, pi.rkey);
+  ASSERT_EQ(post_one(qp, &w), 0);
+  ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 1));
+
+  ibv_sge rs = local.sge(1024, kReadLen);
+  ibv_send_wr r = rdma_wr(2, IBV_WR_RDMA_READ, &rs, 1, pi.addr + kReadOff, pi.rkey);
+  ASSERT_EQ(post_one(qp, &r), 0);
+  ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 2));
+  for (size_t i = 0; i < kReadLen; ++i) ASSERT_EQ(local.p[1024 + i], pattern_byte(i + 100)) << i;
+
+  ibv_sge as = local.sge(2048, 8);
+  ibv_send_wr a = atomic_wr(3, IBV_WR_ATOMIC_FETCH_AND_ADD, &as, pi.addr + kFaaOff, pi.rkey, kFaaAdd, 0);
+  ASSERT_EQ(post_one(qp, &a), 0);
+  ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 3));
+  uint64_t old;
+  std::memcpy(&old, local.p + 2048, 8);
+  EXPECT_EQ(old, kFaaInit);
+
+  uint8_t go = 1;
+  ASSERT_TRUE(peer.send(&go, 1));
+  PeerReport rep{};
+  ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
+  EXPECT_EQ(rep.write_ok, 1u) << "the RDMA WRITE did not land in the peer's buffer";
+  EXPECT_EQ(rep.faa_value_ok, 1u) << "peer sees " << rep.faa_value;
+  int st = peer.wait();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
+}
+
+// A responder whose process died answers nothing: the write exhausts its transport retries.
+TEST_F(CrossProcess, DeadPeerRetryExceeded) {
+  ConnParams cp;
+  cp.timeout = 10;  // 4.096 us * 2^10 ~ 4 ms per attempt
+  cp.retry_cnt = 2;
+  ASSERT_NO_FATAL_FAILURE(connect_peer("victim", cp));
+  ASSERT_NO_FATAL_FAILURE(peer.kill_now());
+  ibv_sge s = local.sge(0, 64);
+  ibv_send_wr w = rdma_wr(9, IBV_WR_RDMA_WRITE, &s, 1, pi.addr, pi.rkey);
+  ASSERT_EQ(post_one(qp, &w), 0);
+  EXPECT_TRUE(wait_wc(cq, IBV_WC_RETRY_EXC_ERR, 9));
+  EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
+}
+
+// Processes attaching to a fresh fabric at the same moment: each must get emu0 within the
+// deadline. (The first attacher initializes the segment under its table lock; the others wait.)
+// (Found a self-deadlock: a contended table lock during attach re-entered Segment::get().)
+TEST(CrossProcessAttach, ConcurrentFirstAttach) {
+  const char* dir = std::getenv("EMU_SHM_DIR");
+  std::string shm_dir = dir && *dir ? dir : "/dev/shm";
+  constexpr int kRounds = 10, kPeers = 6;
+  int hung = 0, failed = 0;
+  for (int round = 0; round < kRounds; ++round) {
+    std::string fabric = "attach-race-" + std::to_string(getpid()) + "-" + std::to_string(round);
+    {
+      Peer peers[kPeers];
+      for (auto& pr : peers) ASSERT_TRUE(pr.spawn("attach", "EMU_FABRIC=" + fabric));
+      auto until = std::chrono::steady_clock::now() + kDeadline;
+      for (auto& pr : peers) {
+        uint8_t ok = 0;
+        if (!pr.recv_byte_by(&ok, until)) ++hung;  // ~Peer kills what is left
+        else if (ok != 1) ++failed;
+      }
+    }
+    unlink((shm_dir + "/rdmaemu-" + std::to_string(getuid()) + "-" + fabric).c_str());
+    if (hung) break;
+  }
+  EXPECT_EQ(hung, 0) << "attachers hung (no emu0 within " << kDeadline.count() << " s)";
+  EXPECT_EQ(failed, 0) << "attachers did not find emu0";
+}
+
+}  // namespace
+}  // namespace vt

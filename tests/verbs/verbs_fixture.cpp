@@ -1,0 +1,285 @@
+#include "verbs_fixture.h"
+
+#include <sys/mman.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <string>
+
+namespace vt {
+
+ibv_context* open_emu0() {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  if (!list) {
+    ADD_FAILURE() << "ibv_get_device_list failed, errno " << errno;
+    return nullptr;
+  }
+  ibv_context* ctx = nullptr;
+  for (int i = 0; i < n; ++i) {
+    const char* name = ibv_get_device_name(list[i]);
+    if (name && std::string(name) == "emu0") {
+      ctx = ibv_open_device(list[i]);
+      if (!ctx) ADD_FAILURE() << "ibv_open_device(emu0) failed, errno " << errno;
+      break;
+    }
+  }
+  if (!ctx && errno != 0) ADD_FAILURE() << "device emu0 not listed (is libemu_verbs.so preloaded?)";
+  ibv_free_device_list(list);
+  return ctx;
+}
+
+uint16_t port_lid(ibv_context* ctx) {
+  ibv_port_attr pa;
+  std::memset(&pa, 0, sizeof pa);
+  int rc = ibv_query_port(ctx, 1, &pa);
+  EXPECT_EQ(rc, 0) << "ibv_query_port(1)";
+  return rc ? 0 : pa.lid;
+}
+
+ibv_qp* create_rc_qp(ibv_pd* pd, ibv_cq* send_cq, ibv_cq* recv_cq, const QpCaps& caps,
+                     ibv_qp_cap* out_cap) {
+  ibv_qp_init_attr ia;
+  std::memset(&ia, 0, sizeof ia);
+  ia.send_cq = send_cq;
+  ia.recv_cq = recv_cq;
+  ia.qp_type = IBV_QPT_RC;
+  ia.sq_sig_all = caps.sq_sig_all;
+  ia.cap.max_send_wr = caps.max_send_wr;
+  ia.cap.max_recv_wr = caps.max_recv_wr;
+  ia.cap.max_send_sge = caps.max_send_sge;
+  ia.cap.max_recv_sge = caps.max_recv_sge;
+  ia.cap.max_inline_data = caps.max_inline_data;
+  ibv_qp* qp = ibv_create_qp(pd, &ia);
+  if (qp && out_cap) *out_cap = ia.cap;
+  return qp;
+}
+
+int to_init(ibv_qp* qp, int access) {
+  ibv_qp_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.pkey_index = 0;
+  a.qp_access_flags = access;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+int to_rtr(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t min_rnr_timer) {
+  ibv_qp_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = rq_psn;
+  a.max_dest_rd_atomic = 1;
+  a.min_rnr_timer = min_rnr_timer;
+  a.ah_attr.dlid = dlid;
+  a.ah_attr.port_num = 1;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+int to_rts(ibv_qp* qp, uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry) {
+  ibv_qp_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = sq_psn;
+  a.timeout = timeout;
+  a.retry_cnt = retry_cnt;
+  a.rnr_retry = rnr_retry;
+  a.max_rd_atomic = 1;
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
+                           IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
+}
+
+int connect_qp(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, uint32_t peer_psn,
+               const ConnParams& p) {
+  if (int rc = to_init(qp, p.access)) return rc;
+  if (int rc = to_rtr(qp, dlid, dest_qpn, peer_psn, p.min_rnr_timer)) return rc;
+  return to_rts(qp, my_psn, p.timeout, p.retry_cnt, p.rnr_retry);
+}
+
+ibv_qp_state qp_state(ibv_qp* qp) {
+  ibv_qp_attr a;
+  ibv_qp_init_attr ia;
+  std::memset(&a, 0, sizeof a);
+  int rc = ibv_query_qp(qp, &a, IBV_QP_STATE, &ia);
+  EXPECT_EQ(rc, 0) << "ibv_query_qp";
+  return a.qp_state;
+}
+
+std::vector<ibv_wc> poll_n(ibv_cq* cq, size_t n, std::chrono::milliseconds deadline) {
+  std::vector<ibv_wc> out;
+  auto end = std::chrono::steady_clock::now() + deadline;
+  ibv_wc wc[16];
+  while (out.size() < n) {
+    int want = static_cast<int>(std::min<size_t>(16, n - out.size()));
+    int got = ibv_poll_cq(cq, want, wc);
+    if (got < 0) {
+      ADD_FAILURE() << "ibv_poll_cq returned " << got;
+      break;
+    }
+    out.insert(out.end(), wc, wc + got);
+    if (got == 0 && std::chrono::steady_clock::now() > end) break;
+  }
+  return out;
+}
+
+std::vector<ibv_wc> drain(ibv_cq* cq, int tries) {
+  std::vector<ibv_wc> out;
+  ibv_wc wc[16];
+  for (int i = 0; i < tries; ++i) {
+    int got = ibv_poll_cq(cq, 16, wc);
+    if (got < 0) {
+      ADD_FAILURE() << "ibv_poll_cq returned " << got;
+      break;
+    }
+    out.insert(out.end(), wc, wc + got);
+  }
+  return out;
+}
+
+::testing::AssertionResult wait_wc(ibv_cq* cq, ibv_wc_status status, uint64_t wr_id, ibv_wc* out) {
+  auto v = poll_n(cq, 1);
+  if (v.empty()) return ::testing::AssertionFailure() << "no completion within the deadline";
+  if (out) *out = v[0];
+  if (v[0].status != status)
+    return ::testing::AssertionFailure()
+           << "status " << ibv_wc_status_str(v[0].status) << " (" << v[0].status << "), expected "
+           << ibv_wc_status_str(status) << " (wr_id " << v[0].wr_id << ")";
+  if (v[0].wr_id != wr_id)
+    return ::testing::AssertionFailure() << "wr_id " << v[0].wr_id << ", expected " << wr_id;
+  return ::testing::AssertionSuccess();
+}
+
+ibv_send_wr send_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n, unsigned flags) {
+  ibv_send_wr wr;
+  std::memset(&wr, 0, sizeof wr);
+  wr.wr_id = wr_id;
+  wr.opcode = op;
+  wr.sg_list = sg;
+  wr.num_sge = n;
+  wr.send_flags = flags;
+  return wr;
+}
+
+ibv_send_wr rdma_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n, uint64_t raddr,
+                    uint32_t rkey, unsigned flags) {
+  ibv_send_wr wr = send_wr(wr_id, op, sg, n, flags);
+  wr.wr.rdma.remote_addr = raddr;
+  wr.wr.rdma.rkey = rkey;
+  return wr;
+}
+
+ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, uint64_t raddr, uint32_t rkey,
+                      uint64_t compare_add, uint64_t swap, unsigned flags) {
+  ibv_send_wr wr = send_wr(wr_id, op, sg, 1, flags);
+  wr.wr.atomic.remote_addr = raddr;
+  wr.wr.atomic.rkey = rkey;
+  wr.wr.atomic.compare_add = compare_add;
+  wr.wr.atomic.swap = swap;
+  return wr;
+}
+
+int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n) {
+  ibv_recv_wr wr;
+  std::memset(&wr, 0, sizeof wr);
+  wr.wr_id = wr_id;
+  wr.sg_list = sg;
+  wr.num_sge = n;
+  ibv_recv_wr* bad = nullptr;
+  int rc = ibv_post_recv(qp, &wr, &bad);
+  if (rc) {
+    EXPECT_EQ(bad, &wr) << "bad_wr of a failed ibv_post_recv";
+  }
+  return rc;
+}
+
+int post_one(ibv_qp* qp, ibv_send_wr* wr) {
+  ibv_send_wr* bad = nullptr;
+  int rc = ibv_post_send(qp, wr, &bad);
+  if (rc) {
+    EXPECT_EQ(bad, wr) << "bad_wr of a failed ibv_post_send";
+  }
+  return rc;
+}
+
+void VerbsTest::SetUp() {
+  ctx = open_emu0();
+  ASSERT_NE(ctx, nullptr);
+  pd = ibv_alloc_pd(ctx);
+  ASSERT_NE(pd, nullptr) << "ibv_alloc_pd, errno " << errno;
+  lid = port_lid(ctx);
+  ASSERT_NE(lid, 0) << "port 1 has no LID";
+}
+
+void VerbsTest::TearDown() {
+  for (auto it = qps.rbegin(); it != qps.rend(); ++it) EXPECT_EQ(ibv_destroy_qp(*it), 0);
+  for (auto it = cqs.rbegin(); it != cqs.rend(); ++it) EXPECT_EQ(ibv_destroy_cq(*it), 0);
+  for (auto* ch : channels) EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+  for (auto& b : bufs) {
+    if (b.mr) {
+      EXPECT_EQ(ibv_dereg_mr(b.mr), 0);
+    }
+    munmap(b.p, b.len);
+  }
+  if (pd) {
+    EXPECT_EQ(ibv_dealloc_pd(pd), 0);
+  }
+  if (ctx) {
+    EXPECT_EQ(ibv_close_device(ctx), 0);
+  }
+}
+
+ibv_cq* VerbsTest::make_cq(int cqe, ibv_comp_channel* ch) {
+  ibv_cq* cq = ibv_create_cq(ctx, cqe, nullptr, ch, 0);
+  EXPECT_NE(cq, nullptr) << "ibv_create_cq, errno " << errno;
+  if (cq) cqs.push_back(cq);
+  return cq;
+}
+
+ibv_qp* VerbsTest::make_qp(ibv_cq* scq, ibv_cq* rcq, const QpCaps& caps, ibv_qp_cap* out) {
+  ibv_qp* qp = create_rc_qp(pd, scq, rcq, caps, out);
+  EXPECT_NE(qp, nullptr) << "ibv_create_qp, errno " << errno;
+  if (qp) qps.push_back(qp);
+  return qp;
+}
+
+Buf VerbsTest::make_buf(size_t len, int access, uint8_t fill) {
+  Buf b;
+  size_t maplen = (len + 4095) & ~size_t(4095);
+  void* p = mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) {
+    ADD_FAILURE() << "mmap";
+    return b;
+  }
+  b.p = static_cast<uint8_t*>(p);
+  b.len = maplen;
+  std::memset(b.p, fill, maplen);
+  b.mr = ibv_reg_mr(pd, b.p, len, access);
+  EXPECT_NE(b.mr, nullptr) << "ibv_reg_mr, errno " << errno;
+  bufs.push_back(b);
+  return b;
+}
+
+VerbsTest::Pair VerbsTest::make_pair(const QpCaps& caps, const ConnParams& pa, const ConnParams& pb) {
+  Pair p;
+  p.cqa = make_cq();
+  p.cqb = make_cq();
+  if (!p.cqa || !p.cqb) return p;
+  p.a = make_qp(p.cqa, p.cqa, caps);
+  p.b = make_qp(p.cqb, p.cqb, caps);
+  if (!p.a || !p.b) return p;
+  EXPECT_EQ(connect_qp(p.a, lid, p.b->qp_num, 0x100, 0x200, pa), 0);
+  EXPECT_EQ(connect_qp(p.b, lid, p.a->qp_num, 0x200, 0x100, pb), 0);
+  return p;
+}
+
+void VerbsTest::forget(ibv_qp* qp) { qps.erase(std::remove(qps.begin(), qps.end(), qp), qps.end()); }
+void VerbsTest::forget(ibv_cq* cq) { cqs.erase(std::remove(cqs.begin(), cqs.end(), cq), cqs.end()); }
+
+}  // namespace vt

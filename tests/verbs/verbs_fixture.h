@@ -1,0 +1,124 @@
+// Helpers for the verbs-level tests: a normal libibverbs program that finds the emulated device
+// emu0 (the provider is LD_PRELOADed by the test driver) and builds RC QPs on it.
+#pragma once
+#include <gtest/gtest.h>
+#include <infiniband/verbs.h>
+
+#include <chrono>
+#include <cstdint>
+#include <vector>
+
+namespace vt {
+
+// Bound on every wait for a completion. A deadline against hangs, not a timing assertion.
+constexpr std::chrono::seconds kDeadline{10};
+
+constexpr int kAllAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
+                           IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+
+// Opens the device named "emu0"; nullptr (with a gtest failure) if it is not listed.
+ibv_context* open_emu0();
+
+// LID of port 1, from ibv_query_port.
+uint16_t port_lid(ibv_context* ctx);
+
+struct QpCaps {
+  uint32_t max_send_wr = 64;
+  uint32_t max_recv_wr = 64;
+  uint32_t max_send_sge = 4;
+  uint32_t max_recv_sge = 4;
+  uint32_t max_inline_data = 0;
+  int sq_sig_all = 0;
+};
+
+// ibv_create_qp of an RC QP; on success *out_cap (if given) is the capacity the device reported.
+ibv_qp* create_rc_qp(ibv_pd* pd, ibv_cq* send_cq, ibv_cq* recv_cq, const QpCaps& caps = {},
+                     ibv_qp_cap* out_cap = nullptr);
+
+// Connection parameters of one side.
+struct ConnParams {
+  int access = kAllAccess;
+  uint8_t min_rnr_timer = 1;  // 0.01 ms: RNR retries come quickly
+  uint8_t timeout = 14;
+  uint8_t retry_cnt = 7;
+  uint8_t rnr_retry = 7;
+};
+
+// The three transitions one at a time (each returns ibv_modify_qp's result).
+int to_init(ibv_qp* qp, int access);
+int to_rtr(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t min_rnr_timer);
+int to_rts(ibv_qp* qp, uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry);
+
+// RESET -> INIT -> RTR -> RTS towards (dlid, dest_qpn). my_psn is this side's send PSN, peer_psn
+// the peer's (this side's expected receive PSN).
+int connect_qp(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, uint32_t peer_psn,
+               const ConnParams& p = {});
+
+ibv_qp_state qp_state(ibv_qp* qp);  // from ibv_query_qp
+
+// Polls until n completions arrived or the deadline passed. Returns what arrived (fewer than n
+// means the deadline passed; callers assert the size).
+std::vector<ibv_wc> poll_n(ibv_cq* cq, size_t n, std::chrono::milliseconds deadline = kDeadline);
+
+// Polls `tries` times and returns whatever arrived: for asserting that nothing (more) completes
+// when no event is pending that could still produce a completion.
+std::vector<ibv_wc> drain(ibv_cq* cq, int tries = 200);
+
+// Wait for one completion and check its status and wr_id.
+::testing::AssertionResult wait_wc(ibv_cq* cq, ibv_wc_status status, uint64_t wr_id,
+                                   ibv_wc* out = nullptr);
+
+// Page-aligned memory registered on pd (filled with `fill`).
+struct Buf {
+  uint8_t* p = nullptr;
+  size_t len = 0;
+  ibv_mr* mr = nullptr;
+  uint64_t addr() const { return reinterpret_cast<uint64_t>(p); }
+  uint32_t lkey() const { return mr->lkey; }
+  uint32_t rkey() const { return mr->rkey; }
+  ibv_sge sge(size_t off, uint32_t n) const { return {addr() + off, n, mr->lkey}; }
+};
+
+// Work requests.
+ibv_send_wr send_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n, unsigned flags = IBV_SEND_SIGNALED);
+ibv_send_wr rdma_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n, uint64_t raddr, uint32_t rkey,
+                    unsigned flags = IBV_SEND_SIGNALED);
+ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, uint64_t raddr, uint32_t rkey,
+                      uint64_t compare_add, uint64_t swap, unsigned flags = IBV_SEND_SIGNALED);
+int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n);
+int post_one(ibv_qp* qp, ibv_send_wr* wr);  // ibv_post_send of one WR (checks bad_wr on error)
+
+// One device, one PD and whatever the test makes from them; everything is released in TearDown in
+// a safe order (QPs, CQs, channels, MRs, PD, context).
+class VerbsTest : public ::testing::Test {
+ protected:
+  void SetUp() override;
+  void TearDown() override;
+
+  ibv_cq* make_cq(int cqe = 256, ibv_comp_channel* ch = nullptr);
+  ibv_qp* make_qp(ibv_cq* scq, ibv_cq* rcq, const QpCaps& caps = {}, ibv_qp_cap* out = nullptr);
+  Buf make_buf(size_t len, int access = kAllAccess, uint8_t fill = 0);
+
+  // Two RC QPs of this process connected to each other, each with its own CQ (send and receive).
+  struct Pair {
+    ibv_qp* a = nullptr;
+    ibv_qp* b = nullptr;
+    ibv_cq* cqa = nullptr;
+    ibv_cq* cqb = nullptr;
+  };
+  Pair make_pair(const QpCaps& caps = {}, const ConnParams& pa = {}, const ConnParams& pb = {});
+
+  // Forget a QP/CQ the test destroyed itself.
+  void forget(ibv_qp* qp);
+  void forget(ibv_cq* cq);
+
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  uint16_t lid = 0;
+  std::vector<ibv_qp*> qps;
+  std::vector<ibv_cq*> cqs;
+  std::vector<ibv_comp_channel*> channels;
+  std::vector<Buf> bufs;
+};
+
+}  // namespace vt
