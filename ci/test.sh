@@ -6,4 +6,4 @@ cd "$(dirname "$0")/.."
 bash ci/setup.sh
 bash ci/build.sh
 cd build
-ctest --output-on-failure --timeout 900 "$@"
+ctest --output-on-failure --no-tests=error --timeout 900 "$@"

@@ -429,7 +429,19 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   uint8_t resp_syndrome = 0;
   if (!prot_ok) resp_syndrome = kSynLocalProt;
   else if (scatter.total < local.total) resp_syndrome = kSynLocalLength;
-  if (!resp_syndrome && local.total) {
+  bool landed = false;
+  if (!resp_syndrome && local.total && local.total <= kLandingSlot && r->land_off &&
+      remote_pid != seg_->pid()) {
+    // Into the landing slot (shared memory): the responder's poll scatters it, no system call.
+    uint8_t* slot = seg_->at<uint8_t>(r->land_off) + (r->rq_ci & (r->rq_wqe_cnt - 1)) * kLandingSlot;
+    MemSpan land{reinterpret_cast<uint64_t>(slot), local.total};
+    CopyResult cr = dma_copy(local_pid, local.span, local.n, 0, &land, 1);
+    if (cr != CopyResult::ok) {
+      r->rq_lock.unlock();
+      return fail(kSynLocalProt);
+    }
+    landed = true;
+  } else if (!resp_syndrome && local.total) {
     CopyResult cr = dma_copy(local_pid, local.span, local.n, remote_pid, scatter.span, scatter.n);
     if (cr == CopyResult::dst_gone) {
       r->rq_lock.unlock();
@@ -454,7 +466,8 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   rc.byte_cnt = static_cast<uint32_t>(local.total);
   rc.imm_be = ctrl->imm;
   rc.emu_flags = (opcode == kOpSendImm ? kCqeFlagImm : 0) |
-                 ((ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0);
+                 ((ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0) |
+                 (landed ? kCqeFlagLanded : 0);
   qp.sq_psn = (qp.sq_psn + npk) & 0xffffff;
   r->rq_psn = (r->rq_psn + npk) & 0xffffff;
   write_cqe(h_->cqs[r->recv_cq], rc);
@@ -467,7 +480,10 @@ void Engine::complete_send(QpSlot& qp, const CqeInfo& info, bool signaled) {
 
 void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
   uint32_t pi = cq.pi.fetch_add(1, std::memory_order_relaxed);
-  if (pi - cq.ci.load(std::memory_order_acquire) >= cq.cqe_cnt) {
+  // The consumer's index is read only when the cached one says the ring may be full.
+  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= cq.cqe_cnt)
+    cq.ci_seen.store(cq.ci.load(std::memory_order_acquire), std::memory_order_relaxed);
+  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= cq.cqe_cnt) {
     // The CQ is full: a NIC reports a CQ error and cannot place the completion.
     if (!cq.overrun.exchange(1)) log("CQ overrun (cqe count %u)", cq.cqe_cnt);
     return;

@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 1;
+constexpr uint32_t kLayoutVersion = 2;
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -25,6 +25,10 @@ constexpr uint32_t kQpIndexBits = 12;
 constexpr uint32_t kMaxQps = 1u << kQpIndexBits;
 constexpr uint32_t kUarRegsMax = 64;
 constexpr uint32_t kBfBufSize = 256;  // each register has two BlueFlame buffers of this size
+// A small SEND to another process lands in the receive WQE's landing slot in the segment; the
+// receiver's poll copies it into the posted buffer before it returns the completion (the buffer is
+// only defined once the completion is seen). No system call on the path.
+constexpr uint32_t kLandingSlot = 64;
 
 enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1 };
 
@@ -114,6 +118,8 @@ struct MrSlot {
   uint64_t iova;    // what remote keys address
 };
 
+// Fields are grouped by who writes them, one cache line each, so that a producer in one process
+// and the consumer in another do not bounce one line on every completion.
 struct CqSlot {
   std::atomic<uint32_t> state;
   uint32_t owner;
@@ -123,13 +129,18 @@ struct CqSlot {
   uint32_t log_cqe_cnt;
   uint64_t buf_off;                 // Cqe64[cqe_cnt]
   uint64_t uid;                     // names the CQ in event records
-  std::atomic<uint32_t> pi;         // device: next CQE to produce (reserved by fetch_add)
-  std::atomic<uint32_t> ci;         // driver: consumer index (the CQ doorbell record)
-  std::atomic<uint32_t> arm;        // 0 idle, 1 next completion, 2 solicited only
-  std::atomic<uint32_t> overrun;
   int32_t chan_wfd;                 // write end of the completion channel in the owner, -1 if none
-  std::atomic<uint32_t> stalled_qps;  // QPs completing here whose head WQE waits for a retry
+  uint32_t rsvd;
   uint64_t chan_uid;
+  // Producers (engines, any process).
+  alignas(64) std::atomic<uint32_t> pi;  // next CQE to produce (reserved by fetch_add)
+  std::atomic<uint32_t> ci_seen;    // the consumer index as producers last read it
+  // The consumer (the driver in the owner).
+  alignas(64) std::atomic<uint32_t> ci;  // consumer index (the CQ doorbell record)
+  // Rarely written.
+  alignas(64) std::atomic<uint32_t> arm;  // 0 idle, 1 next completion, 2 solicited only
+  std::atomic<uint32_t> overrun;
+  std::atomic<uint32_t> stalled_qps;  // QPs completing here whose head WQE waits for a retry
 };
 
 // Requester stall reasons: the head WQE waits for a receive (RNR) or for an answer that does not come.
@@ -167,10 +178,7 @@ struct QpSlot {
   uint32_t access;
   uint16_t pkey_index;
   uint16_t rsvd1;
-  uint32_t rq_psn;
-  uint32_t sq_psn;
   uint32_t qkey;
-  uint32_t stall_delay_us;  // the wait before the stalled head WQE is tried again
   // Rings.
   uint64_t sq_off;
   uint32_t sq_bbs;        // send ring size in 64-byte blocks (power of two)
@@ -179,17 +187,20 @@ struct QpSlot {
   uint32_t rq_stride;     // bytes per receive WQE (16 * max receive SGEs, power of two)
   uint32_t rsvd3;
   uint64_t dbrec_off;     // be32[2]: [0] receive counter, [1] send counter
-  // Device-side requester state.
-  ShmLock sq_engine;
+  uint64_t land_off;      // kLandingSlot bytes per receive WQE, or 0
+  // Device-side requester state (written per message by the requester's engine).
+  alignas(64) ShmLock sq_engine;
   uint32_t sq_ci;         // next send block the device fetches
+  uint32_t sq_psn;
   std::atomic<uint32_t> stall;
   uint32_t stall_attempts;
+  uint32_t stall_delay_us;  // the wait before the stalled head WQE is tried again
   uint64_t stall_since_ns;
-  // Device-side responder state.
-  ShmLock rq_lock;
+  // Device-side responder state (written per message by the engine of whoever sends to us).
+  alignas(64) ShmLock rq_lock;
   uint32_t rq_ci;
+  uint32_t rq_psn;
   std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty receive queue
-  uint32_t rsvd4;
 };
 
 struct Header {

@@ -264,6 +264,7 @@ void Segment::release_proc_objects(uint32_t proc) {
       free(q.sq_off);
       free(q.rq_off);
       free(q.dbrec_off);
+      free(q.land_off);
     }
   for (auto& c : hdr_->cqs)
     if (c.state.load() == kSlotLive && c.owner == proc) {

@@ -95,6 +95,7 @@ enum CqeSyndrome : uint8_t {
 enum CqeEmuFlags : uint8_t {
   kCqeFlagImm = 1 << 0,
   kCqeFlagSolicited = 1 << 1,
+  kCqeFlagLanded = 1 << 2,  // the payload waits in the receive WQE's landing slot
 };
 
 struct Cqe64 {

@@ -1,4 +1,5 @@
 // Completion queues, completion channels and completion events.
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <fcntl.h>
@@ -39,6 +40,26 @@ ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
     case kOpAtomicCs: return IBV_WC_COMP_SWAP;
     case kOpAtomicFa: return IBV_WC_FETCH_ADD;
     default: return IBV_WC_SEND;
+  }
+}
+
+// A small SEND from another process waits in the landing slot of its receive WQE: scatter it into
+// the buffers that WQE names (the device checked their keys and room when it accepted the SEND).
+void land_payload(EmuQp* qp, uint16_t idx, uint32_t len) {
+  Segment* seg = segment();
+  uint32_t slot = idx & (qp->rq_cnt - 1);
+  const uint8_t* src = seg->at<uint8_t>(qp->shm->land_off) + slot * kLandingSlot;
+  const uint8_t* w = qp->rq + slot * qp->rq_stride;
+  for (uint32_t off = 0; len && off + sizeof(DataSeg) <= qp->rq_stride; off += sizeof(DataSeg)) {
+    DataSeg d;
+    std::memcpy(&d, w + off, sizeof d);
+    if (be32(d.lkey) == kInvalidLkey) break;
+    const MrSlot* mr = seg->find_mr(be32(d.lkey));
+    if (!mr) break;
+    uint32_t n = std::min(len, be32(d.byte_count));
+    std::memcpy(reinterpret_cast<void*>(mr->addr + (be64(d.addr) - mr->iova)), src, n);
+    src += n;
+    len -= n;
   }
 }
 
@@ -85,6 +106,7 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     }
   } else {
     wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+    if (qp && (c.emu_flags & kCqeFlagLanded)) land_payload(qp, idx, wc->byte_len);
     if (qp) {
       wc->wr_id = qp->rq_wrid[idx & (qp->rq_cnt - 1)];
       qp->rq_tail = qp->rq_head - ((qp->rq_head - idx) & 0xffff) + 1;

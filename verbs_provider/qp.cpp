@@ -214,11 +214,13 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   s.sq_off = seg->alloc(size_t(sq_bbs) * kSendWqeBB, 4096);
   s.rq_off = seg->alloc(size_t(rq_cnt) * rq_stride, 4096);
   s.dbrec_off = seg->alloc(64, 64);
+  s.land_off = seg->alloc(size_t(rq_cnt) * kLandingSlot, 64);  // 0 if the segment is short: no landing
   auto* qp = (s.sq_off && s.rq_off && s.dbrec_off) ? new (std::nothrow) EmuQp() : nullptr;
   if (!qp) {
     seg->free(s.sq_off);
     seg->free(s.rq_off);
     seg->free(s.dbrec_off);
+    seg->free(s.land_off);
     s.state.store(kSlotFree);
     return fail_null<ibv_qp>(ENOMEM);
   }
@@ -489,6 +491,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   seg->free(s.sq_off);
   seg->free(s.rq_off);
   seg->free(s.dbrec_off);
+  seg->free(s.land_off);
   delete qp;
   return 0;
 }
