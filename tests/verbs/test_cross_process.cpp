@@ -1,6 +1,7 @@
 // Tests with a second process. The test binary re-executes itself (/proc/self/exe) with
 // EMU_TEST_PEER=<role> in its environment; a constructor sees the variable, runs the peer and
 // _exits before GoogleTest starts. Parent and peer talk over two pipes (peer fds 3 and 4).
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
@@ -81,6 +82,20 @@ constexpr size_t kFaaOff = 2048;                   // u64: 100, the parent adds 
 constexpr uint64_t kFaaInit = 100, kFaaAdd = 23;
 uint8_t pattern_byte(size_t i) { return static_cast<uint8_t>(i * 13 + 1); }
 
+// SENDs to a receiving peer: a small one (it lands in shared memory and the receiver's poll
+// scatters it), a large one (copied straight into the receive buffer), and a small one with
+// immediate data.
+constexpr int kRecvCount = 3;
+constexpr size_t kRecvOff[kRecvCount] = {0, 1024, 3072};
+constexpr uint32_t kRecvLen[kRecvCount] = {1024, 2048, 1024};
+constexpr uint32_t kSendLen[kRecvCount] = {8, 1500, 40};
+constexpr uint32_t kImm = 0x12345678;
+
+struct RecvReport {
+  uint32_t ok;
+  char err[96];
+};
+
 // ---- the peer process ----
 
 [[noreturn]] void peer_fail(const char* what) {
@@ -131,8 +146,50 @@ uint8_t pattern_byte(size_t i) { return static_cast<uint8_t>(i * 13 + 1); }
   ParentInfo other;
   if (!read_all(kPeerIn, &other, sizeof other)) _exit(3);
   uint8_t ready = connect_qp(qp, other.lid, other.qpn, me.psn, other.psn) == 0 ? 1 : 0;
+  if (role == "receiver") {
+    // Receives for the parent's SENDs, posted once connected, before the connection is
+    // reported ready (a QP in RESET takes none).
+    for (int i = 0; i < kRecvCount; ++i) {
+      ibv_sge sg{reinterpret_cast<uint64_t>(buf + kRecvOff[i]), kRecvLen[i], mr->lkey};
+      ibv_recv_wr rw{};
+      rw.wr_id = 100 + i;
+      rw.sg_list = &sg;
+      rw.num_sge = 1;
+      ibv_recv_wr* bad = nullptr;
+      if (ibv_post_recv(qp, &rw, &bad)) peer_fail("post_recv");
+    }
+  }
   if (!write_all(kPeerOut, &ready, 1)) _exit(3);
 
+  if (role == "receiver") {
+    // Poll for the parent's SENDs and check what landed where.
+    RecvReport rep{1, {}};
+    auto wcs = poll_n(cq, kRecvCount);
+    if (wcs.size() != static_cast<size_t>(kRecvCount)) {
+      rep.ok = 0;
+      std::snprintf(rep.err, sizeof rep.err, "%zu of %d receives completed", wcs.size(), kRecvCount);
+    }
+    for (size_t k = 0; rep.ok && k < wcs.size(); ++k) {
+      const ibv_wc& wc = wcs[k];
+      int i = static_cast<int>(wc.wr_id) - 100;
+      bool imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
+      if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || i != static_cast<int>(k) ||
+          wc.byte_len != kSendLen[i] || imm != (i == 2) || (imm && ntohl(wc.imm_data) != kImm)) {
+        rep.ok = 0;
+        std::snprintf(rep.err, sizeof rep.err, "wc %zu: status %d opcode %d wr_id %llu len %u flags %u",
+                      k, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len, wc.wc_flags);
+        break;
+      }
+      for (uint32_t b = 0; b < kSendLen[i]; ++b)
+        if (buf[kRecvOff[i] + b] != pattern_byte(b + 7 * i)) {
+          rep.ok = 0;
+          std::snprintf(rep.err, sizeof rep.err, "message %d: byte %u differs", i, b);
+          break;
+        }
+    }
+    write_all(kPeerOut, &rep, sizeof rep);
+    _exit(0);
+  }
   uint8_t go;
   if (!read_all(kPeerIn, &go, 1)) _exit(role == "victim" ? 0 : 3);  // blocked here: no verbs call
   PeerReport rep{};
@@ -284,6 +341,29 @@ TEST_F(CrossProcess, OneSidedWhilePeerBlocked) {
   ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
   EXPECT_EQ(rep.write_ok, 1u) << "the RDMA WRITE did not land in the peer's buffer";
   EXPECT_EQ(rep.faa_value_ok, 1u) << "peer sees " << rep.faa_value;
+  int st = peer.wait();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
+}
+
+// SENDs to another process: the bytes, lengths and immediate data the receiver's polls report.
+TEST_F(CrossProcess, SendsSmallAndLargeToPeer) {
+  ASSERT_NO_FATAL_FAILURE(connect_peer("receiver", {}));
+  for (int i = 0; i < kRecvCount; ++i) {
+    for (uint32_t b = 0; b < kSendLen[i]; ++b) local.p[1024 * i + b] = pattern_byte(b + 7 * i);
+    ibv_sge sg = local.sge(1024 * i, kSendLen[i]);
+    ibv_send_wr w{};
+    w.wr_id = 10 + i;
+    w.sg_list = &sg;
+    w.num_sge = 1;
+    w.opcode = i == 2 ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+    w.imm_data = htonl(kImm);
+    w.send_flags = IBV_SEND_SIGNALED;
+    ASSERT_EQ(post_one(qp, &w), 0);
+    ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 10 + i));
+  }
+  RecvReport rep{};
+  ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
+  EXPECT_EQ(rep.ok, 1u) << rep.err;
   int st = peer.wait();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
 }
