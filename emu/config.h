@@ -1,6 +1,6 @@
 // Runtime knobs. Every one is an EMU_* environment variable; the table in config.cpp is the single
-// place that names them, with their defaults and documentation (docs/knobs.md is generated from it
-// by `emu-ctl knobs`).
+// place that names them, with their defaults and documentation (a unit test checks that
+// docs/knobs.md lists each with the same default).
 #pragma once
 #include <cstdint>
 #include <string>

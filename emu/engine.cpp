@@ -8,12 +8,11 @@
 #include "barriers.h"
 #include "memory.h"
 #include "notify.h"
+#include "engine_internal.h"
 
 namespace emu {
+using namespace engine_detail;
 namespace {
-
-constexpr int kMaxSpans = 32;
-constexpr uint64_t kMaxMsgSize = 1ull << 31;
 
 uint64_t monotonic_ns() {
   timespec ts;
@@ -21,57 +20,11 @@ uint64_t monotonic_ns() {
   return uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
 }
 
-uint32_t* dbrec_of(Segment* seg, const QpSlot& qp) { return seg->at<uint32_t>(qp.dbrec_off); }
-
-uint32_t sq_producer(Segment* seg, const QpSlot& qp) {
-  return be32(device_load32(&dbrec_of(seg, qp)[1])) & 0xffff;
-}
-uint32_t rq_producer(Segment* seg, const QpSlot& qp) {
-  return be32(device_load32(&dbrec_of(seg, qp)[0])) & 0xffff;
-}
-
-bool can_receive(uint32_t state) {
-  return state == kQpsRtr || state == kQpsRts || state == kQpsSqd || state == kQpsSqe;
-}
-
 // The IBTA RNR timer encoding, in microseconds (code 0 is the longest, 655.36 ms).
 const uint32_t kRnrUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,
                              160,    240,   320,   480,   640,   960,    1280,   1920,
                              2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
                              40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
-
-struct Sges {
-  MemSpan span[kMaxSpans];
-  int n = 0;
-  uint64_t total = 0;
-  bool is_inline = false;
-};
-
-// A local key check as the NIC does it: key, PD, owner, bounds and the needed access.
-bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint64_t addr, uint64_t len,
-                     bool need_write, uint64_t* va) {
-  const MrSlot* mr = seg->find_mr(lkey);
-  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner) return false;
-  if (need_write && !(mr->access & kAccessLocalWrite)) return false;
-  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
-  *va = mr->addr + (addr - mr->iova);
-  return true;
-}
-
-bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr, uint64_t len,
-                      uint32_t need, uint64_t* va) {
-  if (!(qp.access & need)) return false;
-  const MrSlot* mr = seg->find_mr(rkey);
-  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner || !(mr->access & need)) return false;
-  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
-  *va = mr->addr + (addr - mr->iova);
-  return true;
-}
-
-uint32_t packets(uint64_t len, uint8_t mtu_code) {
-  uint64_t mtu = 128ull << (mtu_code ? mtu_code : 1);
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
-}
 
 }  // namespace
 
@@ -111,9 +64,13 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
 }
 
 bool Engine::fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs) {
+  return fetch_wqe_at(qp, qp.sq_ci, buf, bbs);
+}
+
+bool Engine::fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs) {
   const uint8_t* ring = seg_->at<uint8_t>(qp.sq_off);
   uint32_t mask = qp.sq_bbs - 1;
-  uint32_t idx = qp.sq_ci & mask;
+  uint32_t idx = pos & mask;
   CtrlSeg ctrl;
   std::memcpy(&ctrl, ring + idx * kSendWqeBB, sizeof ctrl);
   uint32_t ds = be32(ctrl.qpn_ds) & 0x3f;
@@ -124,7 +81,7 @@ bool Engine::fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs) {
   std::memcpy(buf, ring + idx * kSendWqeBB, first);
   if (first < size) std::memcpy(buf + first, ring, size - first);
   uint32_t wqe_idx = (be32(ctrl.opmod_idx_opcode) >> 8) & 0xffff;
-  return wqe_idx == (qp.sq_ci & 0xffff) && (be32(ctrl.qpn_ds) >> 8) == qp.qpn;
+  return wqe_idx == (pos & 0xffff) && (be32(ctrl.qpn_ds) >> 8) == qp.qpn;
 }
 
 void Engine::set_stall(QpSlot& qp, uint32_t kind, uint32_t delay_us) {
@@ -132,12 +89,16 @@ void Engine::set_stall(QpSlot& qp, uint32_t kind, uint32_t delay_us) {
   if (prev != kind) qp.stall_attempts = 0;
   qp.stall_since_ns = now_();
   qp.stall_delay_us = delay_us;
-  if (prev == kStallNone) h_->cqs[qp.send_cq].stalled_qps.fetch_add(1);
+  if (prev == kStallNone) {
+    h_->cqs[qp.send_cq].stalled_qps.fetch_add(1);
+    h_->procs[qp.owner].stalled_qps.fetch_add(1);
+  }
 }
 
 void Engine::clear_stall(QpSlot& qp) {
   if (qp.stall.exchange(kStallNone) != kStallNone) {
     h_->cqs[qp.send_cq].stalled_qps.fetch_sub(1);
+    h_->procs[qp.owner].stalled_qps.fetch_sub(1);
     qp.stall_attempts = 0;
   }
 }
@@ -181,6 +142,8 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
       ++qp.stall_attempts;
       qp.stall_since_ns = now_();
     }
+    // Several plain RDMA WRITEs waiting (the device thread falls behind a fast poster): one copy.
+    if (qp.stall.load(std::memory_order_relaxed) == kStallNone && run_write_batch(qp, pi)) continue;
     if (!fetch_wqe(qp, buf, &bbs)) {
       CqeInfo info{};
       info.cqe_opcode = kCqeReqErr;
@@ -302,11 +265,8 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   int local_pid = local.is_inline ? 0 : h_->procs[qp.owner].pid;
 
   // The responder: the connected QP behind the destination LID, ready to receive.
-  QpSlot* r = seg_->find_qp(qp.dest_qpn);
-  if (!r || r->type != qp.type || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
-      r->dev >= h_->num_devices || h_->devices[r->dev].ports[r->port - 1].lid != qp.dlid ||
-      h_->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive)
-    return ExecOutcome::stall_retry;
+  QpSlot* r = connected_responder(seg_, qp);
+  if (!r) return ExecOutcome::stall_retry;
   // A retry asks the slow question too: is the responder's process still the one that registered?
   if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !seg_->proc_alive(r->owner))
     return ExecOutcome::stall_retry;

@@ -65,6 +65,10 @@ class Engine {
  private:
   void run_sq(QpSlot& qp, bool force_retry);
   bool fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs);
+  bool fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs);
+  // Executes a run of plain RDMA WRITEs at the head with one DMA call; returns how many (0: the
+  // head is not such a run, or something in it needs the one-at-a-time path and its errors).
+  uint32_t run_write_batch(QpSlot& qp, uint32_t producer);
   ExecOutcome execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);
   bool retry_due(QpSlot& qp);
   void set_stall(QpSlot& qp, uint32_t kind, uint32_t delay_us);

@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 2;
+constexpr uint32_t kLayoutVersion = 3;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -77,7 +77,9 @@ enum ProcState : uint32_t { kProcFree = 0, kProcAlive = 1, kProcDead = 2 };
 
 struct ProcRecord {
   std::atomic<uint32_t> state;
+  std::atomic<uint32_t> stalled_qps;  // this process's QPs whose head WQE waits for a retry
   int32_t pid;
+  uint32_t rsvd;
   uint64_t start_time;  // /proc/<pid>/stat field 22: tells a recycled pid from the original
 };
 

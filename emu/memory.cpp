@@ -9,7 +9,7 @@
 namespace emu {
 namespace {
 
-constexpr int kMaxIov = 64;
+constexpr int kMaxIov = 256;  // per system call (IOV_MAX is 1024)
 constexpr uint64_t kBounce = 64 * 1024;
 
 bool is_self(int pid) {

@@ -8,6 +8,8 @@
 #include <thread>
 #include <unistd.h>
 
+#include "barriers.h"
+
 namespace emu {
 namespace {
 
@@ -68,6 +70,7 @@ bool ProgressThread::pop(uint64_t* v) {
 
 bool ProgressThread::retry_stalled() {
   Segment* seg = Segment::get();
+  if (seg->hdr()->procs[seg->self()].stalled_qps.load(std::memory_order_relaxed) == 0) return false;
   bool any = false;
   for (QpSlot& q : seg->hdr()->qps) {
     if (q.state.load(std::memory_order_relaxed) != kSlotLive || q.owner != seg->self()) continue;
@@ -79,6 +82,8 @@ bool ProgressThread::retry_stalled() {
 }
 
 void ProgressThread::run() {
+  constexpr uint32_t kIdleSpins = 2000;  // a few microseconds of pause instructions
+  uint32_t idle_spins = 0;
   for (;;) {
     uint32_t seen = wake_.load(std::memory_order_acquire);
     uint64_t v;
@@ -88,7 +93,17 @@ void ProgressThread::run() {
       did = true;
     }
     bool stalled = retry_stalled();
-    if (did) continue;
+    if (did) {
+      idle_spins = 0;
+      continue;
+    }
+    // A short look before sleeping keeps a busy poster from paying a wake-up per doorbell; it is
+    // bounded, so an idle device costs nothing.
+    if (idle_spins++ < kIdleSpins) {
+      cpu_relax();
+      continue;
+    }
+    idle_spins = 0;
     sleeping_.store(true, std::memory_order_seq_cst);
     if (wake_.load(std::memory_order_seq_cst) == seen) {
       timespec tick{0, 200000};  // stalled work is retried every 200 us; idle sleeps until woken

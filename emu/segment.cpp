@@ -136,7 +136,7 @@ Status Segment::attach(const Config& cfg) {
     hdr_ = mf->find_or_construct<Header>("rdmaemu.header")();
   } catch (const std::exception& e) {
     g_error = "shared segment " + path + " is full or corrupt: " + e.what() +
-              " (remove it with `emu-ctl reset`)";
+              " (remove the file once no process uses it)";
     return Status::no_memory;
   }
   g_header.store(hdr_, std::memory_order_release);
@@ -158,8 +158,11 @@ Status Segment::attach(const Config& cfg) {
   if (hdr_->magic != kMagic || hdr_->layout_version != kLayoutVersion ||
       hdr_->header_size != sizeof(Header)) {
     g_error = "shared segment " + path + " has layout version " +
-              std::to_string(hdr_->layout_version) + " but this build uses " +
-              std::to_string(kLayoutVersion) + "; remove it (emu-ctl reset) or set EMU_FABRIC";
+              std::to_string(hdr_->layout_version) + " (header " + std::to_string(hdr_->header_size) +
+              " bytes) but this build uses version " + std::to_string(kLayoutVersion) + " (header " +
+              std::to_string(sizeof(Header)) +
+              " bytes): it was made by another build. Remove the file once no process uses it, or "
+              "set EMU_FABRIC to another name";
     return Status::layout_mismatch;
   }
   sweep_dead();

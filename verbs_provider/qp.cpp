@@ -152,8 +152,10 @@ void reset_queues(EmuQp* qp) {
   s.sq_ci = 0;
   s.rq_ci = 0;
   s.rnr_waiter.store(0);
-  if (s.stall.exchange(kStallNone) != kStallNone)
+  if (s.stall.exchange(kStallNone) != kStallNone) {
     segment()->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
+    segment()->hdr()->procs[s.owner].stalled_qps.fetch_sub(1);
+  }
   pthread_spin_unlock(&qp->rq_lock);
   pthread_spin_unlock(&qp->sq_lock);
 }
@@ -462,7 +464,10 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   s.qp_state.store(kQpsReset);
   s.sq_engine.lock(seg->self());
   s.rq_lock.lock(seg->self());
-  if (s.stall.exchange(kStallNone) != kStallNone) seg->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
+  if (s.stall.exchange(kStallNone) != kStallNone) {
+    seg->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
+    seg->hdr()->procs[s.owner].stalled_qps.fetch_sub(1);
+  }
   s.state.store(kSlotFree, std::memory_order_release);
   s.rq_lock.unlock();
   s.sq_engine.unlock();

@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <fstream>
+#include <sstream>
 #include <string>
 
 #include "config.h"
@@ -47,5 +49,19 @@ TEST(Config, EveryKnobIsDocumented) {
   for (int i = 0; i < n; ++i) {
     EXPECT_EQ(std::string(d[i].name).rfind("EMU_", 0), 0u) << d[i].name;
     EXPECT_NE(std::string(d[i].doc), "");
+  }
+}
+
+TEST(Config, DocsListEveryKnobWithItsDefault) {
+  std::ifstream f(EMU_SOURCE_DIR "/docs/knobs.md");
+  ASSERT_TRUE(f) << "docs/knobs.md";
+  std::stringstream ss;
+  ss << f.rdbuf();
+  std::string doc = ss.str();
+  int n = 0;
+  const KnobDoc* d = knob_docs(&n);
+  for (int i = 0; i < n; ++i) {
+    std::string row = std::string("| ") + d[i].name + " | " + d[i].default_value + " |";
+    EXPECT_NE(doc.find(row), std::string::npos) << "docs/knobs.md lacks the row " << row;
   }
 }

@@ -1,0 +1,77 @@
+// Helpers shared by the engine's files: doorbell-record reads, key translation as a NIC does it,
+// and the responder lookup. Internal to emu/.
+#pragma once
+#include <cstdint>
+
+#include "barriers.h"
+#include "layout.h"
+#include "memory.h"
+#include "segment.h"
+#include "wqe.h"
+
+namespace emu::engine_detail {
+
+constexpr int kMaxSpans = 32;
+constexpr uint64_t kMaxMsgSize = 1ull << 31;
+
+inline uint32_t* dbrec_of(Segment* seg, const QpSlot& qp) { return seg->at<uint32_t>(qp.dbrec_off); }
+
+inline uint32_t sq_producer(Segment* seg, const QpSlot& qp) {
+  return be32(device_load32(&dbrec_of(seg, qp)[1])) & 0xffff;
+}
+inline uint32_t rq_producer(Segment* seg, const QpSlot& qp) {
+  return be32(device_load32(&dbrec_of(seg, qp)[0])) & 0xffff;
+}
+
+inline bool can_receive(uint32_t state) {
+  return state == kQpsRtr || state == kQpsRts || state == kQpsSqd || state == kQpsSqe;
+}
+
+struct Sges {
+  MemSpan span[kMaxSpans];
+  int n = 0;
+  uint64_t total = 0;
+  bool is_inline = false;
+};
+
+// A local key check as the NIC does it: key, PD, owner, bounds and the needed access.
+inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint64_t addr, uint64_t len,
+                     bool need_write, uint64_t* va) {
+  const MrSlot* mr = seg->find_mr(lkey);
+  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner) return false;
+  if (need_write && !(mr->access & kAccessLocalWrite)) return false;
+  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
+  *va = mr->addr + (addr - mr->iova);
+  return true;
+}
+
+inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr, uint64_t len,
+                      uint32_t need, uint64_t* va) {
+  if (!(qp.access & need)) return false;
+  const MrSlot* mr = seg->find_mr(rkey);
+  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner || !(mr->access & need)) return false;
+  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
+  *va = mr->addr + (addr - mr->iova);
+  return true;
+}
+
+inline uint32_t packets(uint64_t len, uint8_t mtu_code) {
+  uint64_t mtu = 128ull << (mtu_code ? mtu_code : 1);
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+// The responder a requester's packets reach: the QP behind the destination QPN and LID, of the
+// same type, connected back to the requester, able to receive, in a live process. nullptr: the
+// packets go nowhere (the requester retries until its budget is spent).
+inline QpSlot* connected_responder(Segment* seg, const QpSlot& qp) {
+  Header* h = seg->hdr();
+  QpSlot* r = seg->find_qp(qp.dest_qpn);
+  if (!r || r->type != qp.type || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
+      r->dev >= h->num_devices || r->port < 1 || r->port > kMaxPorts ||
+      h->devices[r->dev].ports[r->port - 1].lid != qp.dlid ||
+      h->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive)
+    return nullptr;
+  return r;
+}
+
+}  // namespace emu::engine_detail
