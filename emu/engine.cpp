@@ -53,12 +53,14 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
   for (;;) {
     if (!qp.sq_engine.try_lock_or_recover(seg_->self())) return;  // the runner re-checks for us
     run_sq(qp, force_retry);
+    uint32_t consumed = qp.sq_ci & 0xffff;  // read under the lock: sq_ci changes only there
+    bool stalled = qp.stall.load() != kStallNone;
     qp.sq_engine.unlock();
     // A doorbell that arrived after the runner's last look found the lock taken: take it over.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (qp.state.load(std::memory_order_acquire) != kSlotLive) return;
-    if ((qp.sq_ci & 0xffff) == sq_producer(seg_, qp)) return;
-    if (qp.stall.load() != kStallNone && qp.qp_state.load() != kQpsErr) return;
+    if (consumed == sq_producer(seg_, qp)) return;
+    if (stalled && qp.qp_state.load() != kQpsErr) return;
     force_retry = false;
   }
 }

@@ -143,8 +143,12 @@ int check_values(EmuQp* qp, const ibv_qp_attr* a, int mask) {
 
 void reset_queues(EmuQp* qp) {
   QpSlot& s = *qp->shm;
+  Segment* seg = segment();
   pthread_spin_lock(&qp->sq_lock);
   pthread_spin_lock(&qp->rq_lock);
+  // The device side too: no engine (any thread, any process) may be inside this QP meanwhile.
+  s.sq_engine.lock(seg->self());
+  s.rq_lock.lock(seg->self());
   qp->sq_head = qp->sq_tail = 0;
   qp->sq_posted = qp->sq_retired = 0;
   qp->rq_head = qp->rq_tail = 0;
@@ -153,9 +157,12 @@ void reset_queues(EmuQp* qp) {
   s.rq_ci = 0;
   s.rnr_waiter.store(0);
   if (s.stall.exchange(kStallNone) != kStallNone) {
-    segment()->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
-    segment()->hdr()->procs[s.owner].stalled_qps.fetch_sub(1);
+    seg->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
+    seg->hdr()->procs[s.owner].stalled_qps.fetch_sub(1);
   }
+  s.stall_attempts = 0;
+  s.rq_lock.unlock();
+  s.sq_engine.unlock();
   pthread_spin_unlock(&qp->rq_lock);
   pthread_spin_unlock(&qp->sq_lock);
 }

@@ -1,0 +1,69 @@
+// What the unmodified ibv_devinfo prints about emu0 agrees with ibv_query_device / ibv_query_port
+// in this process (ibv_devinfo runs as a child and inherits the preload).
+#include <cinttypes>
+#include <cstdio>
+#include <map>
+#include <string>
+
+#include "verbs_fixture.h"
+
+namespace vt {
+namespace {
+
+// "\tkey:\t\t\tvalue" lines of ibv_devinfo -v, first occurrence of each key.
+std::map<std::string, std::string> devinfo() {
+  std::map<std::string, std::string> kv;
+  FILE* f = popen("ibv_devinfo -v -d emu0 2>&1", "r");
+  if (!f) return kv;
+  char line[512];
+  while (fgets(line, sizeof line, f)) {
+    std::string s(line);
+    size_t colon = s.find(':');
+    if (colon == std::string::npos) continue;
+    std::string key = s.substr(0, colon);
+    key.erase(0, key.find_first_not_of(" \t"));
+    std::string val = s.substr(colon + 1);
+    val.erase(0, val.find_first_not_of(" \t"));
+    val.erase(val.find_last_not_of(" \t\n") + 1);
+    kv.emplace(key, val);
+  }
+  pclose(f);
+  return kv;
+}
+
+class Devinfo : public VerbsTest {};
+
+TEST_F(Devinfo, AgreesWithQueryDeviceAndPort) {
+  auto kv = devinfo();
+  ASSERT_EQ(kv["hca_id"], "emu0") << "ibv_devinfo did not describe emu0";
+  ibv_device_attr a;
+  ASSERT_EQ(ibv_query_device(ctx, &a), 0);
+  auto num = [&](const char* k) { return std::stoull(kv.at(k), nullptr, 0); };
+  EXPECT_EQ(num("max_qp"), a.max_qp);
+  EXPECT_EQ(num("max_qp_wr"), a.max_qp_wr);
+  EXPECT_EQ(num("max_sge"), a.max_sge);
+  EXPECT_EQ(num("max_cq"), a.max_cq);
+  EXPECT_EQ(num("max_cqe"), a.max_cqe);
+  EXPECT_EQ(num("max_mr"), a.max_mr);
+  EXPECT_EQ(num("max_mr_size"), a.max_mr_size);
+  EXPECT_EQ(num("max_pd"), a.max_pd);
+  EXPECT_EQ(num("max_qp_rd_atom"), a.max_qp_rd_atom);
+  EXPECT_EQ(num("phys_port_cnt"), a.phys_port_cnt);
+  EXPECT_EQ(num("vendor_part_id"), a.vendor_part_id);
+  EXPECT_EQ(kv["atomic_cap"], "ATOMIC_HCA (1)");
+  char guid[32];
+  uint64_t g = be64toh(a.node_guid);
+  std::snprintf(guid, sizeof guid, "%04x:%04x:%04x:%04x", unsigned(g >> 48), unsigned(g >> 32) & 0xffff,
+                unsigned(g >> 16) & 0xffff, unsigned(g) & 0xffff);
+  EXPECT_EQ(kv["node_guid"], guid);
+  ibv_port_attr p;
+  ASSERT_EQ(ibv_query_port(ctx, 1, &p), 0);
+  EXPECT_EQ(kv["state"], "PORT_ACTIVE (4)");
+  EXPECT_EQ(p.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(num("port_lid"), p.lid);
+  EXPECT_EQ(kv["link_layer"], "InfiniBand");
+  EXPECT_EQ(num("max_msg_sz"), p.max_msg_sz);
+}
+
+}  // namespace
+}  // namespace vt
