@@ -81,6 +81,7 @@ CopyResult cross_copy(Cursor& local, Cursor& remote, int pid, bool write_remote)
     uint64_t lb = take(local, liov, &ln, ~0ull);
     if (lb == 0) return CopyResult::ok;
     uint64_t rb = take(remote, riov, &rn, lb);
+    if (rb == 0) return CopyResult::ok;  // the shorter list is done (a receive larger than the message)
     if (rb < lb) {  // trim the local side to what the remote batch covers
       local = lsave;
       lb = take(local, liov, &ln, rb);

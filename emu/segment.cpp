@@ -1,5 +1,7 @@
 #include "segment.h"
 
+#include "wqe.h"
+
 #include <atomic>
 #include <boost/interprocess/managed_mapped_file.hpp>
 #include <cerrno>
@@ -226,8 +228,11 @@ Status Segment::alloc_pd(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->p
 Status Segment::alloc_mr(uint32_t* idx) {
   Status st = alloc_slot(hdr_, self_, hdr_->mrs, idx);
   if (st == Status::ok) {
-    uint32_t gen = hdr_->generation.fetch_add(1, std::memory_order_relaxed) & 0xff;
-    hdr_->mrs[*idx].key = (*idx << 8) | gen;
+    uint32_t key;
+    do {  // 0x100 ends a receive scatter list (as mlx5 reserves it): never a key
+      key = (*idx << 8) | (hdr_->generation.fetch_add(1, std::memory_order_relaxed) & 0xff);
+    } while (key == kInvalidLkey);
+    hdr_->mrs[*idx].key = key;
   }
   return st;
 }

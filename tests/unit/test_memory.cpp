@@ -67,3 +67,28 @@ TEST(Dma, UnmappedRemoteAddressIsAFault) {
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
 }
+
+// The engine copies a message into a larger scatter list (a receive bigger than the SEND), in
+// both directions of a cross-process copy: the copy ends with the shorter list.
+TEST(Dma, ScatterLongerThanGatherEndsWithTheMessage) {
+  static char buf[4096];
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    char c;
+    (void)!read(go[0], &c, 1);
+    _exit(0);
+  }
+  char small[100];
+  std::memset(small, 'm', sizeof small);
+  char big[4096] = {};
+  // Remote 100 bytes -> local 4096-byte list.
+  MemSpan rs{a(buf), 100}, ld{a(big), sizeof big};
+  EXPECT_EQ(dma_copy(child, &rs, 1, 0, &ld, 1), CopyResult::ok);
+  // Local 100 bytes -> remote 4096-byte list.
+  MemSpan ls{a(small), sizeof small}, rd{a(buf), sizeof buf};
+  EXPECT_EQ(dma_copy(0, &ls, 1, child, &rd, 1), CopyResult::ok);
+  (void)!write(go[1], "g", 1);
+  waitpid(child, nullptr, 0);
+}

@@ -5,6 +5,9 @@
 #include <unistd.h>
 
 #include "segment.h"
+#include "wqe.h"
+
+#include <vector>
 
 using namespace emu;
 
@@ -104,4 +107,20 @@ TEST(Segment, DeadProcessObjectsAreSweptAtTheNextAttach) {
   EXPECT_EQ(s->sweep_dead(), 1);
   EXPECT_EQ(h->qps[q].state.load(), kSlotFree);
   EXPECT_EQ(h->procs[slot].state.load(), kProcFree);
+}
+
+TEST(Segment, NoMrEverGetsTheListTerminatorKey) {
+  Segment* s = Segment::get();
+  std::vector<uint32_t> got;
+  for (int i = 0; i < 600; ++i) {  // more than one full cycle of the generation byte per slot
+    uint32_t idx;
+    ASSERT_EQ(s->alloc_mr(&idx), Status::ok);
+    EXPECT_NE(s->hdr()->mrs[idx].key, kInvalidLkey);
+    got.push_back(idx);
+    // The first MR stays; the next lowest slot is freed and reused, through every generation.
+    if (i > 0) s->hdr()->mrs[idx].state.store(kSlotFree);
+  }
+  EXPECT_EQ(got[1], got[0] + 1);
+  EXPECT_EQ(got.back(), got[1]) << "the same slot came back every time";
+  s->hdr()->mrs[got[0]].state.store(kSlotFree);
 }
