@@ -50,9 +50,12 @@ void Engine::on_doorbell(uint64_t ctrl_head) {
 }
 
 void Engine::kick_sq(QpSlot& qp, bool force_retry) {
+  // A forced retry is a flag on the QP, so that a runner already inside (which this call cannot
+  // join) still honours it.
+  if (force_retry) qp.retry_now.store(1, std::memory_order_seq_cst);
   for (;;) {
     if (!qp.sq_engine.try_lock_or_recover(seg_->self())) return;  // the runner re-checks for us
-    run_sq(qp, force_retry);
+    run_sq(qp, qp.retry_now.exchange(0) != 0);
     uint32_t consumed = qp.sq_ci & 0xffff;  // read under the lock: sq_ci changes only there
     bool stalled = qp.stall.load() != kStallNone;
     qp.sq_engine.unlock();
@@ -60,8 +63,7 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (qp.state.load(std::memory_order_acquire) != kSlotLive) return;
     if (consumed == sq_producer(seg_, qp)) return;
-    if (stalled && qp.qp_state.load() != kQpsErr) return;
-    force_retry = false;
+    if (stalled && qp.qp_state.load() != kQpsErr && !qp.retry_now.load()) return;
   }
 }
 
@@ -86,7 +88,7 @@ bool Engine::fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs)
   return wqe_idx == (pos & 0xffff) && (be32(ctrl.qpn_ds) >> 8) == qp.qpn;
 }
 
-void Engine::set_stall(QpSlot& qp, uint32_t kind, uint32_t delay_us) {
+void Engine::set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us) {
   uint32_t prev = qp.stall.exchange(kind);
   if (prev != kind) qp.stall_attempts = 0;
   qp.stall_since_ns = now_();
@@ -107,7 +109,7 @@ void Engine::clear_stall(QpSlot& qp) {
 
 bool Engine::retry_due(QpSlot& qp) {
   if (qp.stall_delay_us == 0) return false;  // infinite timeout: only a kick retries
-  return now_() - qp.stall_since_ns >= uint64_t(qp.stall_delay_us) * 1000;
+  return now_() - qp.stall_since_ns >= qp.stall_delay_us * 1000;
 }
 
 void Engine::run_sq(QpSlot& qp, bool force_retry) {
@@ -183,8 +185,7 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
         continue;
       }
       if (qp.stall.load() != kind) {
-        uint32_t delay = rnr ? static_cast<uint32_t>(rnr_delay_us(info.rnr_timer))
-                             : static_cast<uint32_t>(transport_timeout_us(qp.timeout));
+        uint64_t delay = rnr ? rnr_delay_us(info.rnr_timer) : transport_timeout_us(qp.timeout);
         set_stall(qp, kind, delay);
       }
       return;
@@ -195,6 +196,15 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     qp.sq_ci += bbs;
     if (error) enter_error(qp);
   }
+}
+
+// Whether the responder's receive queue is empty; if so the requester is registered to be woken
+// by the responder's next receive. Registering and then looking again (the poster stores its
+// doorbell record and then looks for a waiter) means one of the two always sees the other.
+bool Engine::rq_empty_wait(const QpSlot& qp, QpSlot& r) {
+  if ((r.rq_ci & 0xffff) != rq_producer(seg_, r)) return false;
+  r.rnr_waiter.store(qp.qpn + 1, std::memory_order_seq_cst);
+  return (r.rq_ci & 0xffff) == rq_producer(seg_, r);
 }
 
 ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
@@ -290,9 +300,8 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
       return responder_error(kSynRemoteAccess, kEvQpAccessErr);
     bool imm = opcode == kOpRdmaWriteImm;
     if (imm) r->rq_lock.lock(seg_->self());
-    if (imm && (r->rq_ci & 0xffff) == rq_producer(seg_, *r)) {
+    if (imm && rq_empty_wait(qp, *r)) {
       r->rq_lock.unlock();
-      r->rnr_waiter.store(qp.qpn + 1);
       out->rnr_timer = r->min_rnr_timer;
       return ExecOutcome::stall_rnr;
     }
@@ -360,9 +369,8 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
 
   // SEND / SEND_WITH_IMM: consume the responder's next receive WQE.
   r->rq_lock.lock(seg_->self());
-  if ((r->rq_ci & 0xffff) == rq_producer(seg_, *r)) {
+  if (rq_empty_wait(qp, *r)) {
     r->rq_lock.unlock();
-    r->rnr_waiter.store(qp.qpn + 1);
     out->rnr_timer = r->min_rnr_timer;
     return ExecOutcome::stall_rnr;
   }

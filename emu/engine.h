@@ -71,7 +71,8 @@ class Engine {
   uint32_t run_write_batch(QpSlot& qp, uint32_t producer);
   ExecOutcome execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);
   bool retry_due(QpSlot& qp);
-  void set_stall(QpSlot& qp, uint32_t kind, uint32_t delay_us);
+  bool rq_empty_wait(const QpSlot& qp, QpSlot& r);
+  void set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us);
   void clear_stall(QpSlot& qp);
   void complete_send(QpSlot& qp, const CqeInfo& info, bool signaled);
   void raise_qp_event(const QpSlot& qp, uint32_t type);

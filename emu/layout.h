@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 3;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 4;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -196,7 +196,8 @@ struct QpSlot {
   uint32_t sq_psn;
   std::atomic<uint32_t> stall;
   uint32_t stall_attempts;
-  uint32_t stall_delay_us;  // the wait before the stalled head WQE is tried again
+  std::atomic<uint32_t> retry_now;  // try the stalled head WQE at once (a receive was posted)
+  uint64_t stall_delay_us;  // the wait before the stalled head WQE is tried again
   uint64_t stall_since_ns;
   // Device-side responder state (written per message by the engine of whoever sends to us).
   alignas(64) ShmLock rq_lock;

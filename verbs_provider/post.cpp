@@ -248,6 +248,7 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   pthread_spin_unlock(&qp->rq_lock);
   if (nreq) {
     // The device's side of a receive doorbell: flush in ERR, or wake a requester parked on RNR.
+    std::atomic_thread_fence(std::memory_order_seq_cst);  // the record before the waiter (see rq_empty_wait)
     if (qp->shm->qp_state.load() == kQpsErr) {
       qp->ctx->engine->flush_rq(*qp->shm);
     } else if (uint32_t waiter = qp->shm->rnr_waiter.exchange(0)) {
