@@ -122,10 +122,10 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     if (state == kQpsErr) {
       clear_stall(qp);
       if (!fetch_wqe(qp, buf, &bbs)) {
-        // Garbage behind an error: nothing a completion could name. Drop to the producer index.
-        qp.sq_ci = (qp.sq_ci & ~0xffffu) | pi;
-        if ((pi & 0xffff) < (qp.sq_ci & 0xffff)) qp.sq_ci += 0x10000;
-        return;
+        // Not a WQE start (behind a malformed WQE): step one block and look again, so every real
+        // WQE after it still gets its flush completion.
+        qp.sq_ci += 1;
+        continue;
       }
       auto* c = reinterpret_cast<const CtrlSeg*>(buf);
       CqeInfo info{};
@@ -216,6 +216,7 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   *out = CqeInfo{};
   out->cqe_opcode = kCqeReq;
   out->wqe_opcode = opcode;
+  if (opcode == kOpSendImm || opcode == kOpRdmaWriteImm) out->emu_flags = kCqeFlagImm;  // as mlx5
   out->wqe_counter = qp.sq_ci & 0xffff;
   out->qpn = qp.qpn;
   auto fail = [&](uint8_t syndrome) {

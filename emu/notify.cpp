@@ -2,7 +2,9 @@
 
 #include <cerrno>
 #include <cstdio>
+#include <csignal>
 #include <fcntl.h>
+#include <pthread.h>
 #include <mutex>
 #include <unistd.h>
 
@@ -19,8 +21,8 @@ struct FdCache {
   int next = 0;
   std::mutex mu;
 
+  // Caller holds mu.
   int get(uint64_t key, int owner_pid, int owner_fd) {
-    std::lock_guard<std::mutex> g(mu);
     for (int i = 0; i < kSize; ++i)
       if (uid[i] == key) return fd[i];
     char path[64];
@@ -44,12 +46,26 @@ void deliver(uint32_t owner, int wfd, uint64_t key, const void* rec, size_t len)
   Segment* seg = Segment::get();
   if (!seg || wfd < 0) return;
   int fd = wfd;
+  std::unique_lock<std::mutex> hold;  // a cached fd stays open while we write to it
   if (owner != seg->self()) {
+    hold = std::unique_lock<std::mutex>(cache().mu);
     fd = cache().get(key, seg->hdr()->procs[owner].pid, wfd);
     if (fd < 0) return;  // the owner is gone: nobody is left to read the event
   }
+  // A reader that is gone must not kill the process running the engine with SIGPIPE: block the
+  // signal for this write and take back a SIGPIPE it raised.
+  sigset_t pipe_set, old_set;
+  sigemptyset(&pipe_set);
+  sigaddset(&pipe_set, SIGPIPE);
+  pthread_sigmask(SIG_BLOCK, &pipe_set, &old_set);
   ssize_t r = write(fd, rec, len);
-  if (r != static_cast<ssize_t>(len)) log("event lost (pipe full or closed): errno %d", errno);
+  int err = errno;
+  if (r < 0 && err == EPIPE) {
+    timespec zero{0, 0};
+    sigtimedwait(&pipe_set, nullptr, &zero);
+  }
+  pthread_sigmask(SIG_SETMASK, &old_set, nullptr);
+  if (r != static_cast<ssize_t>(len)) log("event lost (pipe full or closed): errno %d", err);
 }
 
 }  // namespace

@@ -99,9 +99,9 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     if (qp) {
       uint32_t slot = idx & (qp->sq_bbs - 1);
       wc->wr_id = qp->sq_wrid[slot];
-      // The device completes in order: every WQE up to this one is done.
-      uint32_t full = qp->sq_head - ((qp->sq_head - idx) & 0xffff);
-      qp->sq_tail = full + qp->sq_wqe_bbs[slot];
+      // The device completes in order: every block up to the end of this WQE is free again. The
+      // 16-bit distance from the tail (the ring is at most 32768 blocks) gives the full index.
+      qp->sq_tail += static_cast<uint16_t>(idx + qp->sq_wqe_bbs[slot] - qp->sq_tail);
       qp->sq_retired = qp->sq_seq[slot];
     }
   } else {
@@ -109,7 +109,7 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     if (qp && (c.emu_flags & kCqeFlagLanded)) land_payload(qp, idx, wc->byte_len);
     if (qp) {
       wc->wr_id = qp->rq_wrid[idx & (qp->rq_cnt - 1)];
-      qp->rq_tail = qp->rq_head - ((qp->rq_head - idx) & 0xffff) + 1;
+      qp->rq_tail += static_cast<uint16_t>(idx + 1 - qp->rq_tail);
     }
   }
   ++cq->ci;
@@ -239,6 +239,7 @@ int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   EmuCq* cq = to_cq(ibcq);
   CqSlot& cs = *cq->shm;
   cs.arm.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
+  std::atomic_thread_fence(std::memory_order_seq_cst);  // arm, then look (the device: CQE, then arm)
   // A completion the device wrote before the arm but that is still unpolled fires at once, as
   // hardware compares the armed consumer index with its producer index.
   pthread_spin_lock(&cq->lock);

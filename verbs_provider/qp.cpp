@@ -44,7 +44,8 @@ constexpr int kQpAttrAll = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC
 
 bool rc_rule(uint32_t cur, uint32_t next, Rule* r) {
   *r = {0, 0};
-  if (next == kQpsReset || next == kQpsErr) return true;  // from any state, no attributes
+  if (next == kQpsReset) return true;                     // from any state, no attributes
+  if (next == kQpsErr) return cur != kQpsReset;           // any but RESET (the kernel's table)
   switch (cur) {
     case kQpsReset:
       if (next == kQpsInit) {
@@ -91,18 +92,15 @@ bool rc_rule(uint32_t cur, uint32_t next, Rule* r) {
         return true;
       }
       if (next == kQpsSqd) {
-        *r = {0, IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
+        *r = {0, IBV_QP_PORT | IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
                      IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE | IBV_QP_TIMEOUT |
                      IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
                      IBV_QP_MAX_DEST_RD_ATOMIC};
         return true;
       }
       return false;
-    case kQpsSqe:
-      if (next == kQpsRts) {
-        *r = {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS};
-        return true;
-      }
+    case kQpsSqe:  // an RC QP never enters SQE; the kernel's RC row has no attributes here
+      if (next == kQpsRts) return true;
       return false;
     case kQpsErr:
       return false;
@@ -355,11 +353,13 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   EmuQp* qp = to_qp(ibqp);
   QpSlot& s = *qp->shm;
   if (mask & ~kQpAttrAll) return EINVAL;
-  uint32_t actual = s.qp_state.load();
-  uint32_t cur = actual;
+  uint32_t cur = s.qp_state.load();
   if (mask & IBV_QP_CUR_STATE) {
-    if (attr->cur_qp_state != actual) return EINVAL;
-    cur = attr->cur_qp_state;
+    // As the kernel does: a stated current state must be one of these, and the rules are those of
+    // the transition from it.
+    uint32_t c = attr->cur_qp_state;
+    if (c != kQpsRtr && c != kQpsRts && c != kQpsSqd && c != kQpsSqe) return EINVAL;
+    cur = c;
   }
   uint32_t next = (mask & IBV_QP_STATE) ? static_cast<uint32_t>(attr->qp_state) : cur;
   if (next > kQpsErr) return EINVAL;
