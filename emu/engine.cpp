@@ -9,6 +9,7 @@
 #include "memory.h"
 #include "notify.h"
 #include "engine_internal.h"
+#include "reclaim.h"
 
 namespace emu {
 using namespace engine_detail;
@@ -38,6 +39,7 @@ uint64_t Engine::transport_timeout_us(uint8_t timeout) {
 }
 
 void Engine::on_doorbell(uint64_t ctrl_head) {
+  EngineSection in_engine(seg_);
   CtrlSeg ctrl;
   std::memcpy(&ctrl, &ctrl_head, 8);
   uint32_t qpn = be32(ctrl.qpn_ds) >> 8;
@@ -53,6 +55,7 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
   // A forced retry is a flag on the QP, so that a runner already inside (which this call cannot
   // join) still honours it.
   if (force_retry) qp.retry_now.store(1, std::memory_order_seq_cst);
+  EngineSection in_engine(seg_);
   for (;;) {
     if (!qp.sq_engine.try_lock_or_recover(seg_->self())) return;  // the runner re-checks for us
     run_sq(qp, qp.retry_now.exchange(0) != 0);
@@ -115,6 +118,7 @@ bool Engine::retry_due(QpSlot& qp) {
 void Engine::run_sq(QpSlot& qp, bool force_retry) {
   alignas(64) uint8_t buf[kMaxWqeBBs * kSendWqeBB];
   for (;;) {
+    if (qp.state.load(std::memory_order_acquire) != kSlotLive) return;  // destroyed meanwhile
     uint32_t pi = sq_producer(seg_, qp);
     if ((qp.sq_ci & 0xffff) == pi) return;
     uint32_t state = qp.qp_state.load(std::memory_order_acquire);
@@ -203,6 +207,7 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
 // doorbell record and then looks for a waiter) means one of the two always sees the other.
 bool Engine::rq_empty_wait(const QpSlot& qp, QpSlot& r) {
   if ((r.rq_ci & 0xffff) != rq_producer(seg_, r)) return false;
+  if (r.state.load(std::memory_order_acquire) != kSlotLive) return true;  // being destroyed: no receive
   r.rnr_waiter.store(qp.qpn + 1, std::memory_order_seq_cst);
   return (r.rq_ci & 0xffff) == rq_producer(seg_, r);
 }
@@ -401,11 +406,14 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   if (!prot_ok) resp_syndrome = kSynLocalProt;
   else if (scatter.total < local.total) resp_syndrome = kSynLocalLength;
   bool landed = false;
-  if (!resp_syndrome && local.total && local.total <= kLandingSlot && r->land_off &&
-      remote_pid != seg_->pid()) {
-    // Into the landing slot (shared memory): the responder's poll scatters it, no system call.
-    uint8_t* slot = seg_->at<uint8_t>(r->land_off) + (r->rq_ci & (r->rq_wqe_cnt - 1)) * kLandingSlot;
-    MemSpan land{reinterpret_cast<uint64_t>(slot), local.total};
+  if (!resp_syndrome && local.total && local.total <= kLandingPayload &&
+      scatter.n <= static_cast<int>(kLandingScatter) && r->land_off && remote_pid != seg_->pid()) {
+    // Into the landing slot (shared memory) with the receive buffer's addresses as the device
+    // translated them: the responder's poll scatters it there, no system call.
+    LandingSlot& slot = seg_->at<LandingSlot>(r->land_off)[r->rq_ci & (r->rq_wqe_cnt - 1)];
+    for (int i = 0; i < static_cast<int>(kLandingScatter); ++i)
+      slot.scatter[i] = {i < scatter.n ? scatter.span[i].addr : 0, i < scatter.n ? scatter.span[i].len : 0};
+    MemSpan land{reinterpret_cast<uint64_t>(slot.payload), local.total};
     CopyResult cr = dma_copy(local_pid, local.span, local.n, 0, &land, 1);
     if (cr != CopyResult::ok) {
       r->rq_lock.unlock();
@@ -489,6 +497,7 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
 }
 
 void Engine::flush_rq(QpSlot& qp) {
+  EngineSection in_engine(seg_);
   ShmLockGuard g(qp.rq_lock, seg_->self());
   uint32_t pi = rq_producer(seg_, qp);
   while ((qp.rq_ci & 0xffff) != pi) {
@@ -503,6 +512,7 @@ void Engine::flush_rq(QpSlot& qp) {
 }
 
 void Engine::enter_error(QpSlot& qp) {
+  EngineSection in_engine(seg_);
   qp.qp_state.store(kQpsErr, std::memory_order_release);
   flush_rq(qp);
   kick_sq(qp);  // flushes the send queue unless this thread already runs it (then its loop does)

@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 4;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 6;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -28,9 +28,20 @@ constexpr uint32_t kBfBufSize = 256;  // each register has two BlueFlame buffers
 // A small SEND to another process lands in the receive WQE's landing slot in the segment; the
 // receiver's poll copies it into the posted buffer before it returns the completion (the buffer is
 // only defined once the completion is seen). No system call on the path.
-constexpr uint32_t kLandingSlot = 64;
+struct LandingSlot {
+  uint8_t payload[64];
+  struct {
+    uint64_t va;   // where the payload goes in the receiver, translated and checked by the device
+    uint64_t len;
+  } scatter[4];
+};
+static_assert(sizeof(LandingSlot) == 128);
+constexpr uint32_t kLandingPayload = sizeof(LandingSlot::payload);
+constexpr uint32_t kLandingScatter = 4;
 
-enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1 };
+// A destroyed object is dying until no engine can still be using it (see EngineSlot): it cannot be
+// found by number or key, and its slot is not handed out again.
+enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1, kSlotDying = 2 };
 
 // QP states use ibv_qp_state's numbering so the verbs edge needs no table.
 enum QpState : uint32_t { kQpsReset, kQpsInit, kQpsRtr, kQpsRts, kQpsSqd, kQpsSqe, kQpsErr };
@@ -189,7 +200,7 @@ struct QpSlot {
   uint32_t rq_stride;     // bytes per receive WQE (16 * max receive SGEs, power of two)
   uint32_t rsvd3;
   uint64_t dbrec_off;     // be32[2]: [0] receive counter, [1] send counter
-  uint64_t land_off;      // kLandingSlot bytes per receive WQE, or 0
+  uint64_t land_off;      // LandingSlot[rq_wqe_cnt], or 0
   // Device-side requester state (written per message by the requester's engine).
   alignas(64) ShmLock sq_engine;
   uint32_t sq_ci;         // next send block the device fetches
@@ -204,6 +215,23 @@ struct QpSlot {
   uint32_t rq_ci;
   uint32_t rq_psn;
   std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty receive queue
+};
+
+// Engine sections, for reclamation: a thread running the engine marks its slot odd while inside
+// (it may hold pointers to any object's slot, rings and memory), even when out. Destroying an
+// object first makes it unfindable, then waits until every slot that was odd has moved on — only
+// then are its rings freed (or, for an MR, does ibv_dereg_mr return: no DMA after that).
+constexpr uint32_t kEngineSlots = 32;  // per process; more engine threads share an overflow count
+
+struct alignas(64) EngineSlot {
+  std::atomic<uint64_t> seq;     // odd: inside the engine
+  std::atomic<uint32_t> owner_tid;
+};
+
+struct EngineSlots {
+  EngineSlot slot[kEngineSlots];
+  alignas(64) std::atomic<uint32_t> overflow_inside;  // threads beyond kEngineSlots, inside now
+  std::atomic<uint32_t> next;                         // slots handed out
 };
 
 struct Header {
@@ -223,6 +251,7 @@ struct Header {
   MrSlot mrs[kMaxMrs];
   CqSlot cqs[kMaxCqs];
   QpSlot qps[kMaxQps];
+  EngineSlots engines[kMaxProcs];
 };
 
 }  // namespace emu

@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "barriers.h"
+#include "reclaim.h"
 
 namespace emu {
 namespace {
@@ -71,6 +72,7 @@ bool ProgressThread::pop(uint64_t* v) {
 bool ProgressThread::retry_stalled() {
   Segment* seg = Segment::get();
   if (seg->hdr()->procs[seg->self()].stalled_qps.load(std::memory_order_relaxed) == 0) return false;
+  EngineSection in_engine(seg);  // slots looked at here stay what they are until we are done
   bool any = false;
   for (QpSlot& q : seg->hdr()->qps) {
     if (q.state.load(std::memory_order_relaxed) != kSlotLive || q.owner != seg->self()) continue;

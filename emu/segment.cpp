@@ -1,5 +1,6 @@
 #include "segment.h"
 
+#include "reclaim.h"
 #include "wqe.h"
 
 #include <atomic>
@@ -266,27 +267,48 @@ QpSlot* Segment::find_qp(uint32_t qpn) const {
 bool Segment::proc_alive(uint32_t slot) const { return proc_slot_alive(slot); }
 
 void Segment::release_proc_objects(uint32_t proc) {
+  auto dying = [&](auto& slot) {
+    if (slot.state.load() != kSlotLive || slot.owner != proc) return false;
+    slot.state.store(kSlotDying);
+    return true;
+  };
+  for (auto& q : hdr_->qps) dying(q);
+  for (auto& c : hdr_->cqs) dying(c);
+  for (auto& m : hdr_->mrs) dying(m);
+  for (auto& p : hdr_->pds) dying(p);
+  for (auto& c : hdr_->ctxs) dying(c);
+  // Locks the dead process held (it may have died inside the engine) are free again.
+  uint32_t word = proc + 1;
+  for (auto& q : hdr_->qps) {
+    q.sq_engine.word.compare_exchange_strong(word, 0);
+    word = proc + 1;
+    q.rq_lock.word.compare_exchange_strong(word, 0);
+    word = proc + 1;
+  }
+  hdr_->atomic_lock.word.compare_exchange_strong(word, 0);
+  reset_engine_slots(this, proc);
+  wait_for_engines(this);  // engines of live processes may still be inside these objects
   for (auto& q : hdr_->qps)
-    if (q.state.load() == kSlotLive && q.owner == proc) {
-      q.state.store(kSlotFree);
+    if (q.state.load() == kSlotDying && q.owner == proc) {
       free(q.sq_off);
       free(q.rq_off);
       free(q.dbrec_off);
       free(q.land_off);
+      q.state.store(kSlotFree);
     }
   for (auto& c : hdr_->cqs)
-    if (c.state.load() == kSlotLive && c.owner == proc) {
-      c.state.store(kSlotFree);
+    if (c.state.load() == kSlotDying && c.owner == proc) {
       free(c.buf_off);
+      c.state.store(kSlotFree);
     }
   for (auto& m : hdr_->mrs)
-    if (m.state.load() == kSlotLive && m.owner == proc) m.state.store(kSlotFree);
+    if (m.state.load() == kSlotDying && m.owner == proc) m.state.store(kSlotFree);
   for (auto& p : hdr_->pds)
-    if (p.state.load() == kSlotLive && p.owner == proc) p.state.store(kSlotFree);
+    if (p.state.load() == kSlotDying && p.owner == proc) p.state.store(kSlotFree);
   for (auto& c : hdr_->ctxs)
-    if (c.state.load() == kSlotLive && c.owner == proc) {
-      c.state.store(kSlotFree);
+    if (c.state.load() == kSlotDying && c.owner == proc) {
       free(c.uar_off);
+      c.state.store(kSlotFree);
     }
 }
 

@@ -9,6 +9,7 @@
 #include "forward.h"
 #include "notify.h"
 #include "provider.h"
+#include "reclaim.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -43,21 +44,15 @@ ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
   }
 }
 
-// A small SEND from another process waits in the landing slot of its receive WQE: scatter it into
-// the buffers that WQE names (the device checked their keys and room when it accepted the SEND).
+// A small SEND from another process waits in the landing slot of its receive WQE, with the
+// addresses the device translated when it accepted the SEND: scatter it there.
 void land_payload(EmuQp* qp, uint16_t idx, uint32_t len) {
-  Segment* seg = segment();
-  uint32_t slot = idx & (qp->rq_cnt - 1);
-  const uint8_t* src = seg->at<uint8_t>(qp->shm->land_off) + slot * kLandingSlot;
-  const uint8_t* w = qp->rq + slot * qp->rq_stride;
-  for (uint32_t off = 0; len && off + sizeof(DataSeg) <= qp->rq_stride; off += sizeof(DataSeg)) {
-    DataSeg d;
-    std::memcpy(&d, w + off, sizeof d);
-    if (be32(d.lkey) == kInvalidLkey) break;
-    const MrSlot* mr = seg->find_mr(be32(d.lkey));
-    if (!mr) break;
-    uint32_t n = std::min(len, be32(d.byte_count));
-    std::memcpy(reinterpret_cast<void*>(mr->addr + (be64(d.addr) - mr->iova)), src, n);
+  const LandingSlot& slot =
+      segment()->at<LandingSlot>(qp->shm->land_off)[idx & (qp->rq_cnt - 1)];
+  const uint8_t* src = slot.payload;
+  for (uint32_t i = 0; len && i < kLandingScatter; ++i) {
+    uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(len, slot.scatter[i].len));
+    std::memcpy(reinterpret_cast<void*>(slot.scatter[i].va), src, n);
     src += n;
     len -= n;
   }
@@ -356,8 +351,10 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
   pthread_mutex_unlock(&ibcq->mutex);
   registry_del(cq->uid);
   Segment* seg = segment();
-  cq->shm->state.store(kSlotFree, std::memory_order_release);
+  cq->shm->state.store(kSlotDying, std::memory_order_release);
+  wait_for_engines(seg);  // no engine still writes into the ring
   seg->free(cq->shm->buf_off);
+  cq->shm->state.store(kSlotFree, std::memory_order_release);
   if (ibcq->channel) {
     pthread_mutex_lock(&ibcq->context->mutex);
     --ibcq->channel->refcnt;

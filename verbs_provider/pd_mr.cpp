@@ -4,6 +4,7 @@
 
 #include "forward.h"
 #include "provider.h"
+#include "reclaim.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
@@ -142,7 +143,11 @@ int ibv_dereg_mr(ibv_mr* mr) {
     auto fn = REAL(ibv_dereg_mr, "IBVERBS_1.1");
     return fn ? fn(mr) : EINVAL;
   }
-  segment()->hdr()->mrs[to_mr(mr)->slot].state.store(kSlotFree, std::memory_order_release);
+  // As hardware guarantees: once dereg returns, no DMA touches the memory any more.
+  MrSlot& ms = segment()->hdr()->mrs[to_mr(mr)->slot];
+  ms.state.store(kSlotDying, std::memory_order_release);
+  wait_for_engines(segment());
+  ms.state.store(kSlotFree, std::memory_order_release);
   delete to_mr(mr);
   return 0;
 }

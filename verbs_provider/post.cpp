@@ -5,6 +5,7 @@
 
 #include "barriers.h"
 #include "progress.h"
+#include "reclaim.h"
 #include "provider.h"
 
 using namespace emu;
@@ -252,6 +253,7 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     if (qp->shm->qp_state.load() == kQpsErr) {
       qp->ctx->engine->flush_rq(*qp->shm);
     } else if (uint32_t waiter = qp->shm->rnr_waiter.exchange(0)) {
+      EngineSection in_engine(segment());  // the waiter's slot stays valid while we kick it
       if (QpSlot* w = segment()->find_qp(waiter - 1)) qp->ctx->engine->kick_sq(*w, true);
     }
   }

@@ -6,6 +6,7 @@
 #include "forward.h"
 #include "notify.h"
 #include "provider.h"
+#include "reclaim.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -221,7 +222,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   s.sq_off = seg->alloc(size_t(sq_bbs) * kSendWqeBB, 4096);
   s.rq_off = seg->alloc(size_t(rq_cnt) * rq_stride, 4096);
   s.dbrec_off = seg->alloc(64, 64);
-  s.land_off = seg->alloc(size_t(rq_cnt) * kLandingSlot, 64);  // 0 if the segment is short: no landing
+  s.land_off = seg->alloc(size_t(rq_cnt) * sizeof(LandingSlot), 64);  // 0 if short: no landing
   auto* qp = (s.sq_off && s.rq_off && s.dbrec_off) ? new (std::nothrow) EmuQp() : nullptr;
   if (!qp) {
     seg->free(s.sq_off);
@@ -475,7 +476,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     seg->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
     seg->hdr()->procs[s.owner].stalled_qps.fetch_sub(1);
   }
-  s.state.store(kSlotFree, std::memory_order_release);
+  s.state.store(kSlotDying, std::memory_order_release);
   s.rq_lock.unlock();
   s.sq_engine.unlock();
   for (ibv_cq* c : {ibqp->send_cq, ibqp->recv_cq}) {
@@ -500,10 +501,12 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   // Wait for the async events already handed out on this QP to be acknowledged.
   registry_del(s.uid);
   qp_table_set(ibqp->qp_num, nullptr);
+  wait_for_engines(seg);  // a peer's engine may still be inside our rings
   seg->free(s.sq_off);
   seg->free(s.rq_off);
   seg->free(s.dbrec_off);
   seg->free(s.land_off);
+  s.state.store(kSlotFree, std::memory_order_release);
   delete qp;
   return 0;
 }
