@@ -190,6 +190,27 @@ struct RecvReport {
     write_all(kPeerOut, &rep, sizeof rep);
     _exit(0);
   }
+  if (role == "dereg") {
+    // While the parent keeps writing into buf: deregister, then nothing may change buf any more.
+    uint8_t go;
+    if (!read_all(kPeerIn, &go, 1)) _exit(3);
+    RecvReport rep{1, {}};
+    if (ibv_dereg_mr(mr)) {
+      rep.ok = 0;
+      std::snprintf(rep.err, sizeof rep.err, "ibv_dereg_mr failed");
+    }
+    static uint8_t snapshot[kPeerBuf];
+    std::memcpy(snapshot, buf, sizeof buf);
+    uint8_t done = 1;
+    write_all(kPeerOut, &done, 1);
+    if (!read_all(kPeerIn, &done, 1)) _exit(3);  // the parent saw its writes fail
+    if (rep.ok && std::memcmp(snapshot, buf, sizeof buf) != 0) {
+      rep.ok = 0;
+      std::snprintf(rep.err, sizeof rep.err, "the buffer changed after ibv_dereg_mr returned");
+    }
+    write_all(kPeerOut, &rep, sizeof rep);
+    _exit(0);
+  }
   uint8_t go;
   if (!read_all(kPeerIn, &go, 1)) _exit(role == "victim" ? 0 : 3);  // blocked here: no verbs call
   PeerReport rep{};
@@ -361,6 +382,48 @@ TEST_F(CrossProcess, SendsSmallAndLargeToPeer) {
     ASSERT_EQ(post_one(qp, &w), 0);
     ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 10 + i));
   }
+  RecvReport rep{};
+  ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
+  EXPECT_EQ(rep.ok, 1u) << rep.err;
+  int st = peer.wait();
+  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
+}
+
+// Writes race the target's ibv_dereg_mr: once it returns, no write lands any more (as on hardware)
+// and the initiator's next write fails with REM_ACCESS_ERR.
+TEST_F(CrossProcess, NoWriteLandsAfterDeregReturns) {
+  ASSERT_NO_FATAL_FAILURE(connect_peer("dereg", {}));
+  bool told = false, peer_done = false;
+  int failed_at = -1;
+  for (int i = 0; i < 100000 && failed_at < 0; ++i) {
+    uint32_t v = static_cast<uint32_t>(i);
+    std::memcpy(local.p, &v, 4);
+    ibv_sge sg = local.sge(0, 64);
+    ibv_send_wr w = rdma_wr(i, IBV_WR_RDMA_WRITE, &sg, 1, pi.addr + (i % 32) * 64, pi.rkey);
+    ASSERT_EQ(post_one(qp, &w), 0);
+    auto wcs = poll_n(cq, 1);
+    ASSERT_EQ(wcs.size(), 1u);
+    if (wcs[0].status != IBV_WC_SUCCESS) {
+      EXPECT_EQ(wcs[0].status, IBV_WC_REM_ACCESS_ERR);
+      failed_at = i;
+    }
+    if (i == 50 && !told) {
+      uint8_t go = 1;
+      ASSERT_TRUE(peer.send(&go, 1));
+      told = true;
+    }
+    if (told && !peer_done) {
+      uint8_t b;
+      peer_done = peer.recv_byte_by(&b, std::chrono::steady_clock::now());
+    }
+  }
+  ASSERT_GE(failed_at, 50) << "writes kept succeeding after the MR was deregistered";
+  if (!peer_done) {
+    uint8_t b;
+    ASSERT_TRUE(peer.recv(&b, 1));
+  }
+  uint8_t done = 1;
+  ASSERT_TRUE(peer.send(&done, 1));
   RecvReport rep{};
   ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
   EXPECT_EQ(rep.ok, 1u) << rep.err;
