@@ -479,6 +479,7 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
   v.timestamp = be64(now_());
   v.sop_drop_qpn = be32((uint32_t(info.wqe_opcode) << 24) | (info.qpn & 0xffffff));
   v.wqe_counter = be16(info.wqe_counter);
+  v.qp_gen = h_->qps[info.qpn & (kMaxQps - 1)].incarnation.load(std::memory_order_relaxed);
   if (err) {
     auto* e = reinterpret_cast<ErrCqe*>(&v);
     e->syndrome = info.syndrome;

@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 6;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 7;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -201,6 +201,7 @@ struct QpSlot {
   uint32_t rsvd3;
   uint64_t dbrec_off;     // be32[2]: [0] receive counter, [1] send counter
   uint64_t land_off;      // LandingSlot[rq_wqe_cnt], or 0
+  std::atomic<uint32_t> incarnation;  // bumped by every move to RESET; stamped on each CQE
   // Device-side requester state (written per message by the requester's engine).
   alignas(64) ShmLock sq_engine;
   uint32_t sq_ci;         // next send block the device fetches

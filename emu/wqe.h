@@ -102,7 +102,8 @@ struct Cqe64 {
   uint8_t rsvd0;
   uint8_t emu_flags;        // CqeEmuFlags
   uint16_t wqe_id;
-  uint8_t rsvd4[13];
+  uint32_t qp_gen;          // the QP's incarnation (bumped by every reset): stale CQEs are dropped
+  uint8_t rsvd8[9];
   uint8_t ml_path;
   uint8_t rsvd20[4];
   uint16_t slid;            // be

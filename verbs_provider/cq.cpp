@@ -1,9 +1,10 @@
 // Completion queues, completion channels and completion events.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <fcntl.h>
-#include <unistd.h>
 
 #include "barriers.h"
 #include "forward.h"
@@ -18,37 +19,53 @@ namespace {
 
 ibv_wc_status status_of(uint8_t syndrome) {
   switch (syndrome) {
-    case kSynLocalLength: return IBV_WC_LOC_LEN_ERR;
-    case kSynLocalQpOp: return IBV_WC_LOC_QP_OP_ERR;
-    case kSynLocalProt: return IBV_WC_LOC_PROT_ERR;
-    case kSynWrFlush: return IBV_WC_WR_FLUSH_ERR;
-    case kSynBadResp: return IBV_WC_BAD_RESP_ERR;
-    case kSynLocalAccess: return IBV_WC_LOC_ACCESS_ERR;
-    case kSynRemoteInvalReq: return IBV_WC_REM_INV_REQ_ERR;
-    case kSynRemoteAccess: return IBV_WC_REM_ACCESS_ERR;
-    case kSynRemoteOp: return IBV_WC_REM_OP_ERR;
-    case kSynRetryExc: return IBV_WC_RETRY_EXC_ERR;
-    case kSynRnrRetryExc: return IBV_WC_RNR_RETRY_EXC_ERR;
-    default: return IBV_WC_GENERAL_ERR;
+    case kSynLocalLength:
+      return IBV_WC_LOC_LEN_ERR;
+    case kSynLocalQpOp:
+      return IBV_WC_LOC_QP_OP_ERR;
+    case kSynLocalProt:
+      return IBV_WC_LOC_PROT_ERR;
+    case kSynWrFlush:
+      return IBV_WC_WR_FLUSH_ERR;
+    case kSynBadResp:
+      return IBV_WC_BAD_RESP_ERR;
+    case kSynLocalAccess:
+      return IBV_WC_LOC_ACCESS_ERR;
+    case kSynRemoteInvalReq:
+      return IBV_WC_REM_INV_REQ_ERR;
+    case kSynRemoteAccess:
+      return IBV_WC_REM_ACCESS_ERR;
+    case kSynRemoteOp:
+      return IBV_WC_REM_OP_ERR;
+    case kSynRetryExc:
+      return IBV_WC_RETRY_EXC_ERR;
+    case kSynRnrRetryExc:
+      return IBV_WC_RNR_RETRY_EXC_ERR;
+    default:
+      return IBV_WC_GENERAL_ERR;
   }
 }
 
 ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
   switch (wqe_opcode) {
     case kOpRdmaWrite:
-    case kOpRdmaWriteImm: return IBV_WC_RDMA_WRITE;
-    case kOpRdmaRead: return IBV_WC_RDMA_READ;
-    case kOpAtomicCs: return IBV_WC_COMP_SWAP;
-    case kOpAtomicFa: return IBV_WC_FETCH_ADD;
-    default: return IBV_WC_SEND;
+    case kOpRdmaWriteImm:
+      return IBV_WC_RDMA_WRITE;
+    case kOpRdmaRead:
+      return IBV_WC_RDMA_READ;
+    case kOpAtomicCs:
+      return IBV_WC_COMP_SWAP;
+    case kOpAtomicFa:
+      return IBV_WC_FETCH_ADD;
+    default:
+      return IBV_WC_SEND;
   }
 }
 
 // A small SEND from another process waits in the landing slot of its receive WQE, with the
 // addresses the device translated when it accepted the SEND: scatter it there.
 void land_payload(EmuQp* qp, uint16_t idx, uint32_t len) {
-  const LandingSlot& slot =
-      segment()->at<LandingSlot>(qp->shm->land_off)[idx & (qp->rq_cnt - 1)];
+  const LandingSlot& slot = segment()->at<LandingSlot>(qp->shm->land_off)[idx & (qp->rq_cnt - 1)];
   const uint8_t* src = slot.payload;
   for (uint32_t i = 0; len && i < kLandingScatter; ++i) {
     uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(len, slot.scatter[i].len));
@@ -60,56 +77,64 @@ void land_payload(EmuQp* qp, uint16_t idx, uint32_t len) {
 
 // Takes the next completion, if the device has published one. Caller holds cq->lock.
 bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
-  Cqe64& c = cq->ring[cq->ci & (cq->shm->cqe_cnt - 1)];
-  uint8_t op_own = cqe_owner_load(&c.op_own);
-  uint8_t opcode = op_own >> 4;
-  uint8_t expect_owner = (cq->ci >> cq->shm->log_cqe_cnt) & 1;
-  if (opcode == kCqeInvalid || (op_own & 1) != expect_owner) return false;
-  from_device_barrier();
-  uint32_t word = be32(c.sop_drop_qpn);
-  uint32_t qpn = word & 0xffffff;
-  uint8_t wqe_opcode = word >> 24;
-  uint16_t idx = be16(c.wqe_counter);
-  std::memset(wc, 0, sizeof *wc);
-  wc->qp_num = qpn;
-  wc->byte_len = be32(c.byte_cnt);
-  wc->src_qp = be32(c.flags_rqpn) & 0xffffff;
-  wc->slid = be16(c.slid);
-  if (c.emu_flags & kCqeFlagImm) {
-    wc->wc_flags |= IBV_WC_WITH_IMM;
-    wc->imm_data = c.imm_inval_pkey;
-  }
-  *ts = be64(c.timestamp);
-  bool is_err = opcode == kCqeReqErr || opcode == kCqeRespErr;
-  if (is_err) {
-    auto& e = reinterpret_cast<ErrCqe&>(c);
-    wc->status = status_of(e.syndrome);
-    wc->vendor_err = e.vendor_err_synd;
-  } else {
-    wc->status = IBV_WC_SUCCESS;
-  }
-  EmuQp* qp = qp_by_num(qpn);
-  if (opcode == kCqeReq || opcode == kCqeReqErr) {
-    wc->opcode = send_opcode(wqe_opcode);
-    if (qp) {
-      uint32_t slot = idx & (qp->sq_bbs - 1);
-      wc->wr_id = qp->sq_wrid[slot];
-      // The device completes in order: every block up to the end of this WQE is free again. The
-      // 16-bit distance from the tail (the ring is at most 32768 blocks) gives the full index.
-      qp->sq_tail += static_cast<uint16_t>(idx + qp->sq_wqe_bbs[slot] - qp->sq_tail);
-      qp->sq_retired = qp->sq_seq[slot];
+  for (;;) {
+    Cqe64& c = cq->ring[cq->ci & (cq->shm->cqe_cnt - 1)];
+    uint8_t op_own = cqe_owner_load(&c.op_own);
+    uint8_t opcode = op_own >> 4;
+    uint8_t expect_owner = (cq->ci >> cq->shm->log_cqe_cnt) & 1;
+    if (opcode == kCqeInvalid || (op_own & 1) != expect_owner) return false;
+    from_device_barrier();
+    uint32_t word = be32(c.sop_drop_qpn);
+    uint32_t qpn = word & 0xffffff;
+    EmuQp* qp = qp_by_num(qpn);
+    if (!qp || c.qp_gen != qp->incarnation) {
+      // A completion of a QP destroyed or reset since: it names nothing the user still has.
+      ++cq->ci;
+      cq->shm->ci.store(cq->ci, std::memory_order_release);
+      continue;
     }
-  } else {
-    wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
-    if (qp && (c.emu_flags & kCqeFlagLanded)) land_payload(qp, idx, wc->byte_len);
-    if (qp) {
-      wc->wr_id = qp->rq_wrid[idx & (qp->rq_cnt - 1)];
-      qp->rq_tail += static_cast<uint16_t>(idx + 1 - qp->rq_tail);
+    uint8_t wqe_opcode = word >> 24;
+    uint16_t idx = be16(c.wqe_counter);
+    std::memset(wc, 0, sizeof *wc);
+    wc->qp_num = qpn;
+    wc->byte_len = be32(c.byte_cnt);
+    wc->src_qp = be32(c.flags_rqpn) & 0xffffff;
+    wc->slid = be16(c.slid);
+    if (c.emu_flags & kCqeFlagImm) {
+      wc->wc_flags |= IBV_WC_WITH_IMM;
+      wc->imm_data = c.imm_inval_pkey;
     }
+    *ts = be64(c.timestamp);
+    bool is_err = opcode == kCqeReqErr || opcode == kCqeRespErr;
+    if (is_err) {
+      auto& e = reinterpret_cast<ErrCqe&>(c);
+      wc->status = status_of(e.syndrome);
+      wc->vendor_err = e.vendor_err_synd;
+    } else {
+      wc->status = IBV_WC_SUCCESS;
+    }
+    if (opcode == kCqeReq || opcode == kCqeReqErr) {
+      wc->opcode = send_opcode(wqe_opcode);
+      {
+        uint32_t slot = idx & (qp->sq_bbs - 1);
+        wc->wr_id = qp->sq_wrid[slot];
+        // The device completes in order: every block up to the end of this WQE is free again. The
+        // 16-bit distance from the tail (the ring is at most 32768 blocks) gives the full index.
+        qp->sq_tail += static_cast<uint16_t>(idx + qp->sq_wqe_bbs[slot] - qp->sq_tail);
+        qp->sq_retired = qp->sq_seq[slot];
+      }
+    } else {
+      wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+      if (c.emu_flags & kCqeFlagLanded) land_payload(qp, idx, wc->byte_len);
+      {
+        wc->wr_id = qp->rq_wrid[idx & (qp->rq_cnt - 1)];
+        qp->rq_tail += static_cast<uint16_t>(idx + 1 - qp->rq_tail);
+      }
+    }
+    ++cq->ci;
+    cq->shm->ci.store(cq->ci, std::memory_order_release);
+    return true;
   }
-  ++cq->ci;
-  cq->shm->ci.store(cq->ci, std::memory_order_release);
-  return true;
 }
 
 void maybe_progress(EmuCq* cq) {
@@ -158,11 +183,10 @@ constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 
-EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context,
-                        ibv_comp_channel* channel, int comp_vector) {
+EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
+                        int comp_vector) {
   if (cqe < 1 || static_cast<uint32_t>(cqe) > Limits::max_cqe || comp_vector < 0 ||
-      comp_vector >= context->num_comp_vectors ||
-      (channel && channel->context != context))
+      comp_vector >= context->num_comp_vectors || (channel && channel->context != context))
     return fail_null<EmuCq>(EINVAL);
   Segment* seg = segment();
   uint32_t log = 1;
@@ -234,7 +258,8 @@ int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   EmuCq* cq = to_cq(ibcq);
   CqSlot& cs = *cq->shm;
   cs.arm.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
-  std::atomic_thread_fence(std::memory_order_seq_cst);  // arm, then look (the device: CQE, then arm)
+  std::atomic_thread_fence(
+      std::memory_order_seq_cst);  // arm, then look (the device: CQE, then arm)
   // A completion the device wrote before the arm but that is still unpolled fires at once, as
   // hardware compares the armed consumer index with its producer index.
   pthread_spin_lock(&cq->lock);
@@ -247,7 +272,8 @@ int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
 }
 
 ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
-  if (attr->comp_mask & ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
+  if (attr->comp_mask &
+      ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
     return fail_null<ibv_cq_ex>(EINVAL);
   if (attr->wc_flags & ~kSupportedWcFlags) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
@@ -347,7 +373,8 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
   }
   // As the kernel does: wait until every delivered completion event has been acknowledged.
   pthread_mutex_lock(&ibcq->mutex);
-  while (ibcq->comp_events_completed != cq->events_read) pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
+  while (ibcq->comp_events_completed != cq->events_read)
+    pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
   pthread_mutex_unlock(&ibcq->mutex);
   registry_del(cq->uid);
   Segment* seg = segment();

@@ -111,6 +111,7 @@ struct EmuQp {
   uint32_t max_recv_sge;
   std::vector<uint64_t> rq_wrid;
   pthread_spinlock_t rq_lock;
+  uint32_t incarnation = 0;       // CQEs stamped with another one are stale (before a reset)
   // Doorbell register.
   uint32_t uar_idx;
   bool sig_all;

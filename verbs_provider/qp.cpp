@@ -2,6 +2,7 @@
 // query, destroy.
 #include <cerrno>
 #include <cstring>
+#include <utility>
 
 #include "forward.h"
 #include "notify.h"
@@ -160,6 +161,8 @@ void reset_queues(EmuQp* qp) {
     seg->hdr()->procs[s.owner].stalled_qps.fetch_sub(1);
   }
   s.stall_attempts = 0;
+  // Completions of the old incarnation still in the CQs are dropped at poll (mlx5 cleans them out).
+  qp->incarnation = s.incarnation.fetch_add(1) + 1;
   s.rq_lock.unlock();
   s.sq_engine.unlock();
   pthread_spin_unlock(&qp->rq_lock);
@@ -498,9 +501,18 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
         break;
       }
   }
-  // Wait for the async events already handed out on this QP to be acknowledged.
   registry_del(s.uid);
-  qp_table_set(ibqp->qp_num, nullptr);
+  {
+    // Pollers of the CQs may be looking this QP up right now: unlink it under their locks.
+    EmuCq* a = to_cq(ibqp->send_cq);
+    EmuCq* b = to_cq(ibqp->recv_cq);
+    if (a > b) std::swap(a, b);
+    pthread_spin_lock(&a->lock);
+    if (b != a) pthread_spin_lock(&b->lock);
+    qp_table_set(ibqp->qp_num, nullptr);
+    if (b != a) pthread_spin_unlock(&b->lock);
+    pthread_spin_unlock(&a->lock);
+  }
   wait_for_engines(seg);  // a peer's engine may still be inside our rings
   seg->free(s.sq_off);
   seg->free(s.rq_off);

@@ -1,0 +1,67 @@
+// Completions of a QP that was reset or destroyed before they were polled: they name nothing the
+// user still has, so a poll never returns them (mlx5 cleans them out of the CQ).
+#include <cstring>
+
+#include "verbs_fixture.h"
+
+namespace vt {
+namespace {
+
+class Lifecycle : public VerbsTest {};
+
+TEST_F(Lifecycle, ResetDropsCompletionsOfTheOldIncarnation) {
+  Pair p = make_pair();
+  ASSERT_TRUE(p.a && p.b);
+  Buf src = make_buf(4096, kAllAccess, 0x5a), dst = make_buf(4096, kAllAccess, 0);
+  for (int i = 0; i < 3; ++i) {
+    ibv_sge sg = src.sge(0, 64);
+    ibv_send_wr w = rdma_wr(100 + i, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+    ASSERT_EQ(post_one(p.a, &w), 0);
+  }
+  // Not polled: reset A and bring it up again towards the same peer.
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(p.a, &reset, IBV_QP_STATE), 0);
+  ASSERT_EQ(connect_qp(p.a, lid, p.b->qp_num, 0x100, 0x200), 0);
+  ibv_sge sg = src.sge(0, 64);
+  ibv_send_wr w = rdma_wr(7, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+  ASSERT_EQ(post_one(p.a, &w), 0);
+  auto wcs = poll_n(p.cqa, 1);
+  ASSERT_EQ(wcs.size(), 1u);
+  EXPECT_EQ(wcs[0].wr_id, 7u) << "a completion from before the reset came back";
+  EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
+  EXPECT_TRUE(drain(p.cqa).empty());
+}
+
+TEST_F(Lifecycle, DestroyedQpsCompletionsLeaveASharedCq) {
+  ibv_cq* shared = make_cq(64);
+  ibv_cq* other = make_cq(64);
+  ASSERT_TRUE(shared && other);
+  ibv_qp* a1 = make_qp(shared, shared);
+  ibv_qp* a2 = make_qp(shared, shared);
+  ibv_qp* b1 = make_qp(other, other);
+  ibv_qp* b2 = make_qp(other, other);
+  ASSERT_TRUE(a1 && a2 && b1 && b2);
+  ASSERT_EQ(connect_qp(a1, lid, b1->qp_num, 1, 2), 0);
+  ASSERT_EQ(connect_qp(b1, lid, a1->qp_num, 2, 1), 0);
+  ASSERT_EQ(connect_qp(a2, lid, b2->qp_num, 3, 4), 0);
+  ASSERT_EQ(connect_qp(b2, lid, a2->qp_num, 4, 3), 0);
+  Buf src = make_buf(4096, kAllAccess, 1), dst = make_buf(4096, kAllAccess, 0);
+  for (int i = 0; i < 4; ++i) {
+    ibv_sge sg = src.sge(0, 32);
+    ibv_send_wr w = rdma_wr(10 + i, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+    ASSERT_EQ(post_one(i % 2 ? a2 : a1, &w), 0);
+  }
+  ASSERT_EQ(ibv_destroy_qp(a1), 0);
+  forget(a1);
+  auto wcs = poll_n(shared, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  for (auto& wc : wcs) {
+    EXPECT_EQ(wc.qp_num, a2->qp_num);
+    EXPECT_TRUE(wc.wr_id == 11 || wc.wr_id == 13) << wc.wr_id;
+  }
+  EXPECT_TRUE(drain(shared).empty()) << "a destroyed QP's completion was returned";
+}
+
+}  // namespace
+}  // namespace vt
