@@ -13,6 +13,7 @@
 #include <new>
 #include <sys/prctl.h>
 #include <sys/stat.h>
+#include <type_traits>
 #include <unistd.h>
 
 namespace bip = boost::interprocess;
@@ -266,30 +267,21 @@ QpSlot* Segment::find_qp(uint32_t qpn) const {
 
 bool Segment::proc_alive(uint32_t slot) const { return proc_slot_alive(slot); }
 
-void Segment::release_proc_objects(uint32_t proc) {
+// Retires every object `owned` selects: dying first (unfindable), then, once no engine can be
+// inside any of them, rings freed and slots free.
+template <class Owned>
+void Segment::release_objects(Owned owned) {
   auto dying = [&](auto& slot) {
-    if (slot.state.load() != kSlotLive || slot.owner != proc) return false;
-    slot.state.store(kSlotDying);
-    return true;
+    if (slot.state.load() == kSlotLive && owned(slot)) slot.state.store(kSlotDying);
   };
   for (auto& q : hdr_->qps) dying(q);
   for (auto& c : hdr_->cqs) dying(c);
   for (auto& m : hdr_->mrs) dying(m);
   for (auto& p : hdr_->pds) dying(p);
   for (auto& c : hdr_->ctxs) dying(c);
-  // Locks the dead process held (it may have died inside the engine) are free again.
-  uint32_t word = proc + 1;
-  for (auto& q : hdr_->qps) {
-    q.sq_engine.word.compare_exchange_strong(word, 0);
-    word = proc + 1;
-    q.rq_lock.word.compare_exchange_strong(word, 0);
-    word = proc + 1;
-  }
-  hdr_->atomic_lock.word.compare_exchange_strong(word, 0);
-  reset_engine_slots(this, proc);
-  wait_for_engines(this);  // engines of live processes may still be inside these objects
+  wait_for_engines(this);
   for (auto& q : hdr_->qps)
-    if (q.state.load() == kSlotDying && q.owner == proc) {
+    if (q.state.load() == kSlotDying && owned(q)) {
       free(q.sq_off);
       free(q.rq_off);
       free(q.dbrec_off);
@@ -297,19 +289,46 @@ void Segment::release_proc_objects(uint32_t proc) {
       q.state.store(kSlotFree);
     }
   for (auto& c : hdr_->cqs)
-    if (c.state.load() == kSlotDying && c.owner == proc) {
+    if (c.state.load() == kSlotDying && owned(c)) {
       free(c.buf_off);
       c.state.store(kSlotFree);
     }
   for (auto& m : hdr_->mrs)
-    if (m.state.load() == kSlotDying && m.owner == proc) m.state.store(kSlotFree);
+    if (m.state.load() == kSlotDying && owned(m)) m.state.store(kSlotFree);
   for (auto& p : hdr_->pds)
-    if (p.state.load() == kSlotDying && p.owner == proc) p.state.store(kSlotFree);
+    if (p.state.load() == kSlotDying && owned(p)) p.state.store(kSlotFree);
   for (auto& c : hdr_->ctxs)
-    if (c.state.load() == kSlotDying && c.owner == proc) {
+    if (c.state.load() == kSlotDying && owned(c)) {
       free(c.uar_off);
       c.state.store(kSlotFree);
     }
+}
+
+void Segment::release_proc_objects(uint32_t proc) {
+  // Locks the dead process held (it may have died inside the engine) are free again, and its
+  // engine sections closed.
+  for (auto& q : hdr_->qps) {
+    uint32_t word = proc + 1;
+    q.sq_engine.word.compare_exchange_strong(word, 0);
+    word = proc + 1;
+    q.rq_lock.word.compare_exchange_strong(word, 0);
+  }
+  uint32_t word = proc + 1;
+  hdr_->atomic_lock.word.compare_exchange_strong(word, 0);
+  reset_engine_slots(this, proc);
+  release_objects([proc](const auto& slot) { return slot.owner == proc; });
+}
+
+void Segment::release_context_objects(uint32_t ctx) {
+  Header* h = hdr_;
+  uint32_t self = self_;
+  release_objects([h, ctx, self](const auto& slot) {
+    using T = std::decay_t<decltype(slot)>;
+    if (slot.owner != self) return false;
+    if constexpr (std::is_same_v<T, MrSlot>) return h->pds[slot.pd].ctx == ctx;
+    else if constexpr (std::is_same_v<T, ContextSlot>) return &slot == &h->ctxs[ctx];
+    else return slot.ctx == ctx;
+  });
 }
 
 int Segment::sweep_dead() {

@@ -49,6 +49,9 @@ class Segment {
   int sweep_dead();
   bool proc_alive(uint32_t slot) const;
 
+  // What closing a device context does in the kernel: every object made on it goes.
+  void release_context_objects(uint32_t ctx);
+
   Segment(const Segment&) = delete;
   Segment& operator=(const Segment&) = delete;
 
@@ -57,6 +60,8 @@ class Segment {
   Status attach(const Config& cfg);
   void init_devices(const Config& cfg);
   void release_proc_objects(uint32_t proc);
+  template <class Owned>
+  void release_objects(Owned owned);
 
   void* mapping_ = nullptr;  // boost::interprocess::managed_mapped_file
   char* base_ = nullptr;

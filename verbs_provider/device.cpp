@@ -329,8 +329,13 @@ int ibv_close_device(ibv_context* context) {
   Segment* seg = segment();
   ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
   registry_del(cs.uid);
-  seg->free(cs.uar_off);
-  cs.state.store(kSlotFree);
+  {
+    // Objects the program did not destroy go with the context, as when the kernel's file closes;
+    // the program's handles to them are dangling from here on, as with any provider.
+    std::lock_guard<std::mutex> g(ctx->mu);
+    for (EmuQp* qp : ctx->qps) qp_table_set(qp->qpx.qp_base.qp_num, nullptr);
+  }
+  seg->release_context_objects(ctx->slot);  // also frees the context's slot and UAR page
   close(context->async_fd);
   close(ctx->async_wfd);
   close(context->cmd_fd);

@@ -63,5 +63,38 @@ TEST_F(Lifecycle, DestroyedQpsCompletionsLeaveASharedCq) {
   EXPECT_TRUE(drain(shared).empty()) << "a destroyed QP's completion was returned";
 }
 
+// Closing a context releases what was made on it, as the kernel does when the device file closes:
+// a peer connected to a QP of the closed context gets no answer any more.
+TEST_F(Lifecycle, CloseDeviceReleasesItsObjects) {
+  ibv_context* ctx2 = open_emu0();
+  ASSERT_NE(ctx2, nullptr);
+  ibv_pd* pd2 = ibv_alloc_pd(ctx2);
+  ibv_cq* cq2 = ibv_create_cq(ctx2, 16, nullptr, nullptr, 0);
+  ASSERT_TRUE(pd2 && cq2);
+  ibv_qp* q2 = create_rc_qp(pd2, cq2, cq2);
+  ASSERT_NE(q2, nullptr);
+  static uint8_t mem[4096];
+  ibv_mr* mr2 = ibv_reg_mr(pd2, mem, sizeof mem, kAllAccess);
+  ASSERT_NE(mr2, nullptr);
+  ibv_cq* cq = make_cq(16);
+  ConnParams fast;
+  fast.timeout = 8;  // about 1 ms per attempt
+  fast.retry_cnt = 1;
+  ibv_qp* q1 = make_qp(cq, cq);
+  ASSERT_EQ(connect_qp(q1, lid, q2->qp_num, 1, 2, fast), 0);
+  ASSERT_EQ(connect_qp(q2, lid, q1->qp_num, 2, 1), 0);
+  Buf src = make_buf(4096, kAllAccess, 3);
+  ibv_sge sg = src.sge(0, 16);
+  ibv_send_wr w = rdma_wr(1, IBV_WR_RDMA_WRITE, &sg, 1, reinterpret_cast<uint64_t>(mem), mr2->rkey);
+  ASSERT_EQ(post_one(q1, &w), 0);
+  ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 1)) << "the peer works before the close";
+  ASSERT_EQ(ibv_close_device(ctx2), 0);  // without destroying q2, cq2, mr2, pd2
+  std::memset(mem, 0, sizeof mem);
+  w.wr_id = 2;
+  ASSERT_EQ(post_one(q1, &w), 0);
+  ASSERT_TRUE(wait_wc(cq, IBV_WC_RETRY_EXC_ERR, 2));
+  EXPECT_EQ(mem[0], 0) << "a write landed in memory of a closed context";
+}
+
 }  // namespace
 }  // namespace vt
