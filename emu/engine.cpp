@@ -292,8 +292,8 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   uint16_t my_lid = h_->devices[qp.dev].ports[qp.port - 1].lid;
   uint32_t npk = packets(local.total, qp.path_mtu);
   auto responder_error = [&](uint8_t req_syndrome, uint32_t event) {
+    enter_error(*r);  // before the event: whoever reads it finds the QP in ERR
     raise_qp_event(*r, event);
-    enter_error(*r);
     return fail(req_syndrome);
   };
 
@@ -458,13 +458,25 @@ void Engine::complete_send(QpSlot& qp, const CqeInfo& info, bool signaled) {
 }
 
 void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
+  if (cq.overrun.load(std::memory_order_relaxed)) return;  // a CQ in error takes no more
   uint32_t pi = cq.pi.fetch_add(1, std::memory_order_relaxed);
   // The consumer's index is read only when the cached one says the ring may be full.
   if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= cq.cqe_cnt)
     cq.ci_seen.store(cq.ci.load(std::memory_order_acquire), std::memory_order_relaxed);
   if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= cq.cqe_cnt) {
-    // The CQ is full: a NIC reports a CQ error and cannot place the completion.
-    if (!cq.overrun.exchange(1)) log("CQ overrun (cqe count %u)", cq.cqe_cnt);
+    // The CQ is full: the completion cannot be placed. As a NIC does: the CQ enters error
+    // (IBV_EVENT_CQ_ERR to its owner) and so does every QP completing into it.
+    if (!cq.overrun.exchange(1)) {
+      log("CQ overrun (cqe count %u)", cq.cqe_cnt);
+      if (cq.ctx < kMaxContexts) notify_async(h_->ctxs[cq.ctx], cq.uid, kEvCqErr);
+      uint32_t idx = static_cast<uint32_t>(&cq - h_->cqs);
+      for (QpSlot& q : h_->qps)
+        if (q.state.load(std::memory_order_acquire) == kSlotLive &&
+            (q.send_cq == idx || q.recv_cq == idx) && q.qp_state.load() != kQpsErr) {
+          enter_error(q);  // before the event: whoever reads it finds the QP in ERR
+          raise_qp_event(q, kEvQpFatal);
+        }
+    }
     return;
   }
   Cqe64* ring = seg_->at<Cqe64>(cq.buf_off);

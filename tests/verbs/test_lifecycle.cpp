@@ -1,5 +1,7 @@
 // Completions of a QP that was reset or destroyed before they were polled: they name nothing the
 // user still has, so a poll never returns them (mlx5 cleans them out of the CQ).
+#include <poll.h>
+
 #include <cstring>
 
 #include "verbs_fixture.h"
@@ -94,6 +96,42 @@ TEST_F(Lifecycle, CloseDeviceReleasesItsObjects) {
   ASSERT_EQ(post_one(q1, &w), 0);
   ASSERT_TRUE(wait_wc(cq, IBV_WC_RETRY_EXC_ERR, 2));
   EXPECT_EQ(mem[0], 0) << "a write landed in memory of a closed context";
+}
+
+// More completions than the CQ holds, none polled: the CQ reports IBV_EVENT_CQ_ERR on the
+// context's async fd and its QPs enter ERR (with IBV_EVENT_QP_FATAL).
+TEST_F(Lifecycle, CqOverrunIsACqErrorAndItsQpsGoToErr) {
+  ibv_cq* tiny = make_cq(1);
+  ibv_cq* big = make_cq(64);
+  ASSERT_TRUE(tiny && big);
+  int cap = tiny->cqe;
+  ibv_qp* a = make_qp(tiny, tiny);
+  ibv_qp* b = make_qp(big, big);
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(connect_qp(a, lid, b->qp_num, 1, 2), 0);
+  ASSERT_EQ(connect_qp(b, lid, a->qp_num, 2, 1), 0);
+  Buf src = make_buf(4096, kAllAccess, 1), dst = make_buf(4096, kAllAccess, 0);
+  // The ring holds cqe + 1 (as mlx5's): one more than that certainly overruns it.
+  for (int i = 0; i < cap + 2; ++i) {
+    ibv_sge sg = src.sge(0, 8);
+    ibv_send_wr w = rdma_wr(i, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+    ASSERT_EQ(post_one(a, &w), 0);
+  }
+  bool cq_err = false, qp_fatal = false;
+  for (int k = 0; k < 2; ++k) {
+    pollfd pf{ctx->async_fd, POLLIN, 0};
+    ASSERT_EQ(poll(&pf, 1, 10000), 1) << "no async event";
+    ibv_async_event ev;
+    ASSERT_EQ(ibv_get_async_event(ctx, &ev), 0);
+    if (ev.event_type == IBV_EVENT_CQ_ERR) cq_err = ev.element.cq == tiny;
+    if (ev.event_type == IBV_EVENT_QP_FATAL) qp_fatal = ev.element.qp == a;
+    ibv_ack_async_event(&ev);
+  }
+  EXPECT_TRUE(cq_err);
+  EXPECT_TRUE(qp_fatal);
+  EXPECT_EQ(qp_state(a), IBV_QPS_ERR);
+  auto wcs = poll_n(tiny, static_cast<size_t>(cap));
+  EXPECT_GE(wcs.size(), static_cast<size_t>(cap)) << "the completions that fitted are still there";
 }
 
 }  // namespace
