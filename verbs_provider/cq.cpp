@@ -371,12 +371,14 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
     std::lock_guard<std::mutex> g(cq->qps_mu);
     if (!cq->qps.empty()) return EBUSY;  // QPs still complete here
   }
-  // As the kernel does: wait until every delivered completion event has been acknowledged.
+  // As the kernel does: wait until every delivered event has been acknowledged. Unregistered
+  // first, so no further event for it is handed out.
+  registry_del(cq->uid);
   pthread_mutex_lock(&ibcq->mutex);
-  while (ibcq->comp_events_completed != cq->events_read)
+  while (ibcq->comp_events_completed != cq->events_read.load() ||
+         ibcq->async_events_completed != cq->async_events_read.load())
     pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
   pthread_mutex_unlock(&ibcq->mutex);
-  registry_del(cq->uid);
   Segment* seg = segment();
   cq->shm->state.store(kSlotDying, std::memory_order_release);
   wait_for_engines(seg);  // no engine still writes into the ring
@@ -400,12 +402,9 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
     CompEventRecord rec;
     ssize_t r = read(channel->fd, &rec, sizeof rec);
     if (r != sizeof rec) return -1;
-    auto* ecq = static_cast<EmuCq*>(registry_get(rec.cq_uid));
+    auto* ecq = static_cast<EmuCq*>(registry_take_event(rec.cq_uid, EventKind::completion));
     if (!ecq) continue;  // the CQ was destroyed since: its queued events are dropped
     ibv_cq* c = ibv_cq_ex_to_cq(&ecq->cqx);
-    pthread_mutex_lock(&c->mutex);
-    ++ecq->events_read;
-    pthread_mutex_unlock(&c->mutex);
     *cq = c;
     *cq_context = c->cq_context;
     return 0;

@@ -78,11 +78,20 @@ void registry_del(uint64_t uid) {
   std::lock_guard<std::mutex> g(g_reg_mu);
   g_registry->erase(uid);
 }
-void* registry_get(uint64_t uid) {
+void* registry_take_event(uint64_t uid, EventKind kind) {
   std::lock_guard<std::mutex> g(g_reg_mu);
   auto it = g_registry->find(uid);
-  return it == g_registry->end() ? nullptr : it->second;
+  if (it == g_registry->end()) return nullptr;
+  switch (kind) {
+    case EventKind::completion: static_cast<EmuCq*>(it->second)->events_read.fetch_add(1); break;
+    case EventKind::cq_async: static_cast<EmuCq*>(it->second)->async_events_read.fetch_add(1); break;
+    case EventKind::qp_async:
+      to_qp(static_cast<ibv_qp*>(it->second))->async_events_read.fetch_add(1);
+      break;
+  }
+  return it->second;
 }
+
 
 int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* a) {
   Header* h = segment()->hdr();
@@ -476,18 +485,15 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
         event->element.port_num = static_cast<int>(rec.element_uid);
         return 0;
       case IBV_EVENT_CQ_ERR: {
-        void* cq = registry_get(rec.element_uid);
+        void* cq = registry_take_event(rec.element_uid, EventKind::cq_async);
         if (!cq) continue;  // destroyed since: the kernel drops such events too
         event->element.cq = static_cast<ibv_cq*>(cq);
         return 0;
       }
       default: {
-        void* qp = registry_get(rec.element_uid);
+        void* qp = registry_take_event(rec.element_uid, EventKind::qp_async);
         if (!qp) continue;
         event->element.qp = static_cast<ibv_qp*>(qp);
-        auto* q = static_cast<ibv_qp*>(qp);
-        pthread_mutex_lock(&q->mutex);
-        pthread_mutex_unlock(&q->mutex);
         return 0;
       }
     }

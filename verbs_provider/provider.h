@@ -71,7 +71,8 @@ struct EmuCq {
   uint32_t ci;                    // consumer index (driver copy; published to shm->ci)
   pthread_spinlock_t lock;
   uint64_t uid;
-  uint32_t events_read = 0;       // completion events handed to the user (ack target)
+  std::atomic<uint32_t> events_read{0};  // completion events handed to the user (ack target)
+  std::atomic<uint32_t> async_events_read{0};  // IBV_EVENT_CQ_ERR handed out (ack target)
   uint64_t wc_flags_mask;         // create_cq_ex: which fields may be read
   // The completion an ibv_start_poll / ibv_next_poll walk stands on.
   ibv_wc cur_wc;
@@ -112,6 +113,7 @@ struct EmuQp {
   std::vector<uint64_t> rq_wrid;
   pthread_spinlock_t rq_lock;
   uint32_t incarnation = 0;       // CQEs stamped with another one are stale (before a reset)
+  std::atomic<uint32_t> async_events_read{0};  // events handed out on this QP (ack target)
   // Doorbell register.
   uint32_t uar_idx;
   bool sig_all;
@@ -164,7 +166,10 @@ inline bool is_emu(const ibv_context* c) { return c && is_emu_device(c->device);
 // Registry of uid -> user object, for event records (slow path).
 void registry_put(uint64_t uid, void* obj);
 void registry_del(uint64_t uid);
-void* registry_get(uint64_t uid);
+// For an event record: the object behind uid, with its handed-out count raised under the
+// registry's lock, so that a destroy (which unregisters first) waits for this event's ack.
+enum class EventKind { completion, cq_async, qp_async };
+void* registry_take_event(uint64_t uid, EventKind kind);
 
 Segment* segment();  // attached segment or nullptr
 Engine* engine();

@@ -502,6 +502,11 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
       }
   }
   registry_del(s.uid);
+  // As the kernel does: wait until every async event handed out on this QP has been acknowledged.
+  pthread_mutex_lock(&ibqp->mutex);
+  while (ibqp->events_completed != qp->async_events_read.load())
+    pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
+  pthread_mutex_unlock(&ibqp->mutex);
   {
     // Pollers of the CQs may be looking this QP up right now: unlink it under their locks.
     EmuCq* a = to_cq(ibqp->send_cq);
