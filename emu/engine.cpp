@@ -412,7 +412,8 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     // translated them: the responder's poll scatters it there, no system call.
     LandingSlot& slot = seg_->at<LandingSlot>(r->land_off)[r->rq_ci & (r->rq_wqe_cnt - 1)];
     for (int i = 0; i < static_cast<int>(kLandingScatter); ++i)
-      slot.scatter[i] = {i < scatter.n ? scatter.span[i].addr : 0, i < scatter.n ? scatter.span[i].len : 0};
+      slot.scatter[i] = {i < scatter.n ? scatter.span[i].addr : 0,
+                         i < scatter.n ? static_cast<uint32_t>(scatter.span[i].len) : 0u};
     MemSpan land{reinterpret_cast<uint64_t>(slot.payload), local.total};
     CopyResult cr = dma_copy(local_pid, local.span, local.n, 0, &land, 1);
     if (cr != CopyResult::ok) {

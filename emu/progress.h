@@ -15,6 +15,10 @@ class ProgressThread {
  public:
   static ProgressThread* get(Engine* engine);  // started on first use
   void doorbell(uint64_t ctrl_head);
+  // Doorbells queued and not yet taken by the thread.
+  bool busy() const {
+    return head_.load(std::memory_order_relaxed) != tail_.load(std::memory_order_relaxed);
+  }
 
  private:
   explicit ProgressThread(Engine* engine);

@@ -1,5 +1,6 @@
 // Completion queues, completion channels and completion events.
 #include <fcntl.h>
+#include <sched.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 #include "barriers.h"
 #include "forward.h"
 #include "notify.h"
+#include "progress.h"
 #include "provider.h"
 #include "reclaim.h"
 
@@ -251,6 +253,11 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   uint64_t ts;
   while (i < n && next_cqe(cq, &wc[i], &ts)) ++i;
   pthread_spin_unlock(&cq->lock);
+  // With EMU_ENGINE=thread, a poller that busy-polls an empty CQ while this process's device
+  // thread has doorbells queued would keep that thread off a shared core for a whole time slice.
+  if (i == 0 && config().engine == EngineMode::progress_thread &&
+      ProgressThread::get(to_ctx(ibcq->context)->engine)->busy())
+    sched_yield();
   return i;
 }
 

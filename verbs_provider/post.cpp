@@ -252,7 +252,9 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the record before the waiter (see rq_empty_wait)
     if (qp->shm->qp_state.load() == kQpsErr) {
       qp->ctx->engine->flush_rq(*qp->shm);
-    } else if (uint32_t waiter = qp->shm->rnr_waiter.exchange(0)) {
+    } else if (qp->shm->rnr_waiter.load() != 0) {  // a load first: an RMW would pull the
+      uint32_t waiter = qp->shm->rnr_waiter.exchange(0);  // line from the sender every post
+      if (!waiter) return err;
       EngineSection in_engine(segment());  // the waiter's slot stays valid while we kick it
       if (QpSlot* w = segment()->find_qp(waiter - 1)) qp->ctx->engine->kick_sq(*w, true);
     }
