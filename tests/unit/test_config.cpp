@@ -36,10 +36,11 @@ TEST(Config, ParsesAndClamps) {
 }
 
 TEST(Config, SegmentNameIsPerUserAndFabric) {
+  std::string saved = std::getenv("EMU_FABRIC");
   setenv("EMU_FABRIC", "abc", 1);
   Config c = config_from_env();
   EXPECT_EQ(c.segment_name(), "rdmaemu-" + std::to_string(getuid()) + "-abc");
-  setenv("EMU_FABRIC", "unit-tests", 1);
+  setenv("EMU_FABRIC", saved.c_str(), 1);
 }
 
 TEST(Config, EveryKnobIsDocumented) {
