@@ -1,15 +1,65 @@
 #include <gtest/gtest.h>
 
 #include <csignal>
+#include <cstdlib>
+#include <spawn.h>
+#include <string>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "segment.h"
 #include "wqe.h"
 
+#include <cstring>
 #include <vector>
 
 using namespace emu;
+
+extern char** environ;
+
+namespace {
+
+// EMU_UNIT_PROBE=attach: this process only attaches to $EMU_FABRIC and exits 0 if that worked,
+// 3 (printing the error) if it was refused. Runs before GoogleTest starts.
+__attribute__((constructor)) void maybe_probe() {
+  const char* probe = std::getenv("EMU_UNIT_PROBE");
+  if (!probe || std::string(probe) != "attach") return;
+  Segment* s = Segment::get();
+  if (!s) {
+    std::fprintf(stdout, "%s\n", Segment::last_error().c_str());
+    std::fflush(stdout);
+    _exit(3);
+  }
+  _exit(0);
+}
+
+// Runs this binary as an attach probe on `fabric`; returns its exit status and output.
+int probe_attach(const std::string& fabric, std::string* out) {
+  int p[2];
+  if (pipe(p) != 0) return -1;
+  posix_spawn_file_actions_t fa;
+  posix_spawn_file_actions_init(&fa);
+  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
+  std::string e1 = "EMU_UNIT_PROBE=attach", e2 = "EMU_FABRIC=" + fabric;
+  std::vector<char*> envp = {e1.data(), e2.data(), nullptr};
+  char arg0[] = "probe";
+  char* argv[] = {arg0, nullptr};
+  pid_t pid;
+  int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data());
+  posix_spawn_file_actions_destroy(&fa);
+  close(p[1]);
+  if (rc != 0) return -1;
+  char buf[1024];
+  ssize_t n;
+  while ((n = read(p[0], buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
+  close(p[0]);
+  int st = 0;
+  waitpid(pid, &st, 0);
+  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+}  // namespace
 
 TEST(Segment, AttachesAndRegistersThisProcess) {
   Segment* s = Segment::get();
@@ -123,4 +173,43 @@ TEST(Segment, NoMrEverGetsTheListTerminatorKey) {
   EXPECT_EQ(got[1], got[0] + 1);
   EXPECT_EQ(got.back(), got[1]) << "the same slot came back every time";
   s->hdr()->mrs[got[0]].state.store(kSlotFree);
+}
+
+TEST(Segment, FileIsPrivateToItsUser) {
+  Segment* s = Segment::get();
+  ASSERT_NE(s, nullptr);
+  struct stat st;
+  ASSERT_EQ(stat(config().segment_path().c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(st.st_uid, getuid());
+}
+
+TEST(Segment, AnotherLayoutVersionIsRefusedWithAClearError) {
+  std::string fabric = "layout-" + std::to_string(getpid());
+  std::string path = "/dev/shm/rdmaemu-" + std::to_string(getuid()) + "-" + fabric;
+  std::string out;
+  ASSERT_EQ(probe_attach(fabric, &out), 0) << out;  // made with this build's layout
+  {
+    // Rewrite the version as an older build would have left it.
+    FILE* f = std::fopen(path.c_str(), "r+b");
+    ASSERT_NE(f, nullptr);
+    std::vector<char> all(1 << 20);
+    size_t n = std::fread(all.data(), 1, all.size(), f);
+    uint64_t magic = kMagic;
+    bool patched = false;
+    for (size_t i = 0; i + 16 <= n && !patched; i += 8)
+      if (std::memcmp(all.data() + i, &magic, 8) == 0) {
+        uint32_t other = kLayoutVersion + 100;
+        std::fseek(f, static_cast<long>(i + 8), SEEK_SET);
+        std::fwrite(&other, 4, 1, f);
+        patched = true;
+      }
+    std::fclose(f);
+    ASSERT_TRUE(patched) << "header not found in the segment file";
+  }
+  out.clear();
+  EXPECT_EQ(probe_attach(fabric, &out), 3);
+  EXPECT_NE(out.find("layout version " + std::to_string(kLayoutVersion + 100)), std::string::npos) << out;
+  EXPECT_NE(out.find(path), std::string::npos) << "the message names the file: " << out;
+  unlink(path.c_str());
 }
