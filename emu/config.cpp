@@ -24,6 +24,10 @@ const KnobDoc kKnobs[] = {
      "doorbell) or 'thread' (one device thread per process, woken by doorbells, asynchronous to the "
      "posting threads; it also retries stalled sends when nobody polls)."},
     {"EMU_LOG", "0", "1: log device-side events (errors, retries, races) to stderr."},
+    {"EMU_SHARED_MR", "0",
+     "1: ibv_reg_mr re-backs the region's whole pages with shared memory so other processes' "
+     "engines copy without a system call (faster small messages; registered pages are then not "
+     "inherited by fork, and a store racing the registration can be lost)."},
     {"EMU_VENDOR_PART_ID", "4123",
      "vendor_part_id reported by ibv_query_device (vendor_id is 0). 4123 makes perftest treat emu0 "
      "as a ConnectX-6-class device (ibv_wr_* post path, inline defaults); 0 gives its legacy path."},

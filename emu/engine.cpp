@@ -10,6 +10,7 @@
 #include "notify.h"
 #include "engine_internal.h"
 #include "reclaim.h"
+#include "shared_map.h"
 
 namespace emu {
 using namespace engine_detail;
@@ -202,6 +203,16 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
   }
 }
 
+// Through a shared mapping a dead responder's memory still takes writes, so the liveness that a
+// failed process_vm_* call would reveal is asked for at most once a millisecond per QP.
+bool Engine::peer_still_there(QpSlot& qp, const QpSlot& r) {
+  uint64_t now = now_();
+  if (now - qp.peer_checked_ns < 1000000) return true;
+  if (!seg_->proc_alive(r.owner)) return false;
+  qp.peer_checked_ns = now;
+  return true;
+}
+
 // Whether the responder's receive queue is empty; if so the requester is registered to be woken
 // by the responder's next receive. Registering and then looking again (the poster stores its
 // doorbell record and then looks for a waiter) means one of the two always sees the other.
@@ -299,11 +310,19 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
 
   if (opcode == kOpRdmaWrite || opcode == kOpRdmaWriteImm || opcode == kOpRdmaRead) {
     uint64_t va = 0;
+    const MrSlot* rmr = nullptr;
     uint32_t need = opcode == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite;
     // A zero-length transfer carries no R_Key check.
     if (local.total && !translate_remote(seg_, *r, be32(raddr.rkey), be64(raddr.raddr),
-                                         local.total, need, &va))
+                                         local.total, need, &va, &rmr))
       return responder_error(kSynRemoteAccess, kEvQpAccessErr);
+    // Through a shared mapping of the target's pages when there is one (EMU_SHARED_MR).
+    int rpid = remote_pid;
+    if (uint64_t w = local.total ? shared_window(seg_, *rmr, va, local.total) : 0) {
+      if (!peer_still_there(qp, *r)) return ExecOutcome::stall_retry;
+      va = w;
+      rpid = 0;
+    }
     bool imm = opcode == kOpRdmaWriteImm;
     if (imm) r->rq_lock.lock(seg_->self());
     if (imm && rq_empty_wait(qp, *r)) {
@@ -314,8 +333,8 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     CopyResult cr = CopyResult::ok;
     if (local.total) {
       MemSpan remote{va, local.total};
-      cr = opcode == kOpRdmaRead ? dma_copy(remote_pid, &remote, 1, local_pid, local.span, local.n)
-                                 : dma_copy(local_pid, local.span, local.n, remote_pid, &remote, 1);
+      cr = opcode == kOpRdmaRead ? dma_copy(rpid, &remote, 1, local_pid, local.span, local.n)
+                                 : dma_copy(local_pid, local.span, local.n, rpid, &remote, 1);
     }
     if (cr != CopyResult::ok) {
       if (imm) r->rq_lock.unlock();
@@ -348,19 +367,27 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
 
   if (is_atomic) {
     uint64_t va;
+    const MrSlot* rmr = nullptr;
     if (be64(raddr.raddr) & 7) return responder_error(kSynRemoteInvalReq, kEvQpReqErr);
-    if (!translate_remote(seg_, *r, be32(raddr.rkey), be64(raddr.raddr), 8, kAccessRemoteAtomic, &va))
+    if (!translate_remote(seg_, *r, be32(raddr.rkey), be64(raddr.raddr), 8, kAccessRemoteAtomic, &va,
+                          &rmr))
       return responder_error(kSynRemoteAccess, kEvQpAccessErr);
+    int apid = remote_pid;
+    if (uint64_t w = shared_window(seg_, *rmr, va, 8)) {
+      if (!peer_still_there(qp, *r)) return ExecOutcome::stall_retry;
+      va = w;
+      apid = 0;
+    }
     uint64_t old = 0;
     CopyResult cr;
     {
       ShmLockGuard g(h_->atomic_lock, seg_->self());
-      cr = dma_read64(remote_pid, va, &old);
+      cr = dma_read64(apid, va, &old);
       if (cr == CopyResult::ok) {
         uint64_t v = old;
         if (opcode == kOpAtomicFa) v = old + be64(atom.swap_add);
         else if (old == be64(atom.compare)) v = be64(atom.swap_add);
-        if (v != old) cr = dma_write64(remote_pid, va, v);
+        if (v != old) cr = dma_write64(apid, va, v);
       }
     }
     if (cr == CopyResult::src_gone || cr == CopyResult::dst_gone) return ExecOutcome::stall_retry;
@@ -383,6 +410,8 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   const uint8_t* rwqe =
       seg_->at<uint8_t>(r->rq_off) + (r->rq_ci & (r->rq_wqe_cnt - 1)) * r->rq_stride;
   Sges scatter;
+  uint64_t window[kMaxSpans];
+  bool all_windows = true;
   bool prot_ok = true;
   for (uint32_t off = 0; off + sizeof(DataSeg) <= r->rq_stride; off += sizeof(DataSeg)) {
     DataSeg d;
@@ -390,10 +419,15 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     if (be32(d.lkey) == kInvalidLkey) break;
     uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
     uint64_t va;
-    if (!translate_local(seg_, *r, be32(d.lkey), be64(d.addr), len, true, &va)) {
+    const MrSlot* smr = nullptr;
+    if (!translate_local(seg_, *r, be32(d.lkey), be64(d.addr), len, true, &va, &smr)) {
       prot_ok = false;
       break;
     }
+    // The window is used only if the whole message fits where windows exist (checked below).
+    uint64_t w = shared_window(seg_, *smr, va, std::min<uint64_t>(len, local.total));
+    if (!w) all_windows = false;
+    window[scatter.n] = w;
     scatter.span[scatter.n++] = {va, len};
     scatter.total += len;
   }
@@ -406,7 +440,21 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   if (!prot_ok) resp_syndrome = kSynLocalProt;
   else if (scatter.total < local.total) resp_syndrome = kSynLocalLength;
   bool landed = false;
-  if (!resp_syndrome && local.total && local.total <= kLandingPayload &&
+  if (!resp_syndrome && local.total && all_windows && remote_pid != seg_->pid() &&
+      peer_still_there(qp, *r)) {
+    // Straight into the receive buffer through shared mappings (EMU_SHARED_MR).
+    Sges direct = scatter;
+    uint64_t left = local.total;
+    for (int i = 0; i < direct.n; ++i) {
+      direct.span[i].addr = window[i];
+      if (direct.span[i].len > left) direct.span[i].len = left;
+      left -= direct.span[i].len;
+    }
+    if (dma_copy(local_pid, local.span, local.n, 0, direct.span, direct.n) != CopyResult::ok) {
+      r->rq_lock.unlock();
+      return fail(kSynLocalProt);
+    }
+  } else if (!resp_syndrome && local.total && local.total <= kLandingPayload &&
       scatter.n <= static_cast<int>(kLandingScatter) && r->land_off && remote_pid != seg_->pid()) {
     // Into the landing slot (shared memory) with the receive buffer's addresses as the device
     // translated them: the responder's poll scatters it there, no system call.

@@ -72,6 +72,7 @@ class Engine {
   ExecOutcome execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);
   bool retry_due(QpSlot& qp);
   bool rq_empty_wait(const QpSlot& qp, QpSlot& r);
+  bool peer_still_there(QpSlot& qp, const QpSlot& r);
   void set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us);
   void clear_stall(QpSlot& qp);
   void complete_send(QpSlot& qp, const CqeInfo& info, bool signaled);

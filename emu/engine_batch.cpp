@@ -6,6 +6,7 @@
 
 #include "engine.h"
 #include "engine_internal.h"
+#include "shared_map.h"
 
 namespace emu {
 using namespace engine_detail;
@@ -31,6 +32,7 @@ uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
   static thread_local MemSpan remote[kBatch];
   Item items[kBatch];
   uint32_t n = 0, nl = 0, nr = 0, pos = qp.sq_ci, consumed = 0;
+  bool windows = false;
   while (n < kBatch && consumed < pending) {
     uint8_t* w = wqes[n];
     uint32_t bbs;
@@ -72,10 +74,18 @@ uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
       }
     }
     uint64_t rva = 0;
+    const MrSlot* rmr = nullptr;
     if (ok && total > kMaxMsgSize) ok = false;
     if (ok && total && !translate_remote(seg_, *r, be32(ra.rkey), be64(ra.raddr), total,
-                                         kAccessRemoteWrite, &rva))
+                                         kAccessRemoteWrite, &rva, &rmr))
       ok = false;
+    // One copy call takes one address space: all through shared mappings, or none.
+    if (ok && total) {
+      uint64_t w = shared_window(seg_, *rmr, rva, total);
+      if (nr == 0) windows = w != 0;
+      if ((w != 0) != windows) ok = false;
+      if (w) rva = w;
+    }
     if (!ok) {
       nl = first;  // this one goes the one-at-a-time way
       break;
@@ -89,7 +99,8 @@ uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
   if (n < 2) return 0;
   // A failed copy is redone one WQE at a time, which reports it (rewriting the same bytes is
   // harmless for a write).
-  if (dma_copy(0, local, static_cast<int>(nl), h_->procs[r->owner].pid, remote,
+  if (windows && !peer_still_there(qp, *r)) return 0;
+  if (dma_copy(0, local, static_cast<int>(nl), windows ? 0 : h_->procs[r->owner].pid, remote,
                static_cast<int>(nr)) != CopyResult::ok)
     return 0;
   for (uint32_t i = 0; i < n; ++i) {

@@ -36,8 +36,9 @@ struct Sges {
 
 // A local key check as the NIC does it: key, PD, owner, bounds and the needed access.
 inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint64_t addr, uint64_t len,
-                     bool need_write, uint64_t* va) {
+                     bool need_write, uint64_t* va, const MrSlot** mr_out = nullptr) {
   const MrSlot* mr = seg->find_mr(lkey);
+  if (mr_out) *mr_out = mr;
   if (!mr || mr->pd != qp.pd || mr->owner != qp.owner) return false;
   if (need_write && !(mr->access & kAccessLocalWrite)) return false;
   if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
@@ -46,9 +47,10 @@ inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint6
 }
 
 inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr, uint64_t len,
-                      uint32_t need, uint64_t* va) {
+                      uint32_t need, uint64_t* va, const MrSlot** mr_out = nullptr) {
   if (!(qp.access & need)) return false;
   const MrSlot* mr = seg->find_mr(rkey);
+  if (mr_out) *mr_out = mr;
   if (!mr || mr->pd != qp.pd || mr->owner != qp.owner || !(mr->access & need)) return false;
   if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
   *va = mr->addr + (addr - mr->iova);

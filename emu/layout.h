@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 8;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 10;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -130,6 +130,14 @@ struct MrSlot {
   uint64_t addr;    // in the owner's address space
   uint64_t length;
   uint64_t iova;    // what remote keys address
+  // EMU_SHARED_MR: the whole pages inside the MR re-backed by a memfd the owner keeps open, so
+  // engines in other processes map them once and copy without a system call. share_len 0: not so.
+  int32_t share_fd;     // in the owner
+  uint32_t rsvd;
+  uint64_t share_va;    // page-aligned start, in the owner's address space
+  uint64_t share_len;
+  uint64_t share_off;   // offset of share_va in the memfd
+  uint64_t share_uid;   // names the memfd (several MRs may share one)
 };
 
 // Fields are grouped by who writes them, one cache line each, so that a producer in one process
@@ -212,6 +220,7 @@ struct QpSlot {
   std::atomic<uint32_t> retry_now;  // try the stalled head WQE at once (a receive was posted)
   uint64_t stall_delay_us;  // the wait before the stalled head WQE is tried again
   uint64_t stall_since_ns;
+  uint64_t peer_checked_ns;  // when the responder's process was last seen alive (shared mappings)
   // Device-side responder state (written per message by the engine of whoever sends to us).
   alignas(64) ShmLock rq_lock;
   uint32_t rq_ci;

@@ -43,6 +43,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   ms.addr = reinterpret_cast<uint64_t>(addr);
   ms.length = length;
   ms.iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
+  share_pages(addr, length, ms);  // EMU_SHARED_MR; otherwise share_len stays 0
   mr->slot = slot;
   mr->mr.context = pd->context;
   mr->mr.pd = pd;

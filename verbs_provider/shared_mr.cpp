@@ -1,0 +1,110 @@
+// EMU_SHARED_MR=1: at ibv_reg_mr, the whole pages inside the region are re-backed by a memfd
+// (their contents copied, then the shared mapping moved over the same addresses), so that engines
+// in other processes can map them once and move data with memcpy instead of a system call per
+// message. The program sees the same addresses and bytes. The price, and why it is opt-in:
+//  - the pages become shared memory: after fork() they are not copied for the child (like
+//    ibv_fork_init, they are not inherited at all: MADV_DONTFORK);
+//  - a store another thread makes into those pages while ibv_reg_mr copies them can be lost.
+// Only private anonymous read-write memory (heap, anonymous mmap) is re-backed; anything else keeps
+// the system-call path.
+#include <sys/mman.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <vector>
+
+#include "provider.h"
+
+namespace emu::prov {
+namespace {
+
+struct SharedRange {
+  uint64_t start, end;  // page-aligned, in this process
+  int fd;
+  uint64_t uid;
+};
+
+std::mutex g_mu;
+std::vector<SharedRange> g_ranges;
+
+// Every mapping that overlaps [s, e) is private, anonymous and read-write.
+bool private_anonymous(uint64_t s, uint64_t e) {
+  FILE* f = std::fopen("/proc/self/maps", "r");
+  if (!f) return false;
+  char line[512];
+  uint64_t covered = s;
+  bool ok = true;
+  while (ok && std::fgets(line, sizeof line, f)) {
+    unsigned long lo, hi, off, inode;
+    char perms[8], dev[16], path[256] = "";
+    if (std::sscanf(line, "%lx-%lx %7s %lx %15s %lu %255s", &lo, &hi, perms, &off, dev, &inode, path) < 6)
+      continue;
+    if (hi <= s || lo >= e) continue;
+    bool anon = inode == 0 && (path[0] == 0 || std::strcmp(path, "[heap]") == 0 ||
+                               std::strncmp(path, "[anon", 5) == 0);
+    if (!anon || perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p' || lo > covered) ok = false;
+    covered = hi;
+  }
+  std::fclose(f);
+  return ok && covered >= e;
+}
+
+}  // namespace
+
+bool share_pages(void* addr, size_t len, MrSlot& ms) {
+  static const bool enabled = [] {
+    const char* v = std::getenv("EMU_SHARED_MR");
+    return v && std::atoi(v) != 0;
+  }();
+  if (!enabled) return false;
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  uint64_t a = reinterpret_cast<uint64_t>(addr);
+  uint64_t s = (a + page - 1) & ~(page - 1);
+  uint64_t e = (a + len) & ~(page - 1);
+  if (e <= s) return false;
+  std::lock_guard<std::mutex> g(g_mu);
+  for (const SharedRange& r : g_ranges) {
+    if (s >= r.start && e <= r.end) {  // already shared (another MR over the same pages)
+      ms.share_fd = r.fd;
+      ms.share_va = s;
+      ms.share_len = e - s;
+      ms.share_off = s - r.start;
+      ms.share_uid = r.uid;
+      return true;
+    }
+    if (s < r.end && e > r.start) return false;  // a partial overlap: keep it simple
+  }
+  if (!private_anonymous(s, e)) return false;
+  uint64_t n = e - s;
+  int fd = memfd_create("rdmaemu-mr", MFD_CLOEXEC);
+  if (fd < 0) return false;
+  if (ftruncate(fd, static_cast<off_t>(n)) != 0) {
+    close(fd);
+    return false;
+  }
+  void* tmp = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  if (tmp == MAP_FAILED) {
+    close(fd);
+    return false;
+  }
+  std::memcpy(tmp, reinterpret_cast<void*>(s), n);
+  // Moving the mapping over the region replaces its pages in one step.
+  if (mremap(tmp, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(s)) == MAP_FAILED) {
+    munmap(tmp, n);
+    close(fd);
+    return false;
+  }
+  madvise(reinterpret_cast<void*>(s), n, MADV_DONTFORK);
+  uint64_t uid = segment()->new_uid();
+  g_ranges.push_back({s, e, fd, uid});
+  ms.share_fd = fd;
+  ms.share_va = s;
+  ms.share_len = n;
+  ms.share_off = 0;
+  ms.share_uid = uid;
+  return true;
+}
+
+}  // namespace emu::prov
