@@ -93,6 +93,14 @@ void* registry_take_event(uint64_t uid, EventKind kind) {
 }
 
 
+// The port's state if `port` is a port of the context's device, else nullptr.
+static const PortState* port_of(ibv_context* context, uint32_t port) {
+  Header* h = segment()->hdr();
+  uint32_t dev = to_ctx(context)->dev;
+  if (port < 1 || port > h->devices[dev].num_ports) return nullptr;
+  return &h->devices[dev].ports[port - 1];
+}
+
 int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* a) {
   Header* h = segment()->hdr();
   if (dev >= h->num_devices || port < 1 || port > h->devices[dev].num_ports) return EINVAL;
@@ -376,16 +384,12 @@ int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gi
     auto fn = REAL(ibv_query_gid, "IBVERBS_1.1");
     return fn ? fn(context, port_num, index, gid) : -1;
   }
-  Header* h = segment()->hdr();
-  uint32_t dev = to_ctx(context)->dev;
-  if (port_num < 1 || port_num > h->devices[dev].num_ports || index < 0 ||
-      index >= static_cast<int>(kGidTableLen))
-    return -1;
+  const PortState* ps = port_of(context, port_num);
+  if (!ps || index < 0 || index >= static_cast<int>(kGidTableLen)) return -1;
   std::memset(gid, 0, sizeof *gid);
-  if (index == 0) {
-    const PortState& ps = h->devices[dev].ports[port_num - 1];
-    gid->global.subnet_prefix = htobe64(ps.gid_prefix);
-    gid->global.interface_id = htobe64(ps.port_guid);
+  if (index == 0) {  // GID 0: subnet prefix + port GUID; the rest of the table is empty
+    gid->global.subnet_prefix = htobe64(ps->gid_prefix);
+    gid->global.interface_id = htobe64(ps->port_guid);
   }
   return 0;
 }
@@ -437,9 +441,7 @@ int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int inde
     auto fn = reinterpret_cast<Fn>(real_symbol("ibv_query_gid_type", "IBVERBS_PRIVATE_34"));
     return fn ? fn(context, port_num, index, type) : -1;
   }
-  Header* h = segment()->hdr();
-  uint32_t dev = to_ctx(context)->dev;
-  if (port_num < 1 || port_num > h->devices[dev].num_ports || index >= kGidTableLen) return -1;
+  if (!port_of(context, port_num) || index >= kGidTableLen) return -1;
   *type = 0;
   return 0;
 }
@@ -449,9 +451,7 @@ int ibv_query_pkey(ibv_context* context, uint8_t port_num, int index, __be16* pk
     auto fn = REAL(ibv_query_pkey, "IBVERBS_1.1");
     return fn ? fn(context, port_num, index, pkey) : -1;
   }
-  Header* h = segment()->hdr();
-  uint32_t dev = to_ctx(context)->dev;
-  if (port_num < 1 || port_num > h->devices[dev].num_ports || index != 0) return -1;
+  if (!port_of(context, port_num) || index != 0) return -1;
   *pkey = htobe16(0xffff);
   return 0;
 }
