@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "barriers.h"
 #include "forward.h"
 #include "notify.h"
 #include "provider.h"
@@ -152,7 +153,8 @@ void reset_queues(EmuQp* qp) {
   qp->sq_head = qp->sq_tail = 0;
   qp->sq_posted = qp->sq_retired = 0;
   qp->rq_head = qp->rq_tail = 0;
-  qp->dbrec[0] = qp->dbrec[1] = 0;
+  dbrec_store32(&qp->dbrec[0], 0);  // the device reads these at any time
+  dbrec_store32(&qp->dbrec[1], 0);
   s.sq_ci = 0;
   s.rq_ci = 0;
   s.rnr_waiter.store(0);
