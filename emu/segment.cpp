@@ -4,6 +4,8 @@
 #include "wqe.h"
 
 #include <atomic>
+#include <vector>
+#include <algorithm>
 #include <boost/interprocess/managed_mapped_file.hpp>
 #include <cerrno>
 #include <csignal>
@@ -270,38 +272,40 @@ bool Segment::proc_alive(uint32_t slot) const { return proc_slot_alive(slot); }
 // Retires every object `owned` selects: dying first (unfindable), then, once no engine can be
 // inside any of them, rings freed and slots free.
 template <class Owned>
-void Segment::release_objects(Owned owned) {
+void Segment::release_objects(Owned owned, bool owner_dead) {
+  // Only what this call marks dying has its rings freed here. A slot already dying belongs to a
+  // destroy that its (now dead) owner had begun and may have half done: its rings are left alone
+  // (a leak, not a double free), and the slot is freed.
+  std::vector<void*> mine;
   auto dying = [&](auto& slot) {
-    if (slot.state.load() == kSlotLive && owned(slot)) slot.state.store(kSlotDying);
+    uint32_t live = kSlotLive;
+    if (owned(slot) && slot.state.compare_exchange_strong(live, kSlotDying)) mine.push_back(&slot);
   };
   for (auto& q : hdr_->qps) dying(q);
   for (auto& c : hdr_->cqs) dying(c);
   for (auto& m : hdr_->mrs) dying(m);
   for (auto& p : hdr_->pds) dying(p);
   for (auto& c : hdr_->ctxs) dying(c);
+  std::sort(mine.begin(), mine.end());
+  auto marked = [&](const void* slot) { return std::binary_search(mine.begin(), mine.end(), slot); };
   wait_for_engines(this);
+  auto retire = [&](auto& slot, auto free_rings) {
+    if (slot.state.load() != kSlotDying || !owned(slot)) return;
+    if (marked(&slot)) free_rings(slot);
+    else if (!owner_dead) return;  // a live thread of ours is destroying it: its to finish
+    slot.state.store(kSlotFree);
+  };
   for (auto& q : hdr_->qps)
-    if (q.state.load() == kSlotDying && owned(q)) {
-      free(q.sq_off);
-      free(q.rq_off);
-      free(q.dbrec_off);
-      free(q.land_off);
-      q.state.store(kSlotFree);
-    }
-  for (auto& c : hdr_->cqs)
-    if (c.state.load() == kSlotDying && owned(c)) {
-      free(c.buf_off);
-      c.state.store(kSlotFree);
-    }
-  for (auto& m : hdr_->mrs)
-    if (m.state.load() == kSlotDying && owned(m)) m.state.store(kSlotFree);
-  for (auto& p : hdr_->pds)
-    if (p.state.load() == kSlotDying && owned(p)) p.state.store(kSlotFree);
-  for (auto& c : hdr_->ctxs)
-    if (c.state.load() == kSlotDying && owned(c)) {
-      free(c.uar_off);
-      c.state.store(kSlotFree);
-    }
+    retire(q, [&](QpSlot& x) {
+      free(x.sq_off);
+      free(x.rq_off);
+      free(x.dbrec_off);
+      free(x.land_off);
+    });
+  for (auto& c : hdr_->cqs) retire(c, [&](CqSlot& x) { free(x.buf_off); });
+  for (auto& m : hdr_->mrs) retire(m, [](MrSlot&) {});
+  for (auto& p : hdr_->pds) retire(p, [](PdSlot&) {});
+  for (auto& c : hdr_->ctxs) retire(c, [&](ContextSlot& x) { free(x.uar_off); });
 }
 
 void Segment::release_proc_objects(uint32_t proc) {
@@ -316,7 +320,7 @@ void Segment::release_proc_objects(uint32_t proc) {
   uint32_t word = proc + 1;
   hdr_->atomic_lock.word.compare_exchange_strong(word, 0);
   reset_engine_slots(this, proc);
-  release_objects([proc](const auto& slot) { return slot.owner == proc; });
+  release_objects([proc](const auto& slot) { return slot.owner == proc; }, true);
 }
 
 void Segment::release_context_objects(uint32_t ctx) {
@@ -328,7 +332,7 @@ void Segment::release_context_objects(uint32_t ctx) {
     if constexpr (std::is_same_v<T, MrSlot>) return h->pds[slot.pd].ctx == ctx;
     else if constexpr (std::is_same_v<T, ContextSlot>) return &slot == &h->ctxs[ctx];
     else return slot.ctx == ctx;
-  });
+  }, false);
 }
 
 int Segment::sweep_dead() {

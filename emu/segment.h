@@ -61,7 +61,7 @@ class Segment {
   void init_devices(const Config& cfg);
   void release_proc_objects(uint32_t proc);
   template <class Owned>
-  void release_objects(Owned owned);
+  void release_objects(Owned owned, bool owner_dead);
 
   void* mapping_ = nullptr;  // boost::interprocess::managed_mapped_file
   char* base_ = nullptr;
