@@ -134,7 +134,6 @@ int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs_out) {
   qp->sq_wrid[slot] = qp->stage_wr_id;
   qp->sq_wqe_bbs[slot] = static_cast<uint8_t>(bbs);
   qp->sq_seq[slot] = qp->sq_posted;
-  qp->sq_opcode[slot] = qp->stage_opcode;
   *ctrl_block = qp->sq_head;
   *bbs_out = bbs;
   qp->sq_head += bbs;

@@ -100,7 +100,6 @@ struct EmuQp {
   std::vector<uint64_t> sq_wrid;  // by start block
   std::vector<uint64_t> sq_seq;   // by start block: sq_posted after this WQE
   std::vector<uint8_t> sq_wqe_bbs;
-  std::vector<uint8_t> sq_opcode;
   pthread_spinlock_t sq_lock;
   // Receive queue.
   uint8_t* rq;

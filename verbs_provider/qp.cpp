@@ -266,7 +266,6 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->sq_wrid.assign(sq_bbs, 0);
   qp->sq_seq.assign(sq_bbs, 0);
   qp->sq_wqe_bbs.assign(sq_bbs, 1);
-  qp->sq_opcode.assign(sq_bbs, 0);
   qp->rq = seg->at<uint8_t>(s.rq_off);
   qp->rq_cnt = rq_cnt;
   qp->rq_stride = rq_stride;
