@@ -413,6 +413,7 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   uint64_t window[kMaxSpans];
   bool all_windows = true;
   bool prot_ok = true;
+  bool addr_is_va = true;  // the receiver can scatter from its own WQE (no iova offset)
   for (uint32_t off = 0; off + sizeof(DataSeg) <= r->rq_stride; off += sizeof(DataSeg)) {
     DataSeg d;
     std::memcpy(&d, rwqe + off, sizeof d);
@@ -427,6 +428,7 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     // The window is used only if the whole message fits where windows exist (checked below).
     uint64_t w = shared_window(seg_, *smr, va, std::min<uint64_t>(len, local.total));
     if (!w) all_windows = false;
+    if (va != be64(d.addr)) addr_is_va = false;
     window[scatter.n] = w;
     scatter.span[scatter.n++] = {va, len};
     scatter.total += len;
@@ -439,8 +441,17 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   uint8_t resp_syndrome = 0;
   if (!prot_ok) resp_syndrome = kSynLocalProt;
   else if (scatter.total < local.total) resp_syndrome = kSynLocalLength;
-  bool landed = false;
-  if (!resp_syndrome && local.total && all_windows && remote_pid != seg_->pid() &&
+  if (!resp_syndrome && local.total && local.total <= kCqeInlineMax && addr_is_va &&
+      remote_pid != seg_->pid()) {
+    // Scatter-to-CQE: the payload rides in the receive CQE, one line for the receiver to read;
+    // its poll copies it into the buffers of its own receive WQE (checked here, as the device does).
+    MemSpan cqe_data{reinterpret_cast<uint64_t>(rc.inline_data), local.total};
+    if (dma_copy(local_pid, local.span, local.n, 0, &cqe_data, 1) != CopyResult::ok) {
+      r->rq_lock.unlock();
+      return fail(kSynLocalProt);
+    }
+    rc.inline_scatter = true;
+  } else if (!resp_syndrome && local.total && all_windows && remote_pid != seg_->pid() &&
       peer_still_there(qp, *r)) {
     // Straight into the receive buffer through shared mappings (EMU_SHARED_MR).
     Sges direct = scatter;
@@ -454,21 +465,6 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
       r->rq_lock.unlock();
       return fail(kSynLocalProt);
     }
-  } else if (!resp_syndrome && local.total && local.total <= kLandingPayload &&
-      scatter.n <= static_cast<int>(kLandingScatter) && r->land_off && remote_pid != seg_->pid()) {
-    // Into the landing slot (shared memory) with the receive buffer's addresses as the device
-    // translated them: the responder's poll scatters it there, no system call.
-    LandingSlot& slot = seg_->at<LandingSlot>(r->land_off)[r->rq_ci & (r->rq_wqe_cnt - 1)];
-    for (int i = 0; i < static_cast<int>(kLandingScatter); ++i)
-      slot.scatter[i] = {i < scatter.n ? scatter.span[i].addr : 0,
-                         i < scatter.n ? static_cast<uint32_t>(scatter.span[i].len) : 0u};
-    MemSpan land{reinterpret_cast<uint64_t>(slot.payload), local.total};
-    CopyResult cr = dma_copy(local_pid, local.span, local.n, 0, &land, 1);
-    if (cr != CopyResult::ok) {
-      r->rq_lock.unlock();
-      return fail(kSynLocalProt);
-    }
-    landed = true;
   } else if (!resp_syndrome && local.total) {
     CopyResult cr = dma_copy(local_pid, local.span, local.n, remote_pid, scatter.span, scatter.n);
     if (cr == CopyResult::dst_gone) {
@@ -494,8 +490,7 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   rc.byte_cnt = static_cast<uint32_t>(local.total);
   rc.imm_be = ctrl->imm;
   rc.emu_flags = (opcode == kOpSendImm ? kCqeFlagImm : 0) |
-                 ((ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0) |
-                 (landed ? kCqeFlagLanded : 0);
+                 ((ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0);
   qp.sq_psn = (qp.sq_psn + npk) & 0xffffff;
   r->rq_psn = (r->rq_psn + npk) & 0xffffff;
   write_cqe(h_->cqs[r->recv_cq], rc);
@@ -533,14 +528,19 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
   bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;
   Cqe64 v{};
   v.emu_flags = info.emu_flags;
-  v.slid = be16(info.slid);
-  v.flags_rqpn = be32(info.src_qpn & 0xffffff);
+  if (info.inline_scatter) {
+    std::memcpy(&v, info.inline_data, info.byte_cnt);
+  } else {
+    v.slid = be16(info.slid);
+    v.flags_rqpn = be32(info.src_qpn & 0xffffff);
+  }
   v.imm_inval_pkey = info.imm_be;
   v.byte_cnt = be32(info.byte_cnt);
   v.timestamp = be64(now_());
   v.sop_drop_qpn = be32((uint32_t(info.wqe_opcode) << 24) | (info.qpn & 0xffffff));
   v.wqe_counter = be16(info.wqe_counter);
-  v.qp_gen = h_->qps[info.qpn & (kMaxQps - 1)].incarnation.load(std::memory_order_relaxed);
+  v.qp_gen = static_cast<uint16_t>(
+      h_->qps[info.qpn & (kMaxQps - 1)].incarnation.load(std::memory_order_relaxed));
   if (err) {
     auto* e = reinterpret_cast<ErrCqe*>(&v);
     e->syndrome = info.syndrome;
@@ -548,7 +548,8 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
   }
   std::memcpy(&c, &v, sizeof(Cqe64) - 1);
   uint8_t owner = (pi >> cq.log_cqe_cnt) & 1;
-  cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | owner));
+  uint8_t inline_bit = info.inline_scatter ? kCqeInlineScatter32 : 0;
+  cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | inline_bit | owner));
   // Store CQE, then load the arm state; the driver stores the arm state, then loads the CQE. Without a
   // full fence on both sides each could miss the other and the event would be lost.
   std::atomic_thread_fence(std::memory_order_seq_cst);

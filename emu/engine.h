@@ -23,6 +23,8 @@ struct CqeInfo {
   uint32_t byte_cnt;
   uint32_t imm_be;       // immediate data as it travels (big-endian)
   uint8_t rnr_timer;     // on an RNR stall: the responder's min_rnr_timer code
+  bool inline_scatter;   // the payload (byte_cnt <= kCqeInlineMax bytes) travels in the CQE
+  uint8_t inline_data[kCqeInlineMax];
 };
 
 // What executing the head WQE came to.

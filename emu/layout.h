@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 10;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 11;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -25,21 +25,6 @@ constexpr uint32_t kQpIndexBits = 12;
 constexpr uint32_t kMaxQps = 1u << kQpIndexBits;
 constexpr uint32_t kUarRegsMax = 64;
 constexpr uint32_t kBfBufSize = 256;  // each register has two BlueFlame buffers of this size
-// A small SEND to another process lands in the receive WQE's landing slot in the segment; the
-// receiver's poll copies it into the posted buffer before it returns the completion (the buffer is
-// only defined once the completion is seen). No system call on the path.
-// One cache line, so that a small SEND costs the two processes one line transfer here.
-struct LandingSlot {
-  struct {
-    uint64_t va;   // where the payload goes in the receiver, translated and checked by the device
-    uint32_t len;
-  } __attribute__((packed)) scatter[2];
-  uint8_t payload[40];
-};
-static_assert(sizeof(LandingSlot) == 64);
-constexpr uint32_t kLandingPayload = sizeof(LandingSlot::payload);
-constexpr uint32_t kLandingScatter = 2;
-
 // A destroyed object is dying until no engine can still be using it (see EngineSlot): it cannot be
 // found by number or key, and its slot is not handed out again.
 enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1, kSlotDying = 2 };
@@ -209,7 +194,6 @@ struct QpSlot {
   uint32_t rq_stride;     // bytes per receive WQE (16 * max receive SGEs, power of two)
   uint32_t rsvd3;
   uint64_t dbrec_off;     // be32[2]: [0] receive counter, [1] send counter
-  uint64_t land_off;      // LandingSlot[rq_wqe_cnt], or 0
   std::atomic<uint32_t> incarnation;  // bumped by every move to RESET; stamped on each CQE
   // Device-side requester state (written per message by the requester's engine).
   alignas(64) ShmLock sq_engine;
@@ -225,7 +209,9 @@ struct QpSlot {
   alignas(64) ShmLock rq_lock;
   uint32_t rq_ci;
   uint32_t rq_psn;
-  std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty receive queue
+  // Written only when a requester parks on our empty receive queue; read by every post_recv, so
+  // it has a line of its own (beside rq_lock, each receive would pull the line the sender writes).
+  alignas(64) std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty RQ
 };
 
 // Engine sections, for reclamation: a thread running the engine marks its slot odd while inside

@@ -300,7 +300,6 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
       free(x.sq_off);
       free(x.rq_off);
       free(x.dbrec_off);
-      free(x.land_off);
     });
   for (auto& c : hdr_->cqs) retire(c, [&](CqSlot& x) { free(x.buf_off); });
   for (auto& m : hdr_->mrs) retire(m, [](MrSlot&) {});

@@ -90,20 +90,21 @@ enum CqeSyndrome : uint8_t {
   kSynRnrRetryExc = 0x16,
 };
 
-// CQE flags kept in the reserved area (byte 1) so the driver can report wc_flags and the opcode of a
-// requester completion without keeping its own per-WQE table.
+// CQE flags kept in the application-info bytes (40..43, unused by verbs QPs) so the driver can
+// report wc_flags without a per-WQE table of its own.
 enum CqeEmuFlags : uint8_t {
   kCqeFlagImm = 1 << 0,
   kCqeFlagSolicited = 1 << 1,
-  kCqeFlagLanded = 1 << 2,  // the payload waits in the receive WQE's landing slot
 };
 
+// op_own bit of a responder CQE whose payload (at most 32 bytes) is in bytes 0..31 of the CQE
+// itself, as mlx5's scatter-to-CQE does: the receiver's poll copies it into the posted buffers.
+// The fields in those bytes (slid, flags_rqpn) are then not there: a connected QP knows its peer.
+constexpr uint8_t kCqeInlineScatter32 = 0x04;
+constexpr uint32_t kCqeInlineMax = 32;
+
 struct Cqe64 {
-  uint8_t rsvd0;
-  uint8_t emu_flags;        // CqeEmuFlags
-  uint16_t wqe_id;
-  uint32_t qp_gen;          // the QP's incarnation (bumped by every reset): stale CQEs are dropped
-  uint8_t rsvd8[9];
+  uint8_t rsvd0[17];        // bytes 0..31: the payload of an inline-scatter CQE
   uint8_t ml_path;
   uint8_t rsvd20[4];
   uint16_t slid;            // be
@@ -111,9 +112,10 @@ struct Cqe64 {
   uint8_t rsvd28[4];
   uint32_t srqn_uidx;       // be
   uint32_t imm_inval_pkey;  // be (immediate data as sent)
-  uint8_t app;
+  uint8_t emu_flags;        // CqeEmuFlags (mlx5: app)
   uint8_t app_op;
-  uint16_t app_info;
+  uint16_t qp_gen;          // the QP's incarnation (bumped by every reset), low 16 bits: stale CQEs
+                            // are dropped (mlx5: app_info)
   uint32_t byte_cnt;        // be
   uint64_t timestamp;       // be
   uint32_t sop_drop_qpn;    // be: WQE opcode (requester) << 24 | qpn
@@ -122,6 +124,8 @@ struct Cqe64 {
   uint8_t op_own;           // opcode << 4 | owner
 };
 static_assert(sizeof(Cqe64) == 64);
+static_assert(offsetof(Cqe64, slid) == 22);
+static_assert(offsetof(Cqe64, emu_flags) == 40);
 static_assert(offsetof(Cqe64, byte_cnt) == 44);
 static_assert(offsetof(Cqe64, sop_drop_qpn) == 56);
 static_assert(offsetof(Cqe64, op_own) == 63);

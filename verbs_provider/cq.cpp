@@ -64,14 +64,17 @@ ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
   }
 }
 
-// A small SEND from another process waits in the landing slot of its receive WQE, with the
-// addresses the device translated when it accepted the SEND: scatter it there.
-void land_payload(EmuQp* qp, uint16_t idx, uint32_t len) {
-  const LandingSlot& slot = segment()->at<LandingSlot>(qp->shm->land_off)[idx & (qp->rq_cnt - 1)];
-  const uint8_t* src = slot.payload;
-  for (uint32_t i = 0; len && i < kLandingScatter; ++i) {
-    uint32_t n = static_cast<uint32_t>(std::min<uint64_t>(len, slot.scatter[i].len));
-    std::memcpy(reinterpret_cast<void*>(slot.scatter[i].va), src, n);
+// Scatter-to-CQE: a small SEND's payload came in the CQE. Copy it into the buffers of the receive
+// WQE it consumed (its private copy) (the device checked their keys and bounds, and their addresses are virtual ones).
+void scatter_from_cqe(EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
+  const uint8_t* w = qp->rq_shadow.data() + (idx & (qp->rq_cnt - 1)) * qp->rq_stride;
+  const uint8_t* src = reinterpret_cast<const uint8_t*>(&c);
+  for (uint32_t off = 0; len && off + sizeof(DataSeg) <= qp->rq_stride; off += sizeof(DataSeg)) {
+    DataSeg d;
+    std::memcpy(&d, w + off, sizeof d);
+    if (be32(d.lkey) == kInvalidLkey) break;
+    uint32_t n = std::min(len, be32(d.byte_count) ? be32(d.byte_count) : len);
+    std::memcpy(reinterpret_cast<void*>(be64(d.addr)), src, n);
     src += n;
     len -= n;
   }
@@ -89,7 +92,7 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     uint32_t word = be32(c.sop_drop_qpn);
     uint32_t qpn = word & 0xffffff;
     EmuQp* qp = qp_by_num(qpn);
-    if (!qp || c.qp_gen != qp->incarnation) {
+    if (!qp || c.qp_gen != static_cast<uint16_t>(qp->incarnation)) {
       // A completion of a QP destroyed or reset since: it names nothing the user still has.
       ++cq->ci;
       cq->shm->ci.store(cq->ci, std::memory_order_release);
@@ -127,7 +130,11 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
       }
     } else {
       wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
-      if (c.emu_flags & kCqeFlagLanded) land_payload(qp, idx, wc->byte_len);
+      if (op_own & kCqeInlineScatter32) {
+        scatter_from_cqe(qp, idx, c, wc->byte_len);
+        wc->src_qp = qp->shm->dest_qpn;  // bytes 0..31 held the payload; a connected QP knows its peer
+        wc->slid = qp->shm->dlid;
+      }
       {
         wc->wr_id = qp->rq_wrid[idx & (qp->rq_cnt - 1)];
         qp->rq_tail += static_cast<uint16_t>(idx + 1 - qp->rq_tail);

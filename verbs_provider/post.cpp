@@ -226,16 +226,20 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
       *bad = wr;
       break;
     }
-    uint8_t* w = qp->rq + (qp->rq_head & (qp->rq_cnt - 1)) * qp->rq_stride;
+    size_t at = (qp->rq_head & (qp->rq_cnt - 1)) * qp->rq_stride;
+    uint8_t* w = qp->rq + at;
+    uint8_t* shadow = qp->rq_shadow.data() + at;
     uint32_t n = 0;
     for (int i = 0; i < wr->num_sge; ++i) {
       if (wr->sg_list[i].length == 0) continue;
       DataSeg d{be32(wr->sg_list[i].length), be32(wr->sg_list[i].lkey), be64(wr->sg_list[i].addr)};
-      std::memcpy(w + n++ * sizeof(DataSeg), &d, sizeof d);
+      std::memcpy(w + n * sizeof(DataSeg), &d, sizeof d);
+      std::memcpy(shadow + n++ * sizeof(DataSeg), &d, sizeof d);
     }
     if (n * sizeof(DataSeg) < qp->rq_stride) {
       DataSeg term{0, be32(kInvalidLkey), 0};
       std::memcpy(w + n * sizeof(DataSeg), &term, sizeof term);
+      std::memcpy(shadow + n * sizeof(DataSeg), &term, sizeof term);
     }
     qp->rq_wrid[qp->rq_head & (qp->rq_cnt - 1)] = wr->wr_id;
     ++qp->rq_head;

@@ -110,6 +110,9 @@ struct EmuQp {
   uint32_t max_recv_wr;
   uint32_t max_recv_sge;
   std::vector<uint64_t> rq_wrid;
+  // The receive WQEs as posted, in private memory: the poll scatters an inline payload from here.
+  // Reading the ring itself would pull back lines the device has just read (a miss per message).
+  std::vector<uint8_t> rq_shadow;
   pthread_spinlock_t rq_lock;
   uint32_t incarnation = 0;       // CQEs stamped with another one are stale (before a reset)
   std::atomic<uint32_t> async_events_read{0};  // events handed out on this QP (ack target)

@@ -227,13 +227,11 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   s.sq_off = seg->alloc(size_t(sq_bbs) * kSendWqeBB, 4096);
   s.rq_off = seg->alloc(size_t(rq_cnt) * rq_stride, 4096);
   s.dbrec_off = seg->alloc(64, 64);
-  s.land_off = seg->alloc(size_t(rq_cnt) * sizeof(LandingSlot), 64);  // 0 if short: no landing
   auto* qp = (s.sq_off && s.rq_off && s.dbrec_off) ? new (std::nothrow) EmuQp() : nullptr;
   if (!qp) {
     seg->free(s.sq_off);
     seg->free(s.rq_off);
     seg->free(s.dbrec_off);
-    seg->free(s.land_off);
     s.state.store(kSlotFree);
     return fail_null<ibv_qp>(ENOMEM);
   }
@@ -272,6 +270,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->max_recv_wr = rq_cnt;
   qp->max_recv_sge = recv_sge;
   qp->rq_wrid.assign(rq_cnt, 0);
+  qp->rq_shadow.assign(size_t(rq_cnt) * rq_stride, 0);
   qp->sig_all = attr->sq_sig_all != 0;
   qp->uar_idx = ctx->next_uar.fetch_add(1) % ctx->n_uars;
   pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
@@ -523,7 +522,6 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   seg->free(s.sq_off);
   seg->free(s.rq_off);
   seg->free(s.dbrec_off);
-  seg->free(s.land_off);
   s.state.store(kSlotFree, std::memory_order_release);
   delete qp;
   return 0;

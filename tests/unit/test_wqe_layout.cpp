@@ -22,6 +22,12 @@ static_assert(offsetof(Cqe64, imm_inval_pkey) == offsetof(mlx5_cqe64, imm_inval_
 static_assert(offsetof(Cqe64, sop_drop_qpn) == offsetof(mlx5_cqe64, sop_drop_qpn));
 static_assert(offsetof(Cqe64, wqe_counter) == offsetof(mlx5_cqe64, wqe_counter));
 static_assert(offsetof(Cqe64, op_own) == offsetof(mlx5_cqe64, op_own));
+static_assert(offsetof(Cqe64, slid) == offsetof(mlx5_cqe64, slid));
+static_assert(offsetof(Cqe64, flags_rqpn) == offsetof(mlx5_cqe64, flags_rqpn));
+static_assert(offsetof(Cqe64, srqn_uidx) == offsetof(mlx5_cqe64, srqn_uidx));
+static_assert(offsetof(Cqe64, emu_flags) == offsetof(mlx5_cqe64, app));
+static_assert(offsetof(Cqe64, qp_gen) == offsetof(mlx5_cqe64, app_info));
+static_assert(kCqeInlineScatter32 == MLX5_INLINE_SCATTER_32);
 static_assert(offsetof(ErrCqe, syndrome) == offsetof(mlx5_err_cqe, syndrome));
 static_assert(offsetof(ErrCqe, vendor_err_synd) == offsetof(mlx5_err_cqe, vendor_err_synd));
 

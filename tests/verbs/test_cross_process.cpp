@@ -27,6 +27,7 @@ constexpr const char* kPeerEnv = "EMU_TEST_PEER";
 constexpr int kPeerIn = 3;   // peer reads the parent's messages here
 constexpr int kPeerOut = 4;  // and writes its own here
 constexpr size_t kPeerBuf = 4096;
+constexpr uint64_t kPeerIova = 0x7e5000000000;  // an I/O address unlike the buffer's own
 
 struct PeerInfo {
   uint32_t ok;  // 0: the peer failed to set up (err says why)
@@ -82,13 +83,20 @@ constexpr size_t kFaaOff = 2048;                   // u64: 100, the parent adds 
 constexpr uint64_t kFaaInit = 100, kFaaAdd = 23;
 uint8_t pattern_byte(size_t i) { return static_cast<uint8_t>(i * 13 + 1); }
 
-// SENDs to a receiving peer: a small one (it lands in shared memory and the receiver's poll
-// scatters it), a large one (copied straight into the receive buffer), and a small one with
-// immediate data.
-constexpr int kRecvCount = 3;
-constexpr size_t kRecvOff[kRecvCount] = {0, 1024, 3072};
-constexpr uint32_t kRecvLen[kRecvCount] = {1024, 2048, 1024};
-constexpr uint32_t kSendLen[kRecvCount] = {8, 1500, 40};
+// SENDs to a receiving peer: a small one (it travels in the CQE and the receiver's poll scatters
+// it), a large one (copied straight into the receive buffer), one of the largest size a CQE carries
+// (32 B) with immediate data, and a small one scattered over a receive of two SGEs.
+constexpr int kRecvCount = 4;
+constexpr size_t kRecvOff[kRecvCount] = {0, 1024, 3072, 3584};
+constexpr uint32_t kRecvLen[kRecvCount] = {1024, 2048, 512, 10};
+constexpr uint32_t kSendLen[kRecvCount] = {8, 1500, 32, 30};
+constexpr size_t kSecondSgeOff = 3600;  // receive 3's second SGE (400 bytes)
+constexpr uint32_t kSecondSgeLen = 400;
+// Where byte b of message i lands in the receiver's buffer.
+size_t recv_pos(int i, uint32_t b) {
+  if (i == 3 && b >= kRecvLen[3]) return kSecondSgeOff + b - kRecvLen[3];
+  return kRecvOff[i] + b;
+}
 constexpr uint32_t kImm = 0x12345678;
 
 struct RecvReport {
@@ -120,7 +128,7 @@ struct RecvReport {
   _exit(ok ? 0 : 2);
 }
 
-[[noreturn]] void run_peer(const std::string& role) {
+[[noreturn]] void run_peer(std::string role) {
   if (role == "attach") run_attach_peer();
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
@@ -136,7 +144,14 @@ struct RecvReport {
   for (size_t i = 0; i < kReadLen; ++i) buf[kReadOff + i] = pattern_byte(i + 100);
   uint64_t init = kFaaInit;
   std::memcpy(buf + kFaaOff, &init, 8);
-  ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof buf, kAllAccess);
+  // Role "receiver-iova": the buffer is registered at an I/O address of its own, and receives name
+  // it by that address (the device translates; a payload carried in the CQE must not be scattered
+  // to the I/O address as if it were virtual).
+  bool iova = role == "receiver-iova";
+  if (iova) role = "receiver";
+  uint64_t base = iova ? kPeerIova : reinterpret_cast<uint64_t>(buf);
+  ibv_mr* mr = iova ? ibv_reg_mr_iova(pd, buf, sizeof buf, kPeerIova, kAllAccess)
+                    : ibv_reg_mr(pd, buf, sizeof buf, kAllAccess);
   if (!mr) peer_fail("reg_mr");
   ibv_port_attr pa;
   if (ibv_query_port(ctx, 1, &pa)) peer_fail("query_port");
@@ -150,11 +165,12 @@ struct RecvReport {
     // Receives for the parent's SENDs, posted once connected, before the connection is
     // reported ready (a QP in RESET takes none).
     for (int i = 0; i < kRecvCount; ++i) {
-      ibv_sge sg{reinterpret_cast<uint64_t>(buf + kRecvOff[i]), kRecvLen[i], mr->lkey};
+      ibv_sge sg[2] = {{base + kRecvOff[i], kRecvLen[i], mr->lkey},
+                       {base + kSecondSgeOff, kSecondSgeLen, mr->lkey}};
       ibv_recv_wr rw{};
       rw.wr_id = 100 + i;
-      rw.sg_list = &sg;
-      rw.num_sge = 1;
+      rw.sg_list = sg;
+      rw.num_sge = i == 3 ? 2 : 1;
       ibv_recv_wr* bad = nullptr;
       if (ibv_post_recv(qp, &rw, &bad)) peer_fail("post_recv");
     }
@@ -181,7 +197,7 @@ struct RecvReport {
         break;
       }
       for (uint32_t b = 0; b < kSendLen[i]; ++b)
-        if (buf[kRecvOff[i] + b] != pattern_byte(b + 7 * i)) {
+        if (buf[recv_pos(i, b)] != pattern_byte(b + 7 * i)) {
           rep.ok = 0;
           std::snprintf(rep.err, sizeof rep.err, "message %d: byte %u differs", i, b);
           break;
@@ -325,6 +341,8 @@ class CrossProcess : public VerbsTest {
     ASSERT_EQ(ready, 1) << "peer could not connect";
     local = make_buf(4096, kAllAccess, 0);
   }
+  // SENDs of every size class to a peer in role "receiver*", which checks what it received.
+  void send_to_receiver(const char* role);
   Peer peer;
   PeerInfo pi{};
   ibv_cq* cq = nullptr;
@@ -367,8 +385,13 @@ TEST_F(CrossProcess, OneSidedWhilePeerBlocked) {
 }
 
 // SENDs to another process: the bytes, lengths and immediate data the receiver's polls report.
-TEST_F(CrossProcess, SendsSmallAndLargeToPeer) {
-  ASSERT_NO_FATAL_FAILURE(connect_peer("receiver", {}));
+TEST_F(CrossProcess, SendsSmallAndLargeToPeer) { send_to_receiver("receiver"); }
+
+// The same into receive buffers named by an I/O address (ibv_reg_mr_iova).
+TEST_F(CrossProcess, SendsToReceiveBuffersOfAnIova) { send_to_receiver("receiver-iova"); }
+
+void CrossProcess::send_to_receiver(const char* role) {
+  ASSERT_NO_FATAL_FAILURE(connect_peer(role, {}));
   for (int i = 0; i < kRecvCount; ++i) {
     for (uint32_t b = 0; b < kSendLen[i]; ++b) local.p[1024 * i + b] = pattern_byte(b + 7 * i);
     ibv_sge sg = local.sge(1024 * i, kSendLen[i]);
