@@ -213,16 +213,6 @@ bool Engine::peer_still_there(QpSlot& qp, const QpSlot& r) {
   return true;
 }
 
-// Whether the responder's receive queue is empty; if so the requester is registered to be woken
-// by the responder's next receive. Registering and then looking again (the poster stores its
-// doorbell record and then looks for a waiter) means one of the two always sees the other.
-bool Engine::rq_empty_wait(const QpSlot& qp, QpSlot& r) {
-  if ((r.rq_ci & 0xffff) != rq_producer(seg_, r)) return false;
-  if (r.state.load(std::memory_order_acquire) != kSlotLive) return true;  // being destroyed: no receive
-  r.rnr_waiter.store(qp.qpn + 1, std::memory_order_seq_cst);
-  return (r.rq_ci & 0xffff) == rq_producer(seg_, r);
-}
-
 ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   auto* ctrl = reinterpret_cast<const CtrlSeg*>(wqe);
   uint8_t opcode = be32(ctrl->opmod_idx_opcode) & 0xff;
@@ -246,6 +236,15 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   bool is_atomic = opcode == kOpAtomicCs || opcode == kOpAtomicFa;
   if (!has_raddr && opcode != kOpSend && opcode != kOpSendImm && opcode != kOpNop)
     return fail(kSynLocalQpOp);
+  // What each transport carries: UD only SENDs, UC no READs or atomics.
+  if (qp.type == kQptUd && has_raddr) return fail(kSynLocalQpOp);
+  if (qp.type == kQptUc && (opcode == kOpRdmaRead || is_atomic)) return fail(kSynLocalQpOp);
+  AvSeg av{};
+  if (qp.type == kQptUd) {
+    if (p + sizeof av > end) return fail(kSynLocalQpOp);
+    std::memcpy(&av, p, sizeof av);
+    p += sizeof av;
+  }
   RaddrSeg raddr{};
   AtomicSeg atom{};
   if (has_raddr) {
@@ -292,21 +291,32 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   out->byte_cnt = static_cast<uint32_t>(local.total);
   if (opcode == kOpNop) return ExecOutcome::done;
   int local_pid = local.is_inline ? 0 : h_->procs[qp.owner].pid;
+  if (qp.type == kQptUd) return execute_ud(qp, *ctrl, av, local, local_pid, out);
 
+  // UC has no acknowledgements: what the responder cannot take is lost, and the requester, which
+  // completes once the message is on the wire, does not learn of it.
+  bool unreliable = qp.type == kQptUc;
+  uint32_t npk = packets(local.total, qp.path_mtu);
+  auto dropped = [&]() {
+    qp.sq_psn = (qp.sq_psn + npk) & 0xffffff;
+    return ExecOutcome::done;
+  };
   // The responder: the connected QP behind the destination LID, ready to receive.
   QpSlot* r = connected_responder(seg_, qp);
-  if (!r) return ExecOutcome::stall_retry;
+  if (!r) return unreliable ? dropped() : ExecOutcome::stall_retry;
   // A retry asks the slow question too: is the responder's process still the one that registered?
   if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !seg_->proc_alive(r->owner))
     return ExecOutcome::stall_retry;
+  raise_comm_est(*r);
   int remote_pid = h_->procs[r->owner].pid;
   uint16_t my_lid = h_->devices[qp.dev].ports[qp.port - 1].lid;
-  uint32_t npk = packets(local.total, qp.path_mtu);
   auto responder_error = [&](uint8_t req_syndrome, uint32_t event) {
+    if (unreliable) return dropped();  // UC: the packet is silently dropped (no NAK)
     enter_error(*r);  // before the event: whoever reads it finds the QP in ERR
     raise_qp_event(*r, event);
     return fail(req_syndrome);
   };
+  auto gone = [&]() { return unreliable ? dropped() : ExecOutcome::stall_retry; };
 
   if (opcode == kOpRdmaWrite || opcode == kOpRdmaWriteImm || opcode == kOpRdmaRead) {
     uint64_t va = 0;
@@ -319,14 +329,16 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     // Through a shared mapping of the target's pages when there is one (EMU_SHARED_MR).
     int rpid = remote_pid;
     if (uint64_t w = local.total ? shared_window(seg_, *rmr, va, local.total) : 0) {
-      if (!peer_still_there(qp, *r)) return ExecOutcome::stall_retry;
+      if (!peer_still_there(qp, *r)) return gone();
       va = w;
       rpid = 0;
     }
     bool imm = opcode == kOpRdmaWriteImm;
-    if (imm) r->rq_lock.lock(seg_->self());
-    if (imm && rq_empty_wait(qp, *r)) {
-      r->rq_lock.unlock();
+    RecvRef rq = recv_of(*r);
+    if (imm) recv_lock(rq);
+    if (imm && recv_empty_wait(qp, rq)) {
+      recv_unlock(rq);
+      if (unreliable) return dropped();
       out->rnr_timer = r->min_rnr_timer;
       return ExecOutcome::stall_rnr;
     }
@@ -337,11 +349,11 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
                                  : dma_copy(local_pid, local.span, local.n, rpid, &remote, 1);
     }
     if (cr != CopyResult::ok) {
-      if (imm) r->rq_lock.unlock();
+      if (imm) recv_unlock(rq);
       bool remote_side = opcode == kOpRdmaRead ? (cr == CopyResult::src_gone || cr == CopyResult::src_fault)
                                                : (cr == CopyResult::dst_gone || cr == CopyResult::dst_fault);
       if (cr == CopyResult::src_gone || cr == CopyResult::dst_gone) {
-        if (remote_side) return ExecOutcome::stall_retry;
+        if (remote_side) return gone();
       }
       if (remote_side) return responder_error(kSynRemoteAccess, kEvQpAccessErr);
       return fail(kSynLocalProt);
@@ -350,16 +362,17 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     r->rq_psn = (r->rq_psn + npk) & 0xffffff;
     if (imm) {
       CqeInfo rc{};
+      uint32_t seg_bytes;
+      recv_head(rq, &seg_bytes, &rc.wqe_counter);
       rc.cqe_opcode = kCqeRespWrImm;
-      rc.wqe_counter = r->rq_ci & 0xffff;
       rc.qpn = r->qpn;
       rc.src_qpn = qp.qpn;
       rc.slid = my_lid;
       rc.byte_cnt = static_cast<uint32_t>(local.total);
       rc.imm_be = ctrl->imm;
       rc.emu_flags = kCqeFlagImm | ((ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0);
-      ++r->rq_ci;
-      r->rq_lock.unlock();
+      recv_consume(rq);
+      recv_unlock(rq);
       write_cqe(h_->cqs[r->recv_cq], rc);
     }
     return ExecOutcome::done;
@@ -400,59 +413,53 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     return ExecOutcome::done;
   }
 
-  // SEND / SEND_WITH_IMM: consume the responder's next receive WQE.
-  r->rq_lock.lock(seg_->self());
-  if (rq_empty_wait(qp, *r)) {
-    r->rq_lock.unlock();
+  // SEND / SEND_WITH_IMM: consume the responder's next receive WQE (its own queue or its SRQ).
+  RecvRef rq = recv_of(*r);
+  recv_lock(rq);
+  if (recv_empty_wait(qp, rq)) {
+    recv_unlock(rq);
+    if (unreliable) return dropped();
     out->rnr_timer = r->min_rnr_timer;
     return ExecOutcome::stall_rnr;
   }
-  const uint8_t* rwqe =
-      seg_->at<uint8_t>(r->rq_off) + (r->rq_ci & (r->rq_wqe_cnt - 1)) * r->rq_stride;
-  Sges scatter;
-  uint64_t window[kMaxSpans];
-  bool all_windows = true;
-  bool prot_ok = true;
-  bool addr_is_va = true;  // the receiver can scatter from its own WQE (no iova offset)
-  for (uint32_t off = 0; off + sizeof(DataSeg) <= r->rq_stride; off += sizeof(DataSeg)) {
-    DataSeg d;
-    std::memcpy(&d, rwqe + off, sizeof d);
-    if (be32(d.lkey) == kInvalidLkey) break;
-    uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
-    uint64_t va;
-    const MrSlot* smr = nullptr;
-    if (!translate_local(seg_, *r, be32(d.lkey), be64(d.addr), len, true, &va, &smr)) {
-      prot_ok = false;
-      break;
-    }
-    // The window is used only if the whole message fits where windows exist (checked below).
-    uint64_t w = shared_window(seg_, *smr, va, std::min<uint64_t>(len, local.total));
-    if (!w) all_windows = false;
-    if (va != be64(d.addr)) addr_is_va = false;
-    window[scatter.n] = w;
-    scatter.span[scatter.n++] = {va, len};
-    scatter.total += len;
-  }
   CqeInfo rc{};
-  rc.wqe_counter = r->rq_ci & 0xffff;
+  uint32_t seg_bytes;
+  const uint8_t* rwqe = recv_head(rq, &seg_bytes, &rc.wqe_counter);
+  Sges scatter;
+  bool addr_is_va = true;  // the receiver can scatter from its own WQE (no iova offset)
+  bool prot_ok = recv_scatter(*r, rwqe, seg_bytes, &scatter, &addr_is_va);
   rc.qpn = r->qpn;
   rc.src_qpn = qp.qpn;
   rc.slid = my_lid;
   uint8_t resp_syndrome = 0;
   if (!prot_ok) resp_syndrome = kSynLocalProt;
   else if (scatter.total < local.total) resp_syndrome = kSynLocalLength;
+  // Shared windows (EMU_SHARED_MR) into the receive buffers, used only if all of it has them.
+  uint64_t window[kMaxSpans];
+  bool all_windows = prot_ok && (local.total > kCqeInlineMax || !addr_is_va);
+  for (int i = 0; all_windows && i < scatter.n; ++i) {
+    const MrSlot* smr = nullptr;
+    uint64_t va = 0;
+    // The key was checked by recv_scatter; look the MR up again for its window.
+    uint64_t len = std::min<uint64_t>(scatter.span[i].len, local.total);
+    DataSeg d;
+    std::memcpy(&d, rwqe + i * sizeof d, sizeof d);
+    bool ok = translate_local(seg_, *r, be32(d.lkey), be64(d.addr), len, true, &va, &smr);
+    window[i] = ok && smr ? shared_window(seg_, *smr, va, len) : 0;
+    if (!window[i]) all_windows = false;
+  }
   if (!resp_syndrome && local.total && local.total <= kCqeInlineMax && addr_is_va &&
       remote_pid != seg_->pid()) {
     // Scatter-to-CQE: the payload rides in the receive CQE, one line for the receiver to read;
     // its poll copies it into the buffers of its own receive WQE (checked here, as the device does).
     MemSpan cqe_data{reinterpret_cast<uint64_t>(rc.inline_data), local.total};
     if (dma_copy(local_pid, local.span, local.n, 0, &cqe_data, 1) != CopyResult::ok) {
-      r->rq_lock.unlock();
+      recv_unlock(rq);
       return fail(kSynLocalProt);
     }
     rc.inline_scatter = true;
   } else if (!resp_syndrome && local.total && all_windows && remote_pid != seg_->pid() &&
-      peer_still_there(qp, *r)) {
+             peer_still_there(qp, *r)) {
     // Straight into the receive buffer through shared mappings (EMU_SHARED_MR).
     Sges direct = scatter;
     uint64_t left = local.total;
@@ -462,28 +469,29 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
       left -= direct.span[i].len;
     }
     if (dma_copy(local_pid, local.span, local.n, 0, direct.span, direct.n) != CopyResult::ok) {
-      r->rq_lock.unlock();
+      recv_unlock(rq);
       return fail(kSynLocalProt);
     }
   } else if (!resp_syndrome && local.total) {
     CopyResult cr = dma_copy(local_pid, local.span, local.n, remote_pid, scatter.span, scatter.n);
     if (cr == CopyResult::dst_gone) {
-      r->rq_lock.unlock();
-      return ExecOutcome::stall_retry;
+      recv_unlock(rq);
+      return gone();
     }
     if (cr == CopyResult::src_fault || cr == CopyResult::src_gone) {
-      r->rq_lock.unlock();
+      recv_unlock(rq);
       return fail(kSynLocalProt);
     }
     if (cr == CopyResult::dst_fault) resp_syndrome = kSynLocalProt;
   }
-  ++r->rq_ci;
-  r->rq_lock.unlock();
+  recv_consume(rq);
+  recv_unlock(rq);
   if (resp_syndrome) {
     rc.cqe_opcode = kCqeRespErr;
     rc.syndrome = resp_syndrome;
     write_cqe(h_->cqs[r->recv_cq], rc);
     enter_error(*r);
+    if (unreliable) return dropped();
     return fail(resp_syndrome == kSynLocalLength ? kSynRemoteInvalReq : kSynRemoteOp);
   }
   rc.cqe_opcode = opcode == kOpSendImm ? kCqeRespSendImm : kCqeRespSend;
@@ -495,6 +503,13 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   r->rq_psn = (r->rq_psn + npk) & 0xffffff;
   write_cqe(h_->cqs[r->recv_cq], rc);
   return ExecOutcome::done;
+}
+
+// IBV_EVENT_COMM_EST: the first packet reaching a QP still in RTR (once per connection).
+void Engine::raise_comm_est(QpSlot& r) {
+  if (r.qp_state.load(std::memory_order_relaxed) != kQpsRtr) return;
+  if (r.comm_est.load(std::memory_order_relaxed) || r.comm_est.exchange(1)) return;
+  raise_qp_event(r, kEvCommEst);
 }
 
 void Engine::complete_send(QpSlot& qp, const CqeInfo& info, bool signaled) {
@@ -532,7 +547,7 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
     std::memcpy(&v, info.inline_data, info.byte_cnt);
   } else {
     v.slid = be16(info.slid);
-    v.flags_rqpn = be32(info.src_qpn & 0xffffff);
+    v.flags_rqpn = be32(info.src_qpn);
   }
   v.imm_inval_pkey = info.imm_be;
   v.byte_cnt = be32(info.byte_cnt);
@@ -560,6 +575,7 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
 }
 
 void Engine::flush_rq(QpSlot& qp) {
+  if (qp.srq_ref) return;  // an SRQ's WQEs are not this QP's to flush
   EngineSection in_engine(seg_);
   ShmLockGuard g(qp.rq_lock, seg_->self());
   uint32_t pi = rq_producer(seg_, qp);
@@ -579,6 +595,8 @@ void Engine::enter_error(QpSlot& qp) {
   qp.qp_state.store(kQpsErr, std::memory_order_release);
   flush_rq(qp);
   kick_sq(qp);  // flushes the send queue unless this thread already runs it (then its loop does)
+  // A QP on an SRQ takes no more of its WQEs once in ERR: the owner learns it may destroy it.
+  if (qp.srq_ref && !qp.last_wqe.exchange(1)) raise_qp_event(qp, kEvLastWqe);
   uint32_t waiter = qp.rnr_waiter.exchange(0);
   if (waiter) {
     if (QpSlot* w = seg_->find_qp(waiter - 1)) kick_sq(*w);

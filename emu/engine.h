@@ -9,6 +9,10 @@
 #include "segment.h"
 #include "wqe.h"
 
+namespace emu::engine_detail {
+struct Sges;
+}
+
 namespace emu {
 
 struct CqeInfo {
@@ -73,7 +77,38 @@ class Engine {
   uint32_t run_write_batch(QpSlot& qp, uint32_t producer);
   ExecOutcome execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);
   bool retry_due(QpSlot& qp);
-  bool rq_empty_wait(const QpSlot& qp, QpSlot& r);
+  // The receive queue a responder takes WQEs from: its own, or its SRQ (engine_recv.cpp).
+  struct RecvRef {
+    QpSlot* qp;
+    SrqSlot* srq;  // nullptr: the QP's own receive queue
+  };
+  RecvRef recv_of(QpSlot& r);
+  void recv_lock(RecvRef& q);
+  void recv_unlock(RecvRef& q);
+  bool recv_empty(const RecvRef& q);
+  bool recv_empty_wait(const QpSlot& requester, RecvRef& q);
+  // The data segments of the next receive WQE, their size in bytes and the index the CQE names.
+  const uint8_t* recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index);
+  void recv_consume(RecvRef& q);
+  // Translates a receive WQE's scatter list with the responder's keys; false: a bad key.
+  bool recv_scatter(const QpSlot& r, const uint8_t* wqe, uint32_t seg_bytes,
+                    engine_detail::Sges* out, bool* addr_is_va);
+  // UD: one packet to a QP or a multicast group.
+  struct UdPacket {
+    const CtrlSeg* ctrl;
+    const engine_detail::Sges* local;
+    int local_pid;
+    uint32_t qkey;
+    uint32_t src_qpn;
+    uint16_t slid;
+    uint8_t sl;
+    bool has_grh;
+    Grh grh;
+  };
+  ExecOutcome execute_ud(QpSlot& qp, const CtrlSeg& ctrl, const AvSeg& av,
+                         const engine_detail::Sges& local, int local_pid, CqeInfo* out);
+  void deliver_ud(const UdPacket& pkt, QpSlot& r);
+  void raise_comm_est(QpSlot& r);
   bool peer_still_there(QpSlot& qp, const QpSlot& r);
   void set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us);
   void clear_stall(QpSlot& qp);

@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 11;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 12;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -23,6 +23,11 @@ constexpr uint32_t kMaxMrs = 8192;
 constexpr uint32_t kMaxCqs = 2048;
 constexpr uint32_t kQpIndexBits = 12;
 constexpr uint32_t kMaxQps = 1u << kQpIndexBits;
+constexpr uint32_t kSrqIndexBits = 10;
+constexpr uint32_t kMaxSrqs = 1u << kSrqIndexBits;
+constexpr uint32_t kMaxMcastPerQp = 8;   // multicast groups one UD QP can join
+constexpr uint16_t kMcastLidBase = 0xc000;  // IB multicast LIDs: 0xc000 .. 0xfffe
+constexpr uint32_t kMcastQpn = 0xffffff;    // the destination QPN of a multicast send
 constexpr uint32_t kUarRegsMax = 64;
 constexpr uint32_t kBfBufSize = 256;  // each register has two BlueFlame buffers of this size
 // A destroyed object is dying until no engine can still be using it (see EngineSlot): it cannot be
@@ -50,6 +55,8 @@ enum AsyncEvent : uint32_t {
   kEvCommEst = 4,
   kEvPortActive = 9,
   kEvPortErr = 10,
+  kEvSrqLimit = 15,
+  kEvLastWqe = 16,
 };
 
 struct PortState {
@@ -212,6 +219,42 @@ struct QpSlot {
   // Written only when a requester parks on our empty receive queue; read by every post_recv, so
   // it has a line of its own (beside rq_lock, each receive would pull the line the sender writes).
   alignas(64) std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty RQ
+  // Rarely written.
+  uint32_t srq_ref;                   // 1 + the SrqSlot index it receives from; 0: its own RQ
+  std::atomic<uint32_t> comm_est;     // IBV_EVENT_COMM_EST raised since the last RESET
+  std::atomic<uint32_t> last_wqe;     // IBV_EVENT_QP_LAST_WQE_REACHED raised since the last RESET
+  uint32_t n_mcast;                   // UD: multicast groups joined
+  struct {
+    uint8_t gid[16];
+    uint16_t lid;
+  } mcast[kMaxMcastPerQp];
+};
+
+// A shared receive queue, in mlx5's layout: each WQE is a next segment (the index of the WQE that
+// follows it in a list) then data segments. The driver posts at the list's head and appends the
+// WQEs it frees at its tail; the device takes WQEs in list order. Consumed by the engines of every
+// QP attached to it, in any process.
+struct SrqSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t ctx;
+  uint32_t pd;
+  uint32_t srqn;          // generation << kSrqIndexBits | index
+  uint32_t wqe_cnt;       // power of two
+  uint32_t stride;        // bytes per WQE: next segment + 16 * max SGEs, power of two
+  uint64_t buf_off;
+  uint64_t dbrec_off;     // be32 [0]: WQEs posted (16-bit counter)
+  uint64_t uid;
+  std::atomic<uint32_t> attached_qps;  // destroy is refused (EBUSY) while QPs use it
+  uint32_t rsvd;
+  // Device side (the engines of senders, any process).
+  alignas(64) ShmLock lock;
+  uint32_t ci;            // WQEs consumed
+  uint32_t head;          // the WQE the device takes next
+  std::atomic<uint32_t> limit;  // armed limit, 0 when not armed: SRQ_LIMIT_REACHED below it
+  // Written when a requester parks on the empty SRQ; read by every post.
+  alignas(64) std::atomic<uint32_t> rnr_waiter;
 };
 
 // Engine sections, for reclamation: a thread running the engine marks its slot odd while inside
@@ -248,6 +291,7 @@ struct Header {
   MrSlot mrs[kMaxMrs];
   CqSlot cqs[kMaxCqs];
   QpSlot qps[kMaxQps];
+  SrqSlot srqs[kMaxSrqs];
   EngineSlots engines[kMaxProcs];
 };
 

@@ -252,6 +252,21 @@ Status Segment::alloc_qp(uint32_t* idx) {
   return st;
 }
 
+Status Segment::alloc_srq(uint32_t* idx) {
+  Status st = alloc_slot(hdr_, self_, hdr_->srqs, idx);
+  if (st == Status::ok) {
+    uint32_t gen = (hdr_->generation.fetch_add(1, std::memory_order_relaxed) % 0x3fff) + 1;
+    hdr_->srqs[*idx].srqn = ((gen << kSrqIndexBits) | *idx) & 0xffffff;
+  }
+  return st;
+}
+
+SrqSlot* Segment::find_srq(uint32_t srqn) const {
+  SrqSlot* s = &hdr_->srqs[srqn & (kMaxSrqs - 1)];
+  if (s->state.load(std::memory_order_acquire) != kSlotLive || s->srqn != srqn) return nullptr;
+  return s;
+}
+
 MrSlot* Segment::find_mr(uint32_t key) const {
   uint32_t i = key >> 8;
   if (i >= kMaxMrs) return nullptr;
@@ -282,6 +297,7 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
     if (owned(slot) && slot.state.compare_exchange_strong(live, kSlotDying)) mine.push_back(&slot);
   };
   for (auto& q : hdr_->qps) dying(q);
+  for (auto& s : hdr_->srqs) dying(s);
   for (auto& c : hdr_->cqs) dying(c);
   for (auto& m : hdr_->mrs) dying(m);
   for (auto& p : hdr_->pds) dying(p);
@@ -301,6 +317,11 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
       free(x.rq_off);
       free(x.dbrec_off);
     });
+  for (auto& s : hdr_->srqs)
+    retire(s, [&](SrqSlot& x) {
+      free(x.buf_off);
+      free(x.dbrec_off);
+    });
   for (auto& c : hdr_->cqs) retire(c, [&](CqSlot& x) { free(x.buf_off); });
   for (auto& m : hdr_->mrs) retire(m, [](MrSlot&) {});
   for (auto& p : hdr_->pds) retire(p, [](PdSlot&) {});
@@ -315,6 +336,10 @@ void Segment::release_proc_objects(uint32_t proc) {
     q.sq_engine.word.compare_exchange_strong(word, 0);
     word = proc + 1;
     q.rq_lock.word.compare_exchange_strong(word, 0);
+  }
+  for (auto& s : hdr_->srqs) {
+    uint32_t word = proc + 1;
+    s.lock.word.compare_exchange_strong(word, 0);
   }
   uint32_t word = proc + 1;
   hdr_->atomic_lock.word.compare_exchange_strong(word, 0);

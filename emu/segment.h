@@ -41,9 +41,11 @@ class Segment {
   Status alloc_mr(uint32_t* idx);
   Status alloc_cq(uint32_t* idx);
   Status alloc_qp(uint32_t* idx);
+  Status alloc_srq(uint32_t* idx);
 
   MrSlot* find_mr(uint32_t key) const;
   QpSlot* find_qp(uint32_t qpn) const;
+  SrqSlot* find_srq(uint32_t srqn) const;
 
   // Frees every object of processes that died without cleaning up. Returns how many processes.
   int sweep_dead();

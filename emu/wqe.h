@@ -60,6 +60,48 @@ struct DataSeg {
 };
 static_assert(sizeof(DataSeg) == 16);
 
+// A UD send's address vector, right after the control segment (mlx5_wqe_datagram_seg).
+struct AvSeg {
+  uint32_t qkey;          // be; the high bit set means "use the QP's own Q_Key"
+  uint32_t rsvd0;
+  uint32_t dqp;           // be: destination QPN (low 24 bits)
+  uint8_t stat_rate_sl;   // service level in the low 4 bits
+  uint8_t fl_mlid;        // source path bits
+  uint16_t rlid;          // be
+  uint8_t rsvd1[4];
+  uint8_t rmac[6];
+  uint8_t tclass;
+  uint8_t hop_limit;
+  uint32_t grh_gid_fl;    // be: kAvGrh | sgid_index << 20 | flow label
+  uint8_t rgid[16];
+};
+static_assert(sizeof(AvSeg) == 48);
+static_assert(offsetof(AvSeg, rlid) == 14);
+static_assert(offsetof(AvSeg, grh_gid_fl) == 28);
+constexpr uint32_t kAvGrh = 1u << 30;
+constexpr uint32_t kQkeyUseQp = 0x80000000u;
+
+// The 40-byte global route header a UD receive buffer starts with (IBTA 8.3).
+struct Grh {
+  uint32_t version_tclass_flow;  // be: 6 << 28 | tclass << 20 | flow label
+  uint16_t paylen;               // be
+  uint8_t next_hdr;              // 0x1b: BTH follows
+  uint8_t hop_limit;
+  uint8_t sgid[16];
+  uint8_t dgid[16];
+};
+static_assert(sizeof(Grh) == 40);
+constexpr uint32_t kGrhBytes = sizeof(Grh);
+
+// The first 16 bytes of a shared receive queue WQE (mlx5_wqe_srq_next_seg).
+struct SrqNextSeg {
+  uint8_t rsvd0[2];
+  uint16_t next_wqe_index;  // be
+  uint8_t signature;
+  uint8_t rsvd1[11];
+};
+static_assert(sizeof(SrqNextSeg) == 16);
+
 struct InlineSeg {
   uint32_t byte_count;  // be, with kInlineSegFlag
 };
@@ -102,6 +144,9 @@ enum CqeEmuFlags : uint8_t {
 // The fields in those bytes (slid, flags_rqpn) are then not there: a connected QP knows its peer.
 constexpr uint8_t kCqeInlineScatter32 = 0x04;
 constexpr uint32_t kCqeInlineMax = 32;
+// flags_rqpn of a responder CQE: source QPN in the low 24 bits, the service level above it, and
+// whether a GRH came (as mlx5 reports them).
+constexpr uint32_t kCqeRqpnGrh = 1u << 28;
 
 struct Cqe64 {
   uint8_t rsvd0[17];        // bytes 0..31: the payload of an inline-scatter CQE

@@ -65,11 +65,20 @@ ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
 }
 
 // Scatter-to-CQE: a small SEND's payload came in the CQE. Copy it into the buffers of the receive
-// WQE it consumed (its private copy) (the device checked their keys and bounds, and their addresses are virtual ones).
+// WQE it consumed, read from the private copy of the WQE (the device checked their keys and
+// bounds, and their addresses are virtual ones).
 void scatter_from_cqe(EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
-  const uint8_t* w = qp->rq_shadow.data() + (idx & (qp->rq_cnt - 1)) * qp->rq_stride;
+  const uint8_t* w;
+  uint32_t seg_bytes;
+  if (qp->srq) {
+    w = srq_shadow_wqe(qp->srq, idx);
+    seg_bytes = qp->srq->stride - sizeof(SrqNextSeg);
+  } else {
+    w = qp->rq_shadow.data() + (idx & (qp->rq_cnt - 1)) * qp->rq_stride;
+    seg_bytes = qp->rq_stride;
+  }
   const uint8_t* src = reinterpret_cast<const uint8_t*>(&c);
-  for (uint32_t off = 0; len && off + sizeof(DataSeg) <= qp->rq_stride; off += sizeof(DataSeg)) {
+  for (uint32_t off = 0; len && off + sizeof(DataSeg) <= seg_bytes; off += sizeof(DataSeg)) {
     DataSeg d;
     std::memcpy(&d, w + off, sizeof d);
     if (be32(d.lkey) == kInvalidLkey) break;
@@ -103,7 +112,10 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     std::memset(wc, 0, sizeof *wc);
     wc->qp_num = qpn;
     wc->byte_len = be32(c.byte_cnt);
-    wc->src_qp = be32(c.flags_rqpn) & 0xffffff;
+    uint32_t rqpn = be32(c.flags_rqpn);
+    wc->src_qp = rqpn & 0xffffff;
+    wc->sl = (rqpn >> 24) & 0xf;
+    if (rqpn & kCqeRqpnGrh) wc->wc_flags |= IBV_WC_GRH;
     wc->slid = be16(c.slid);
     if (c.emu_flags & kCqeFlagImm) {
       wc->wc_flags |= IBV_WC_WITH_IMM;
@@ -134,8 +146,12 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
         scatter_from_cqe(qp, idx, c, wc->byte_len);
         wc->src_qp = qp->shm->dest_qpn;  // bytes 0..31 held the payload; a connected QP knows its peer
         wc->slid = qp->shm->dlid;
+        wc->sl = 0;
+        wc->wc_flags &= ~IBV_WC_GRH;
       }
-      {
+      if (qp->srq) {
+        wc->wr_id = srq_complete(qp->srq, idx);  // the WQE goes back to the SRQ's free list
+      } else {
         wc->wr_id = qp->rq_wrid[idx & (qp->rq_cnt - 1)];
         qp->rq_tail += static_cast<uint16_t>(idx + 1 - qp->rq_tail);
       }

@@ -88,6 +88,9 @@ void* registry_take_event(uint64_t uid, EventKind kind) {
     case EventKind::qp_async:
       to_qp(static_cast<ibv_qp*>(it->second))->async_events_read.fetch_add(1);
       break;
+    case EventKind::srq_async:
+      to_srq(static_cast<ibv_srq*>(it->second))->async_events_read.fetch_add(1);
+      break;
   }
   return it->second;
 }
@@ -147,7 +150,8 @@ void fill_device_attr(uint32_t dev, ibv_device_attr* a) {
   a->max_qp = Limits::max_qp;
   a->max_qp_wr = Limits::max_qp_wr;
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
-                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT;
+                        IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT |
+                        IBV_DEVICE_UD_AV_PORT_ENFORCE;
   a->max_sge = Limits::max_sge;
   a->max_sge_rd = Limits::max_sge;
   a->max_cq = Limits::max_cq;
@@ -160,13 +164,13 @@ void fill_device_attr(uint32_t dev, ibv_device_attr* a) {
   a->max_qp_init_rd_atom = Limits::max_rd_atom;
   a->max_ee_init_rd_atom = 0;
   a->atomic_cap = IBV_ATOMIC_HCA;
-  a->max_mcast_grp = 0;
-  a->max_mcast_qp_attach = 0;
-  a->max_total_mcast_qp_attach = 0;
-  a->max_ah = 0;
-  a->max_srq = 0;
-  a->max_srq_wr = 0;
-  a->max_srq_sge = 0;
+  a->max_mcast_grp = Limits::max_mcast_grp;
+  a->max_mcast_qp_attach = Limits::max_mcast_qp_attach;
+  a->max_total_mcast_qp_attach = Limits::max_mcast_grp * Limits::max_mcast_qp_attach;
+  a->max_ah = Limits::max_ah;
+  a->max_srq = Limits::max_srq;
+  a->max_srq_wr = Limits::max_srq_wr;
+  a->max_srq_sge = Limits::max_srq_sge;
   a->max_pkeys = 1;
   a->local_ca_ack_delay = 16;
   a->phys_port_cnt = static_cast<uint8_t>(h->devices[dev].num_ports);
@@ -333,6 +337,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c.ops.req_notify_cq = emu_req_notify_cq;
   c.ops.post_send = emu_post_send;
   c.ops.post_recv = emu_post_recv;
+  c.ops.post_srq_recv = emu_post_srq_recv;
   registry_put(cs.uid, &c);
   return &c;
 }
@@ -484,6 +489,13 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
       case IBV_EVENT_GID_CHANGE:
         event->element.port_num = static_cast<int>(rec.element_uid);
         return 0;
+      case IBV_EVENT_SRQ_ERR:
+      case IBV_EVENT_SRQ_LIMIT_REACHED: {
+        void* srq = registry_take_event(rec.element_uid, EventKind::srq_async);
+        if (!srq) continue;
+        event->element.srq = static_cast<ibv_srq*>(srq);
+        return 0;
+      }
       case IBV_EVENT_CQ_ERR: {
         void* cq = registry_take_event(rec.element_uid, EventKind::cq_async);
         if (!cq) continue;  // destroyed since: the kernel drops such events too
@@ -511,6 +523,8 @@ void ibv_ack_async_event(ibv_async_event* event) {
     case IBV_EVENT_PATH_MIG:
     case IBV_EVENT_PATH_MIG_ERR:
     case IBV_EVENT_QP_LAST_WQE_REACHED:
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED:
       break;
     default:
       return;  // port events carry no object to count

@@ -74,10 +74,31 @@ int wqe_begin(EmuQp* qp, uint8_t opcode, unsigned send_flags, uint32_t imm_be, u
   c->fm_ce_se = f;
   c->imm = imm_be;
   qp->stage_size = sizeof(CtrlSeg);
+  if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
+    // Room for the address vector, filled by wqe_set_av (ibv_wr_set_ud_addr may come later).
+    std::memset(qp->stage + qp->stage_size, 0, sizeof(AvSeg));
+    qp->stage_size += sizeof(AvSeg);
+  }
   qp->stage_nsge = 0;
   qp->stage_opcode = opcode;
   qp->stage_wr_id = wr_id;
   return 0;
+}
+
+int wqe_set_av(EmuQp* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  if (!ah || ah->context != qp->qpx.qp_base.context) return EINVAL;
+  AvSeg av = to_ah(ah)->av;
+  av.qkey = be32(remote_qkey);
+  av.dqp = be32(remote_qpn & 0xffffff);
+  std::memcpy(qp->stage + sizeof(CtrlSeg), &av, sizeof av);
+  return 0;
+}
+
+// What each transport can send: UD only SENDs, UC no READs or atomics (EINVAL, as mlx5 does).
+bool opcode_allowed(ibv_qp_type type, uint8_t opcode) {
+  if (type == IBV_QPT_UD) return opcode == kOpSend || opcode == kOpSendImm;
+  if (type == IBV_QPT_UC) return opcode != kOpRdmaRead && opcode != kOpAtomicCs && opcode != kOpAtomicFa;
+  return true;
 }
 
 void wqe_add_raddr(EmuQp* qp, uint64_t raddr, uint32_t rkey) {
@@ -170,11 +191,14 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
       case IBV_WR_ATOMIC_FETCH_AND_ADD: opcode = kOpAtomicFa; break;
       default: opcode = 0xff; break;
     }
-    if (opcode == 0xff || wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->max_send_sge) {
+    if (opcode == 0xff || !opcode_allowed(ibqp->qp_type, opcode) || wr->num_sge < 0 ||
+        static_cast<uint32_t>(wr->num_sge) > qp->max_send_sge) {
       err = EINVAL;
     } else {
       uint32_t imm = (opcode == kOpSendImm || opcode == kOpRdmaWriteImm) ? wr->imm_data : 0;
       wqe_begin(qp, opcode, wr->send_flags, imm, wr->wr_id);
+      if (ibqp->qp_type == IBV_QPT_UD)
+        err = wqe_set_av(qp, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
       bool atomic = opcode == kOpAtomicCs || opcode == kOpAtomicFa;
       if (atomic) {
         wqe_add_raddr(qp, wr->wr.atomic.remote_addr, wr->wr.atomic.rkey);
@@ -184,7 +208,7 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
         wqe_add_raddr(qp, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
       }
       bool inl = (wr->send_flags & IBV_SEND_INLINE) && opcode != kOpRdmaRead && !atomic;
-      if (inl) {
+      if (!err && inl) {
         ibv_data_buf bufs[Limits::max_sge];
         for (int i = 0; i < wr->num_sge; ++i)
           bufs[i] = {reinterpret_cast<void*>(wr->sg_list[i].addr), wr->sg_list[i].length};
@@ -212,7 +236,8 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   pthread_spin_lock(&qp->rq_lock);
   int err = 0;
   uint32_t nreq = 0;
-  if (qp->shm->qp_state.load(std::memory_order_relaxed) == kQpsReset) {
+  // A QP on an SRQ has no receive queue of its own; a QP in RESET takes no receives.
+  if (qp->srq || qp->shm->qp_state.load(std::memory_order_relaxed) == kQpsReset) {
     err = EINVAL;
     *bad = wr;
   }

@@ -81,6 +81,36 @@ struct EmuCq {
   std::vector<EmuQp*> qps;        // QPs completing here (progress of stalled sends)
 };
 
+// A shared receive queue (srq.cpp): the ring in the segment, and the driver's free list of WQEs
+// (mlx5's: the next segments link them; the driver posts at head and appends freed WQEs at tail).
+struct EmuSrq {
+  ibv_srq srq;                    // first: the pointer the user holds
+  uint32_t slot;
+  SrqSlot* shm;
+  EmuContext* ctx;
+  uint8_t* buf;
+  uint32_t* dbrec;
+  uint32_t wqe_cnt;
+  uint32_t stride;
+  uint32_t max_wr;                // usable WQEs (one stays free as the list's tail)
+  uint32_t max_sge;
+  uint32_t head = 0;              // the free WQE the next post fills
+  uint32_t tail;                  // the last WQE of the list
+  uint32_t posted = 0;            // WQEs posted (the doorbell record's counter)
+  uint32_t outstanding = 0;       // posted and not yet completed
+  std::vector<uint64_t> wrid;
+  std::vector<uint8_t> shadow;    // the WQEs' data segments as posted (private: see EmuQp)
+  pthread_spinlock_t lock;
+  std::atomic<uint32_t> async_events_read{0};
+};
+
+// An address handle (ah.cpp): the address vector a UD WQE carries, built once.
+struct EmuAh {
+  ibv_ah ah;
+  AvSeg av;
+  uint8_t port;
+};
+
 struct EmuQp {
   ibv_qp_ex qpx;                  // first: &qpx.qp_base is the ibv_qp the user holds
   uint32_t slot;
@@ -113,6 +143,7 @@ struct EmuQp {
   // The receive WQEs as posted, in private memory: the poll scatters an inline payload from here.
   // Reading the ring itself would pull back lines the device has just read (a miss per message).
   std::vector<uint8_t> rq_shadow;
+  EmuSrq* srq = nullptr;          // receives come from here instead
   pthread_spinlock_t rq_lock;
   uint32_t incarnation = 0;       // CQEs stamped with another one are stale (before a reset)
   std::atomic<uint32_t> async_events_read{0};  // events handed out on this QP (ack target)
@@ -137,6 +168,8 @@ struct EmuQp {
 
 // WQE building (post.cpp), shared by ibv_post_send and the ibv_wr_* API. Caller holds sq_lock.
 int wqe_begin(EmuQp* qp, uint8_t opcode, unsigned send_flags, uint32_t imm_be, uint64_t wr_id);
+int wqe_set_av(EmuQp* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey);
+bool opcode_allowed(ibv_qp_type type, uint8_t opcode);
 void wqe_add_raddr(EmuQp* qp, uint64_t raddr, uint32_t rkey);
 void wqe_add_atomic(EmuQp* qp, uint64_t swap_add, uint64_t compare);
 int wqe_add_sge(EmuQp* qp, uint32_t lkey, uint64_t addr, uint32_t length);
@@ -155,6 +188,8 @@ inline EmuCq* to_cq(ibv_cq* c) { return reinterpret_cast<EmuCq*>(c); }
 inline EmuCq* to_cq(ibv_cq_ex* c) { return reinterpret_cast<EmuCq*>(c); }
 inline EmuQp* to_qp(ibv_qp* q) { return reinterpret_cast<EmuQp*>(q); }
 inline EmuQp* to_qp(ibv_qp_ex* q) { return reinterpret_cast<EmuQp*>(q); }
+inline EmuSrq* to_srq(ibv_srq* s) { return reinterpret_cast<EmuSrq*>(s); }
+inline EmuAh* to_ah(ibv_ah* a) { return reinterpret_cast<EmuAh*>(a); }
 inline EmuChannel* to_channel(ibv_comp_channel* c) { return reinterpret_cast<EmuChannel*>(c); }
 
 // This process's QPs by number, for completion parsing (one load on the poll path).
@@ -170,7 +205,7 @@ void registry_put(uint64_t uid, void* obj);
 void registry_del(uint64_t uid);
 // For an event record: the object behind uid, with its handed-out count raised under the
 // registry's lock, so that a destroy (which unregisters first) waits for this event's ack.
-enum class EventKind { completion, cq_async, qp_async };
+enum class EventKind { completion, cq_async, qp_async, srq_async };
 void* registry_take_event(uint64_t uid, EventKind kind);
 
 Segment* segment();  // attached segment or nullptr
@@ -189,7 +224,18 @@ struct Limits {
   static constexpr uint32_t max_inline = 512;
   static constexpr uint32_t max_rd_atom = 16;
   static constexpr uint32_t max_msg = 1u << 31;
+  static constexpr uint32_t max_srq = kMaxSrqs;
+  static constexpr uint32_t max_srq_wr = 32767;  // 16-bit WQE indices, one kept as the list tail
+  static constexpr uint32_t max_srq_sge = 16;
+  static constexpr uint32_t max_ah = 65536;
+  static constexpr uint32_t max_mcast_grp = 256;
+  static constexpr uint32_t max_mcast_qp_attach = kMaxMcastPerQp;
 };
+
+// SRQ receive completions (srq.cpp): the WQE at `idx` is done; returns its wr_id and frees it.
+uint64_t srq_complete(EmuSrq* srq, uint16_t idx);
+// The posted data segments of the SRQ WQE at idx (private copy).
+const uint8_t* srq_shadow_wqe(EmuSrq* srq, uint16_t idx);
 
 // Set errno and return it (verbs edge helpers).
 inline int fail_errno(int e) {
@@ -207,6 +253,8 @@ int emu_poll_cq(ibv_cq* cq, int n, ibv_wc* wc);
 int emu_req_notify_cq(ibv_cq* cq, int solicited_only);
 int emu_post_send(ibv_qp* qp, ibv_send_wr* wr, ibv_send_wr** bad);
 int emu_post_recv(ibv_qp* qp, ibv_recv_wr* wr, ibv_recv_wr** bad);
+int emu_post_srq_recv(ibv_srq* srq, ibv_recv_wr* wr, ibv_recv_wr** bad);
+int build_av(EmuContext* ctx, const ibv_ah_attr& attr, AvSeg* av);
 int emu_query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t len);
 int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
                         ibv_device_attr_ex* attr, size_t len);

@@ -23,11 +23,13 @@ uint32_t pow2_at_least(uint32_t v) {
   return p;
 }
 
-// Blocks one WQE of this QP may need: control, remote address, atomic, then data or inline.
-uint32_t wqe_bbs_for(uint32_t max_sge, uint32_t max_inline) {
+// Blocks one WQE of this QP may need: control, then remote address and atomic (RC, UC) or the
+// address vector (UD), then data or inline.
+uint32_t wqe_bbs_for(ibv_qp_type type, uint32_t max_sge, uint32_t max_inline) {
   uint32_t data = max_sge * sizeof(DataSeg);
   uint32_t inl = max_inline ? ((4 + max_inline + 15) & ~15u) : 0;
-  uint32_t bytes = sizeof(CtrlSeg) + sizeof(RaddrSeg) + sizeof(AtomicSeg) + (data > inl ? data : inl);
+  uint32_t middle = type == IBV_QPT_UD ? sizeof(AvSeg) : sizeof(RaddrSeg) + sizeof(AtomicSeg);
+  uint32_t bytes = sizeof(CtrlSeg) + middle + (data > inl ? data : inl);
   return (bytes + kSendWqeBB - 1) / kSendWqeBB;
 }
 
@@ -111,6 +113,59 @@ bool rc_rule(uint32_t cur, uint32_t next, Rule* r) {
   return false;
 }
 
+// Attributes only a reliable connection has.
+constexpr int kRcOnly = IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
+                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+
+// UC: the RC table without the reliability attributes; from SQE (which UC can enter) back to RTS.
+bool uc_rule(uint32_t cur, uint32_t next, Rule* r) {
+  if (cur == kQpsSqe && next == kQpsRts) {
+    *r = {0, IBV_QP_CUR_STATE | IBV_QP_ACCESS_FLAGS};
+    return true;
+  }
+  if (!rc_rule(cur, next, r)) return false;
+  r->required &= ~kRcOnly;
+  r->optional &= ~kRcOnly;
+  return true;
+}
+
+// UD: the Q_Key instead of the path; no path, PSN only for the send side.
+bool ud_rule(uint32_t cur, uint32_t next, Rule* r) {
+  *r = {0, 0};
+  if (next == kQpsReset) return true;
+  if (next == kQpsErr) return cur != kQpsReset;
+  switch (cur) {
+    case kQpsReset:
+      *r = {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0};
+      return next == kQpsInit;
+    case kQpsInit:
+      if (next == kQpsInit) *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY};
+      else if (next == kQpsRtr) *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+      return next == kQpsInit || next == kQpsRtr;
+    case kQpsRtr:
+      *r = {IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      return next == kQpsRts;
+    case kQpsRts:
+      if (next == kQpsRts) *r = {0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      else if (next == kQpsSqd) *r = {0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
+      return next == kQpsRts || next == kQpsSqd;
+    case kQpsSqd:
+      if (next == kQpsRts) *r = {0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      else if (next == kQpsSqd) *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+      return next == kQpsRts || next == kQpsSqd;
+    case kQpsSqe:
+      *r = {0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      return next == kQpsRts;
+  }
+  return false;
+}
+
+bool transition_rule(ibv_qp_type type, uint32_t cur, uint32_t next, Rule* r) {
+  if (type == IBV_QPT_UD) return ud_rule(cur, next, r);
+  if (type == IBV_QPT_UC) return uc_rule(cur, next, r);
+  return rc_rule(cur, next, r);
+}
+
 constexpr unsigned kQpAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
                                     IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
 
@@ -138,7 +193,7 @@ int check_values(EmuQp* qp, const ibv_qp_attr* a, int mask) {
     if (ah.port_num && ah.port_num > nports) return EINVAL;
     if (ah.is_global && ah.grh.sgid_index >= kGidTableLen) return EINVAL;
   }
-  if (mask & IBV_QP_CAP) return EINVAL;  // resizing queues is not supported by modify on RC
+  if (mask & IBV_QP_CAP) return EINVAL;  // resizing queues by modify is not supported
   return 0;
 }
 
@@ -158,6 +213,8 @@ void reset_queues(EmuQp* qp) {
   s.sq_ci = 0;
   s.rq_ci = 0;
   s.rnr_waiter.store(0);
+  s.comm_est.store(0);
+  s.last_wqe.store(0);
   if (s.stall.exchange(kStallNone) != kStallNone) {
     seg->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
     seg->hdr()->procs[s.owner].stalled_qps.fetch_sub(1);
@@ -200,11 +257,21 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
       (attr->send_ops_flags & ~kSupportedSendOps))
     return fail_null<ibv_qp>(EOPNOTSUPP);
-  if (attr->qp_type != IBV_QPT_RC) return fail_null<ibv_qp>(EOPNOTSUPP);
-  if (attr->srq) return fail_null<ibv_qp>(EOPNOTSUPP);
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD)
+    return fail_null<ibv_qp>(EOPNOTSUPP);
   if (!attr->send_cq || !attr->recv_cq || attr->send_cq->context != context ||
       attr->recv_cq->context != context)
     return fail_null<ibv_qp>(EINVAL);
+  if (attr->srq && attr->srq->context != context) return fail_null<ibv_qp>(EINVAL);
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
+    // What each transport can send (as mlx5 refuses the rest).
+    uint64_t ud_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
+    uint64_t uc_ops = ud_ops | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
+    uint64_t allowed = attr->qp_type == IBV_QPT_UD   ? ud_ops
+                       : attr->qp_type == IBV_QPT_UC ? uc_ops
+                                                     : kSupportedSendOps;
+    if (attr->send_ops_flags & ~allowed) return fail_null<ibv_qp>(EOPNOTSUPP);
+  }
   ibv_qp_cap& cap = attr->cap;
   if (cap.max_send_wr > Limits::max_qp_wr || cap.max_recv_wr > Limits::max_qp_wr ||
       cap.max_send_sge > Limits::max_sge || cap.max_recv_sge > Limits::max_sge ||
@@ -212,12 +279,14 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     return fail_null<ibv_qp>(EINVAL);
 
   uint32_t send_sge = cap.max_send_sge ? cap.max_send_sge : 1;
-  uint32_t bbs_per_wqe = wqe_bbs_for(send_sge, cap.max_inline_data);
+  uint32_t bbs_per_wqe = wqe_bbs_for(attr->qp_type, send_sge, cap.max_inline_data);
   uint32_t send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
   uint32_t sq_bbs = pow2_at_least(send_wr * bbs_per_wqe);
   if (sq_bbs > 32768) return fail_null<ibv_qp>(EINVAL);  // 16-bit WQE counters must stay unambiguous
-  uint32_t rq_cnt = pow2_at_least(cap.max_recv_wr ? cap.max_recv_wr : 1);
-  uint32_t recv_sge = pow2_at_least(cap.max_recv_sge ? cap.max_recv_sge : 1);
+  // A QP on an SRQ has no receive queue of its own (its receive capacities are ignored).
+  EmuSrq* srq = attr->srq ? to_srq(attr->srq) : nullptr;
+  uint32_t rq_cnt = srq ? 1 : pow2_at_least(cap.max_recv_wr ? cap.max_recv_wr : 1);
+  uint32_t recv_sge = srq ? 1 : pow2_at_least(cap.max_recv_sge ? cap.max_recv_sge : 1);
   uint32_t rq_stride = recv_sge * sizeof(DataSeg);
 
   Segment* seg = segment();
@@ -239,7 +308,8 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   s.dev = ctx->dev;
   s.ctx = ctx->slot;
   s.port = 1;
-  s.type = kQptRc;
+  s.type = attr->qp_type == IBV_QPT_UD ? kQptUd : attr->qp_type == IBV_QPT_UC ? kQptUc : kQptRc;
+  s.srq_ref = srq ? srq->slot + 1 : 0;
   s.sq_sig_all = attr->sq_sig_all ? 1 : 0;
   s.pd = to_pd(attr->pd)->slot;
   s.send_cq = to_cq(attr->send_cq)->slot;
@@ -259,7 +329,8 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->sq_bbs = sq_bbs;
   qp->max_send_wr = sq_bbs / bbs_per_wqe;
   qp->max_send_sge = send_sge;
-  qp->max_inline = bbs_per_wqe * kSendWqeBB - sizeof(CtrlSeg) - sizeof(RaddrSeg) - 4;
+  qp->max_inline = bbs_per_wqe * kSendWqeBB - sizeof(CtrlSeg) - 4 -
+                   (attr->qp_type == IBV_QPT_UD ? sizeof(AvSeg) : sizeof(RaddrSeg));
   if (qp->max_inline > Limits::max_inline) qp->max_inline = Limits::max_inline;
   qp->sq_wrid.assign(sq_bbs, 0);
   qp->sq_seq.assign(sq_bbs, 0);
@@ -267,8 +338,10 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->rq = seg->at<uint8_t>(s.rq_off);
   qp->rq_cnt = rq_cnt;
   qp->rq_stride = rq_stride;
-  qp->max_recv_wr = rq_cnt;
-  qp->max_recv_sge = recv_sge;
+  qp->max_recv_wr = srq ? 0 : rq_cnt;
+  qp->max_recv_sge = srq ? 0 : recv_sge;
+  qp->srq = srq;
+  if (srq) srq->shm->attached_qps.fetch_add(1);
   qp->rq_wrid.assign(rq_cnt, 0);
   qp->rq_shadow.assign(size_t(rq_cnt) * rq_stride, 0);
   qp->sig_all = attr->sq_sig_all != 0;
@@ -282,11 +355,11 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   q.pd = attr->pd;
   q.send_cq = attr->send_cq;
   q.recv_cq = attr->recv_cq;
-  q.srq = nullptr;
+  q.srq = attr->srq;
   q.handle = slot;
   q.qp_num = s.qpn;
   q.state = IBV_QPS_RESET;
-  q.qp_type = IBV_QPT_RC;
+  q.qp_type = attr->qp_type;
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   q.events_completed = 0;
@@ -368,7 +441,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   uint32_t next = (mask & IBV_QP_STATE) ? static_cast<uint32_t>(attr->qp_state) : cur;
   if (next > kQpsErr) return EINVAL;
   Rule rule;
-  if (!rc_rule(cur, next, &rule)) return EINVAL;
+  if (!transition_rule(ibqp->qp_type, cur, next, &rule)) return EINVAL;
   int given = mask & ~IBV_QP_STATE;
   if ((given & rule.required) != rule.required) return EINVAL;
   if (given & ~(rule.required | rule.optional)) return EINVAL;
@@ -387,6 +460,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (mask & IBV_QP_TIMEOUT) s.timeout = attr->timeout;
   if (mask & IBV_QP_RETRY_CNT) s.retry_cnt = attr->retry_cnt;
   if (mask & IBV_QP_RNR_RETRY) s.rnr_retry = attr->rnr_retry;
+  if (mask & IBV_QP_QKEY) s.qkey = attr->qkey;
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = attr->ah_attr;
     s.dlid = ah.dlid;
@@ -519,6 +593,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     pthread_spin_unlock(&a->lock);
   }
   wait_for_engines(seg);  // a peer's engine may still be inside our rings
+  if (qp->srq) qp->srq->shm->attached_qps.fetch_sub(1);
   seg->free(s.sq_off);
   seg->free(s.rq_off);
   seg->free(s.dbrec_off);

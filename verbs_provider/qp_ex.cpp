@@ -37,6 +37,10 @@ void begin(ibv_qp_ex* x, uint8_t opcode, uint64_t flag, uint32_t imm_be) {
   EmuQp* qp = to_qp(x);
   commit_pending(qp);
   if (!op_enabled(qp, flag)) return;
+  if (!opcode_allowed(qp->qpx.qp_base.qp_type, opcode)) {
+    qp->wr_error = EINVAL;
+    return;
+  }
   wqe_begin(qp, opcode, x->wr_flags, imm_be, x->wr_id);
 }
 
@@ -149,9 +153,18 @@ void wr_set_inline_data_list(ibv_qp_ex* x, size_t n, const ibv_data_buf* bufs) {
   if (int e = wqe_add_inline(qp, bufs, n)) qp->wr_error = e;
 }
 
-// Operations an RC QP of this device does not have.
+void wr_set_ud_addr(ibv_qp_ex* x, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey) {
+  EmuQp* qp = to_qp(x);
+  if (qp->wr_error || !qp->stage_size) return;
+  if (qp->qpx.qp_base.qp_type != IBV_QPT_UD) {
+    qp->wr_error = EOPNOTSUPP;
+    return;
+  }
+  if (int e = wqe_set_av(qp, ah, remote_qpn, remote_qkey)) qp->wr_error = e;
+}
+
+// Operations this device does not have.
 void wr_unsupported_rkey(ibv_qp_ex* x, uint32_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
-void wr_set_ud_addr(ibv_qp_ex* x, ibv_ah*, uint32_t, uint32_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
 void wr_set_xrc_srqn(ibv_qp_ex* x, uint32_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
 void wr_bind_mw(ibv_qp_ex* x, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
   to_qp(x)->wr_error = EOPNOTSUPP;

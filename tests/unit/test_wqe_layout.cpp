@@ -28,6 +28,16 @@ static_assert(offsetof(Cqe64, srqn_uidx) == offsetof(mlx5_cqe64, srqn_uidx));
 static_assert(offsetof(Cqe64, emu_flags) == offsetof(mlx5_cqe64, app));
 static_assert(offsetof(Cqe64, qp_gen) == offsetof(mlx5_cqe64, app_info));
 static_assert(kCqeInlineScatter32 == MLX5_INLINE_SCATTER_32);
+static_assert(sizeof(AvSeg) == sizeof(mlx5_wqe_av));
+static_assert(offsetof(AvSeg, dqp) == offsetof(mlx5_wqe_av, dqp_dct));
+static_assert(offsetof(AvSeg, stat_rate_sl) == offsetof(mlx5_wqe_av, stat_rate_sl));
+static_assert(offsetof(AvSeg, rlid) == offsetof(mlx5_wqe_av, rlid));
+static_assert(offsetof(AvSeg, rmac) == offsetof(mlx5_wqe_av, rmac));
+static_assert(offsetof(AvSeg, grh_gid_fl) == offsetof(mlx5_wqe_av, grh_gid_fl));
+static_assert(offsetof(AvSeg, rgid) == offsetof(mlx5_wqe_av, rgid));
+static_assert(sizeof(SrqNextSeg) == sizeof(mlx5_wqe_srq_next_seg));
+static_assert(offsetof(SrqNextSeg, next_wqe_index) == offsetof(mlx5_wqe_srq_next_seg, next_wqe_index));
+static_assert(sizeof(Grh) == sizeof(ibv_grh));
 static_assert(offsetof(ErrCqe, syndrome) == offsetof(mlx5_err_cqe, syndrome));
 static_assert(offsetof(ErrCqe, vendor_err_synd) == offsetof(mlx5_err_cqe, vendor_err_synd));
 

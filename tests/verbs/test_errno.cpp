@@ -75,7 +75,7 @@ TEST_F(Errno, CreateQpTooManySendWr) {
 }
 
 TEST_F(Errno, CreateQpUnsupportedType) {
-  EXPECT_EQ(try_create(caps(16, 16, 1, 1, 0), IBV_QPT_UD), nullptr);
+  EXPECT_EQ(try_create(caps(16, 16, 1, 1, 0), IBV_QPT_RAW_PACKET), nullptr);
   EXPECT_EQ(errno, EOPNOTSUPP);
 }
 

@@ -1,0 +1,109 @@
+// Address handles (the address vector a UD WQE carries, built once at ibv_create_ah) and
+// multicast group membership of UD QPs.
+#include <cerrno>
+#include <cstring>
+
+#include "forward.h"
+#include "provider.h"
+
+using namespace emu;
+using namespace emu::prov;
+
+namespace emu::prov {
+
+// The address vector of an AH attribute; EINVAL for what the port cannot address.
+int build_av(EmuContext* ctx, const ibv_ah_attr& a, AvSeg* av) {
+  const DeviceState& dev = segment()->hdr()->devices[ctx->dev];
+  if (a.port_num < 1 || a.port_num > dev.num_ports) return EINVAL;
+  const PortState& ps = dev.ports[a.port_num - 1];
+  // An Ethernet (RoCE) port routes by GID only: without a GRH there is no address.
+  if (ps.link_layer == 2 && !a.is_global) return EINVAL;
+  if (a.sl > 15) return EINVAL;
+  if (a.is_global && a.grh.sgid_index >= kGidTableLen) return EINVAL;
+  std::memset(av, 0, sizeof *av);
+  av->stat_rate_sl = a.sl & 0xf;
+  av->fl_mlid = a.src_path_bits & 0x7f;
+  av->rlid = be16(a.dlid);
+  if (a.is_global) {
+    av->grh_gid_fl = be32(kAvGrh | uint32_t(a.grh.sgid_index) << 20 | (a.grh.flow_label & 0xfffff));
+    av->tclass = a.grh.traffic_class;
+    av->hop_limit = a.grh.hop_limit;
+    std::memcpy(av->rgid, a.grh.dgid.raw, 16);
+  }
+  return 0;
+}
+
+}  // namespace emu::prov
+
+extern "C" {
+
+ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
+  if (!is_emu(pd->context)) {
+    auto fn = REAL(ibv_create_ah, "IBVERBS_1.1");
+    return fn ? fn(pd, attr) : fail_null<ibv_ah>(EINVAL);
+  }
+  auto* ah = new (std::nothrow) EmuAh();
+  if (!ah) return fail_null<ibv_ah>(ENOMEM);
+  if (int e = build_av(to_ctx(pd->context), *attr, &ah->av)) {
+    delete ah;
+    return fail_null<ibv_ah>(e);
+  }
+  ah->port = attr->port_num;
+  ah->ah.context = pd->context;
+  ah->ah.pd = pd;
+  ah->ah.handle = 0;
+  return &ah->ah;
+}
+
+int ibv_destroy_ah(ibv_ah* ah) {
+  if (!is_emu(ah->context)) {
+    auto fn = REAL(ibv_destroy_ah, "IBVERBS_1.1");
+    return fn ? fn(ah) : EINVAL;
+  }
+  delete to_ah(ah);
+  return 0;
+}
+
+// Multicast: a UD QP joins a group (GID and LID); sends to the group's LID with the multicast QPN
+// reach every member on the fabric (emu/engine_recv.cpp).
+int ibv_attach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t lid) {
+  if (!is_emu(ibqp->context)) {
+    auto fn = REAL(ibv_attach_mcast, "IBVERBS_1.1");
+    return fn ? fn(ibqp, gid, lid) : EINVAL;
+  }
+  EmuQp* qp = to_qp(ibqp);
+  QpSlot& s = *qp->shm;
+  if (ibqp->qp_type != IBV_QPT_UD) return EINVAL;     // only UD QPs join groups
+  if (gid->raw[0] != 0xff) return EINVAL;              // not a multicast GID
+  if (lid < kMcastLidBase || lid == 0xffff) return EINVAL;
+  std::lock_guard<std::mutex> g(qp->ctx->mu);
+  for (uint32_t i = 0; i < s.n_mcast; ++i)
+    if (s.mcast[i].lid == lid && std::memcmp(s.mcast[i].gid, gid->raw, 16) == 0) return 0;
+  if (s.n_mcast >= kMaxMcastPerQp) return ENOMEM;
+  std::memcpy(s.mcast[s.n_mcast].gid, gid->raw, 16);
+  s.mcast[s.n_mcast].lid = lid;
+  std::atomic_thread_fence(std::memory_order_release);
+  ++s.n_mcast;
+  return 0;
+}
+
+int ibv_detach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t lid) {
+  if (!is_emu(ibqp->context)) {
+    auto fn = REAL(ibv_detach_mcast, "IBVERBS_1.1");
+    return fn ? fn(ibqp, gid, lid) : EINVAL;
+  }
+  EmuQp* qp = to_qp(ibqp);
+  QpSlot& s = *qp->shm;
+  std::lock_guard<std::mutex> g(qp->ctx->mu);
+  for (uint32_t i = 0; i < s.n_mcast; ++i) {
+    if (s.mcast[i].lid != lid || std::memcmp(s.mcast[i].gid, gid->raw, 16) != 0) continue;
+    // The last entry moves into the hole. A sender scanning meanwhile may miss or double a
+    // delivery of a packet in flight, which a real fabric's join/leave does too.
+    s.mcast[i] = s.mcast[s.n_mcast - 1];
+    --s.n_mcast;
+    return 0;
+  }
+  return EINVAL;  // not a member
+}
+
+}  // extern "C"

@@ -1,0 +1,225 @@
+// Shared receive queues: create, modify (limit arming), query, destroy, post. The ring is mlx5's:
+// WQEs linked by their next segments; the driver posts at the free list's head and returns
+// completed WQEs to its tail; the device takes them in list order (emu/engine_recv.cpp).
+#include <cerrno>
+#include <cstring>
+
+#include "barriers.h"
+#include "forward.h"
+#include "provider.h"
+#include "reclaim.h"
+
+using namespace emu;
+using namespace emu::prov;
+
+namespace {
+
+uint32_t pow2_at_least(uint32_t v) {
+  uint32_t p = 1;
+  while (p < v) p <<= 1;
+  return p;
+}
+
+void set_next(EmuSrq* s, uint32_t idx, uint32_t next) {
+  SrqNextSeg n{};
+  n.next_wqe_index = be16(static_cast<uint16_t>(next));
+  std::memcpy(s->buf + size_t(idx) * s->stride, &n, sizeof n);
+}
+
+uint32_t next_of(const EmuSrq* s, uint32_t idx) {
+  SrqNextSeg n;
+  std::memcpy(&n, s->buf + size_t(idx) * s->stride, sizeof n);
+  return be16(n.next_wqe_index);
+}
+
+}  // namespace
+
+namespace emu::prov {
+
+uint64_t srq_complete(EmuSrq* s, uint16_t idx) {
+  uint32_t i = idx & (s->wqe_cnt - 1);
+  uint64_t wr_id = s->wrid[i];
+  pthread_spin_lock(&s->lock);
+  // The device has passed this WQE: it becomes the free list's new tail.
+  set_next(s, s->tail, i);
+  s->tail = i;
+  --s->outstanding;
+  pthread_spin_unlock(&s->lock);
+  return wr_id;
+}
+
+const uint8_t* srq_shadow_wqe(EmuSrq* s, uint16_t idx) {
+  return s->shadow.data() + size_t(idx & (s->wqe_cnt - 1)) * (s->stride - sizeof(SrqNextSeg));
+}
+
+int emu_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
+  EmuSrq* s = to_srq(ibsrq);
+  uint32_t seg_bytes = s->stride - sizeof(SrqNextSeg);
+  pthread_spin_lock(&s->lock);
+  int err = 0;
+  uint32_t nreq = 0;
+  for (; wr; wr = wr->next) {
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > s->max_sge) err = EINVAL;
+    else if (s->head == s->tail || s->outstanding >= s->max_wr) err = ENOMEM;
+    if (err) {
+      *bad = wr;
+      break;
+    }
+    uint32_t i = s->head;
+    uint8_t* w = s->buf + size_t(i) * s->stride + sizeof(SrqNextSeg);
+    uint8_t* shadow = s->shadow.data() + size_t(i) * seg_bytes;
+    uint32_t n = 0;
+    for (int k = 0; k < wr->num_sge; ++k) {
+      if (wr->sg_list[k].length == 0) continue;
+      DataSeg d{be32(wr->sg_list[k].length), be32(wr->sg_list[k].lkey), be64(wr->sg_list[k].addr)};
+      std::memcpy(w + n * sizeof d, &d, sizeof d);
+      std::memcpy(shadow + n++ * sizeof d, &d, sizeof d);
+    }
+    if (n * sizeof(DataSeg) < seg_bytes) {
+      DataSeg term{0, be32(kInvalidLkey), 0};
+      std::memcpy(w + n * sizeof term, &term, sizeof term);
+      std::memcpy(shadow + n * sizeof term, &term, sizeof term);
+    }
+    s->wrid[i] = wr->wr_id;
+    s->head = next_of(s, i);
+    ++s->posted;
+    ++s->outstanding;
+    ++nreq;
+  }
+  if (nreq) {
+    to_device_barrier();
+    dbrec_store32(s->dbrec, be32(s->posted & 0xffff));
+  }
+  pthread_spin_unlock(&s->lock);
+  if (nreq) {
+    // Wake a requester parked on the empty SRQ (see Engine::recv_empty_wait).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
+    if (s->shm->rnr_waiter.load() != 0) {
+      uint32_t waiter = s->shm->rnr_waiter.exchange(0);
+      if (!waiter) return err;
+      EngineSection in_engine(segment());
+      if (QpSlot* q = segment()->find_qp(waiter - 1)) s->ctx->engine->kick_sq(*q, true);
+    }
+  }
+  return err;
+}
+
+}  // namespace emu::prov
+
+extern "C" {
+
+ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (!is_emu(pd->context)) {
+    auto fn = REAL(ibv_create_srq, "IBVERBS_1.1");
+    return fn ? fn(pd, attr) : fail_null<ibv_srq>(EINVAL);
+  }
+  ibv_srq_attr& a = attr->attr;
+  if (a.max_wr == 0 || a.max_wr > Limits::max_srq_wr || a.max_sge > Limits::max_srq_sge)
+    return fail_null<ibv_srq>(EINVAL);
+  uint32_t sge = pow2_at_least(a.max_sge ? a.max_sge : 1);
+  uint32_t stride = pow2_at_least(sizeof(SrqNextSeg) + sge * sizeof(DataSeg));
+  uint32_t cnt = pow2_at_least(a.max_wr + 1);  // one WQE always stays free as the tail
+  Segment* seg = segment();
+  uint32_t slot;
+  if (seg->alloc_srq(&slot) != Status::ok) return fail_null<ibv_srq>(ENOMEM);
+  SrqSlot& ss = seg->hdr()->srqs[slot];
+  ss.buf_off = seg->alloc(size_t(cnt) * stride, 4096);
+  ss.dbrec_off = seg->alloc(64, 64);
+  auto* s = (ss.buf_off && ss.dbrec_off) ? new (std::nothrow) EmuSrq() : nullptr;
+  if (!s) {
+    seg->free(ss.buf_off);
+    seg->free(ss.dbrec_off);
+    ss.state.store(kSlotFree);
+    return fail_null<ibv_srq>(ENOMEM);
+  }
+  EmuContext* ctx = to_ctx(pd->context);
+  ss.dev = ctx->dev;
+  ss.ctx = ctx->slot;
+  ss.pd = to_pd(pd)->slot;
+  ss.wqe_cnt = cnt;
+  ss.stride = stride;
+  ss.uid = seg->new_uid();
+  s->slot = slot;
+  s->shm = &ss;
+  s->ctx = ctx;
+  s->buf = seg->at<uint8_t>(ss.buf_off);
+  s->dbrec = seg->at<uint32_t>(ss.dbrec_off);
+  s->wqe_cnt = cnt;
+  s->stride = stride;
+  s->max_wr = cnt - 1;
+  s->max_sge = (stride - sizeof(SrqNextSeg)) / sizeof(DataSeg);
+  if (s->max_sge > Limits::max_srq_sge) s->max_sge = Limits::max_srq_sge;
+  for (uint32_t i = 0; i < cnt; ++i) set_next(s, i, (i + 1) & (cnt - 1));
+  s->tail = cnt - 1;
+  s->wrid.assign(cnt, 0);
+  s->shadow.assign(size_t(cnt) * (stride - sizeof(SrqNextSeg)), 0);
+  pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
+  ibv_srq& q = s->srq;
+  q.context = pd->context;
+  q.srq_context = attr->srq_context;
+  q.pd = pd;
+  q.handle = slot;
+  pthread_mutex_init(&q.mutex, nullptr);
+  pthread_cond_init(&q.cond, nullptr);
+  q.events_completed = 0;
+  a.max_wr = s->max_wr;  // what was really made, as ibv_create_srq(3) asks
+  a.max_sge = s->max_sge;
+  registry_put(ss.uid, &q);
+  return &q;
+}
+
+int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
+  if (!is_emu(srq->context)) {
+    auto fn = REAL(ibv_modify_srq, "IBVERBS_1.1");
+    return fn ? fn(srq, attr, mask) : EINVAL;
+  }
+  EmuSrq* s = to_srq(srq);
+  if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
+  // Resizing is not supported (emu0 does not advertise IBV_DEVICE_SRQ_RESIZE): EINVAL, which is
+  // also mlx5's answer.
+  if (mask & IBV_SRQ_MAX_WR) return EINVAL;
+  if (mask & IBV_SRQ_LIMIT) {
+    if (attr->srq_limit > s->max_wr) return EINVAL;
+    s->shm->limit.store(attr->srq_limit, std::memory_order_release);  // 0 disarms
+  }
+  return 0;
+}
+
+int ibv_query_srq(ibv_srq* srq, ibv_srq_attr* attr) {
+  if (!is_emu(srq->context)) {
+    auto fn = REAL(ibv_query_srq, "IBVERBS_1.1");
+    return fn ? fn(srq, attr) : EINVAL;
+  }
+  EmuSrq* s = to_srq(srq);
+  attr->max_wr = s->max_wr;
+  attr->max_sge = s->max_sge;
+  attr->srq_limit = s->shm->limit.load();
+  return 0;
+}
+
+int ibv_destroy_srq(ibv_srq* srq) {
+  if (!is_emu(srq->context)) {
+    auto fn = REAL(ibv_destroy_srq, "IBVERBS_1.1");
+    return fn ? fn(srq) : EINVAL;
+  }
+  EmuSrq* s = to_srq(srq);
+  SrqSlot& ss = *s->shm;
+  if (ss.attached_qps.load()) return EBUSY;  // as the kernel: QPs still receive from it
+  Segment* seg = segment();
+  ss.lock.lock(seg->self());
+  ss.state.store(kSlotDying, std::memory_order_release);
+  ss.lock.unlock();
+  registry_del(ss.uid);
+  pthread_mutex_lock(&srq->mutex);
+  while (srq->events_completed != s->async_events_read.load())
+    pthread_cond_wait(&srq->cond, &srq->mutex);
+  pthread_mutex_unlock(&srq->mutex);
+  wait_for_engines(seg);
+  seg->free(ss.buf_off);
+  seg->free(ss.dbrec_off);
+  ss.state.store(kSlotFree, std::memory_order_release);
+  delete s;
+  return 0;
+}
+
+}  // extern "C"
