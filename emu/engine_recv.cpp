@@ -216,14 +216,24 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
     syndrome = kSynLocalLength;
   } else {
     CopyResult cr = CopyResult::ok;
-    if (pkt.has_grh) {
-      MemSpan g{reinterpret_cast<uint64_t>(&pkt.grh), kGrhBytes};
-      Sges head = sub_spans(scatter, 0, kGrhBytes);
-      cr = dma_copy(0, &g, 1, rpid, head.span, head.n);
-    }
-    if (cr == CopyResult::ok && local.total) {
-      Sges body = sub_spans(scatter, kGrhBytes, local.total);
-      cr = dma_copy(pkt.local_pid, local.span, local.n, rpid, body.span, body.n);
+    bool local_here = pkt.local_pid == 0 || pkt.local_pid == seg_->pid();
+    if (pkt.has_grh && local_here && local.n < kMaxSpans) {
+      // GRH and payload are both in this process: one gather list, one copy.
+      Sges src;
+      src.span[src.n++] = {reinterpret_cast<uint64_t>(&pkt.grh), kGrhBytes};
+      for (int i = 0; i < local.n; ++i) src.span[src.n++] = local.span[i];
+      Sges dst = sub_spans(scatter, 0, kGrhBytes + local.total);
+      cr = dma_copy(0, src.span, src.n, rpid, dst.span, dst.n);
+    } else {
+      if (pkt.has_grh) {
+        MemSpan g{reinterpret_cast<uint64_t>(&pkt.grh), kGrhBytes};
+        Sges head = sub_spans(scatter, 0, kGrhBytes);
+        cr = dma_copy(0, &g, 1, rpid, head.span, head.n);
+      }
+      if (cr == CopyResult::ok && local.total) {
+        Sges body = sub_spans(scatter, kGrhBytes, local.total);
+        cr = dma_copy(pkt.local_pid, local.span, local.n, rpid, body.span, body.n);
+      }
     }
     if (cr == CopyResult::dst_gone || cr == CopyResult::src_gone || cr == CopyResult::src_fault) {
       recv_unlock(q);  // the receiver died, or our own buffer vanished: the packet is lost

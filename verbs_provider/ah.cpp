@@ -42,12 +42,19 @@ ibv_ah* ibv_create_ah(ibv_pd* pd, ibv_ah_attr* attr) {
     auto fn = REAL(ibv_create_ah, "IBVERBS_1.1");
     return fn ? fn(pd, attr) : fail_null<ibv_ah>(EINVAL);
   }
-  auto* ah = new (std::nothrow) EmuAh();
-  if (!ah) return fail_null<ibv_ah>(ENOMEM);
-  if (int e = build_av(to_ctx(pd->context), *attr, &ah->av)) {
-    delete ah;
-    return fail_null<ibv_ah>(e);
+  EmuContext* ctx = to_ctx(pd->context);
+  AvSeg av;
+  if (int e = build_av(ctx, *attr, &av)) return fail_null<ibv_ah>(e);
+  if (ctx->n_ahs.fetch_add(1) >= Limits::max_ah) {  // the device's max_ah: out of resources
+    ctx->n_ahs.fetch_sub(1);
+    return fail_null<ibv_ah>(ENOMEM);
   }
+  auto* ah = new (std::nothrow) EmuAh();
+  if (!ah) {
+    ctx->n_ahs.fetch_sub(1);
+    return fail_null<ibv_ah>(ENOMEM);
+  }
+  ah->av = av;
   ah->port = attr->port_num;
   ah->ah.context = pd->context;
   ah->ah.pd = pd;
@@ -60,6 +67,7 @@ int ibv_destroy_ah(ibv_ah* ah) {
     auto fn = REAL(ibv_destroy_ah, "IBVERBS_1.1");
     return fn ? fn(ah) : EINVAL;
   }
+  to_ctx(ah->context)->n_ahs.fetch_sub(1);
   delete to_ah(ah);
   return 0;
 }

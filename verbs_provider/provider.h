@@ -44,6 +44,7 @@ struct EmuContext {
   Engine* engine;
   std::mutex mu;                  // QP list (slow path)
   std::vector<EmuQp*> qps;
+  std::atomic<uint32_t> n_ahs{0};  // address handles made on this context (max_ah)
   verbs_context vctx;             // must be last: libibverbs finds it from &vctx.context
 };
 
