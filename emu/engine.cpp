@@ -124,7 +124,7 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     if ((qp.sq_ci & 0xffff) == pi) return;
     uint32_t state = qp.qp_state.load(std::memory_order_acquire);
     uint32_t bbs = 1;
-    if (state == kQpsErr) {
+    if (state == kQpsErr || state == kQpsSqe) {  // flush what is left
       clear_stall(qp);
       if (!fetch_wqe(qp, buf, &bbs)) {
         // Not a WQE start (behind a malformed WQE): step one block and look again, so every real
@@ -162,7 +162,7 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
       log("QP 0x%x: malformed WQE at index %u", qp.qpn, qp.sq_ci & 0xffff);
       complete_send(qp, info, true);
       qp.sq_ci += 1;
-      enter_error(qp);
+      send_queue_error(qp);
       continue;
     }
     auto* ctrl = reinterpret_cast<const CtrlSeg*>(buf);
@@ -186,7 +186,7 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
         log("QP 0x%x: %s", qp.qpn, rnr ? "RNR retries exhausted" : "transport retries exhausted");
         complete_send(qp, info, true);
         qp.sq_ci += bbs;
-        enter_error(qp);
+        send_queue_error(qp);
         continue;
       }
       if (qp.stall.load() != kind) {
@@ -199,7 +199,7 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     bool error = info.cqe_opcode == kCqeReqErr;
     complete_send(qp, info, error || (ctrl->fm_ce_se & kCtrlCqUpdate));
     qp.sq_ci += bbs;
-    if (error) enter_error(qp);
+    if (error) send_queue_error(qp);
   }
 }
 
@@ -601,6 +601,18 @@ void Engine::enter_error(QpSlot& qp) {
   if (waiter) {
     if (QpSlot* w = seg_->find_qp(waiter - 1)) kick_sq(*w);
   }
+}
+
+// A send completed in error. RC: the whole QP goes to ERR. UC and UD: only the send queue stops
+// (SQE, IBTA 10.3.1): what is left in it is flushed, receives go on, and ibv_modify_qp can take the
+// QP back to RTS.
+void Engine::send_queue_error(QpSlot& qp) {
+  if (qp.type == kQptRc) {
+    enter_error(qp);
+    return;
+  }
+  uint32_t st = qp.qp_state.load();
+  if (st != kQpsErr) qp.qp_state.compare_exchange_strong(st, kQpsSqe);
 }
 
 void Engine::raise_qp_event(const QpSlot& qp, uint32_t type) {

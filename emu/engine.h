@@ -109,6 +109,7 @@ class Engine {
                          const engine_detail::Sges& local, int local_pid, CqeInfo* out);
   void deliver_ud(const UdPacket& pkt, QpSlot& r);
   void raise_comm_est(QpSlot& r);
+  void send_queue_error(QpSlot& qp);
   bool peer_still_there(QpSlot& qp, const QpSlot& r);
   void set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us);
   void clear_stall(QpSlot& qp);
