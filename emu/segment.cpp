@@ -139,7 +139,16 @@ Status Segment::attach(const Config& cfg) {
   base_ = static_cast<char*>(mf->get_address());
   pid_ = getpid();
   try {
-    hdr_ = mf->find_or_construct<Header>("rdmaemu.header")();
+    // Boost places named objects 8-byte aligned, and Header asks for 64 (its cache-line groups):
+    // the header lives 64-aligned inside a zeroed byte array (all-zero is its initial state).
+    // A segment made by a build from before this placement has "rdmaemu.header" instead.
+    if (mf->find<Header>("rdmaemu.header").first) {
+      g_error = "shared segment " + path + " was made by an older build (another layout). Remove "
+                "the file once no process uses it, or set EMU_FABRIC to another name";
+      return Status::layout_mismatch;
+    }
+    char* raw = mf->find_or_construct<char>("rdmaemu.header64")[sizeof(Header) + 63](0);
+    hdr_ = reinterpret_cast<Header*>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t(63));
   } catch (const std::exception& e) {
     g_error = "shared segment " + path + " is full or corrupt: " + e.what() +
               " (remove the file once no process uses it)";
