@@ -81,7 +81,8 @@ def main():
 
     env = dict(os.environ)
     env["EMU_FABRIC"] = "test-port-events-" + str(os.getpid())
-    seg = os.path.join(env.get("EMU_SHM_DIR", "/dev/shm"), f"rdmaemu-{os.getuid()}-{env['EMU_FABRIC']}")
+    seg = os.path.join(env.get("EMU_SHM_DIR", "/dev/shm"),
+                       f"rdmaemu-{os.getuid()}-{env['EMU_FABRIC']}")
     watch = subprocess.Popen(["stdbuf", "-oL", a.emu_run, "ibv_asyncwatch", "-d", a.dev], env=env,
                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     out = Output(watch)
