@@ -6,6 +6,7 @@
 #include "barriers.h"
 #include "layout.h"
 #include "memory.h"
+#include "port.h"
 #include "segment.h"
 #include "wqe.h"
 
@@ -62,16 +63,24 @@ inline uint32_t packets(uint64_t len, uint8_t mtu_code) {
   return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
 }
 
+// Whether the link under a QP's port is up: a port taken down (emu/control.h) is a pulled cable,
+// nothing leaves or arrives through it.
+inline bool qp_port_up(const Header* h, const QpSlot& qp) {
+  return port_carries(h, qp.dev, qp.port);
+}
+
 // The responder a requester's packets reach: the QP behind the destination QPN and LID, of the
-// same type, connected back to the requester, able to receive, in a live process. nullptr: the
-// packets go nowhere (the requester retries until its budget is spent).
+// same type, connected back to the requester, able to receive, in a live process, with the links
+// of both ports up. nullptr: the packets go nowhere (the requester retries until its budget is
+// spent).
 inline QpSlot* connected_responder(Segment* seg, const QpSlot& qp) {
   Header* h = seg->hdr();
+  if (!qp_port_up(h, qp)) return nullptr;
   QpSlot* r = seg->find_qp(qp.dest_qpn);
   if (!r || r->type != qp.type || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
       r->dev >= h->num_devices || r->port < 1 || r->port > kMaxPorts ||
       h->devices[r->dev].ports[r->port - 1].lid != qp.dlid ||
-      h->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive)
+      h->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive || !qp_port_up(h, *r))
     return nullptr;
   return r;
 }

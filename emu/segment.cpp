@@ -30,8 +30,10 @@ std::once_flag g_once;
 
 bip::managed_mapped_file* file_of(void* m) { return static_cast<bip::managed_mapped_file*>(m); }
 
-template <class SlotT, size_t N>
-Status alloc_slot(Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx) {
+// init: fields other processes may read as soon as the slot is live, set before it is.
+template <class SlotT, size_t N, class Init = void (*)(SlotT&)>
+Status alloc_slot(Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx,
+                  Init init = [](SlotT&) {}) {
   ShmLockGuard g(h->table_lock, self);
   for (uint32_t i = 0; i < N; ++i) {
     if (table[i].state.load(std::memory_order_relaxed) == kSlotFree) {
@@ -39,6 +41,7 @@ Status alloc_slot(Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx) {
       // Keep the generation-bearing fields' memory; callers set every field they use.
       std::memset(reinterpret_cast<char*>(&s) + sizeof(s.state), 0, sizeof(SlotT) - sizeof(s.state));
       s.owner = self;
+      init(s);
       s.state.store(kSlotLive, std::memory_order_release);
       *idx = i;
       return Status::ok;
@@ -236,7 +239,11 @@ void Segment::free(uint64_t off) {
   if (off) file_of(mapping_)->deallocate(at(off));
 }
 
-Status Segment::alloc_ctx(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->ctxs, idx); }
+Status Segment::alloc_ctx(uint32_t* idx) {
+  // No pipe until the opener publishes one: a port event from another process skips the context
+  // meanwhile rather than write into whatever the owner's fd 0 is.
+  return alloc_slot(hdr_, self_, hdr_->ctxs, idx, [](ContextSlot& c) { c.async_wfd = -1; });
+}
 Status Segment::alloc_pd(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->pds, idx); }
 Status Segment::alloc_mr(uint32_t* idx) {
   Status st = alloc_slot(hdr_, self_, hdr_->mrs, idx);

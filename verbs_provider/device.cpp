@@ -10,6 +10,7 @@
 
 #include "forward.h"
 #include "notify.h"
+#include "port.h"
 #include "provider.h"
 
 #undef ibv_query_port
@@ -109,7 +110,8 @@ int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* a) {
   if (dev >= h->num_devices || port < 1 || port > h->devices[dev].num_ports) return EINVAL;
   const PortState& ps = h->devices[dev].ports[port - 1];
   std::memset(a, 0, sizeof *a);
-  a->state = static_cast<ibv_port_state>(ps.state);
+  const uint8_t state = port_state(ps);  // emu-ctl may change it at any time
+  a->state = static_cast<ibv_port_state>(state);
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = static_cast<ibv_mtu>(ps.active_mtu);
   a->gid_tbl_len = kGidTableLen;
@@ -127,7 +129,7 @@ int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* a) {
   a->init_type_reply = 0;
   a->active_width = 2;   // 4x
   a->active_speed = 32;  // EDR
-  a->phys_state = ps.state == IBV_PORT_ACTIVE ? 5 : 3;  // LinkUp / Disabled
+  a->phys_state = port_phys_state(state);
   a->link_layer = ps.link_layer;
   return 0;
 }
@@ -314,7 +316,8 @@ ibv_context* ibv_open_device(ibv_device* device) {
   }
   fcntl(pfd[1], F_SETFL, O_NONBLOCK);
   ctx->async_wfd = pfd[1];
-  cs.async_wfd = pfd[1];
+  // Published last: another process delivering a port event finds the pipe through it.
+  std::atomic_ref<int32_t>(cs.async_wfd).store(pfd[1], std::memory_order_release);
   ctx->uars = seg->at<UarReg>(cs.uar_off);
   for (uint32_t i = 0; i < ctx->n_uars; ++i) pthread_spin_init(&ctx->uar_use[i].lock, PTHREAD_PROCESS_PRIVATE);
 

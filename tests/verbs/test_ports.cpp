@@ -1,0 +1,183 @@
+// Port down and up through the control API (emu/control.h), seen by a verbs program: the port's
+// state in ibv_query_port, IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE from ibv_get_async_event,
+// and RC traffic on a port that is down stalling as on a pulled cable (retries exhausted, or
+// resumed when the port comes back in time).
+//
+// The test calls the control API from its own copy of the device model: a second attachment of
+// this process to the fabric beside the preloaded provider's, as a harness would make.
+#include <poll.h>
+
+#include <chrono>
+#include <cstring>
+
+#include "control.h"
+#include "verbs_fixture.h"
+
+namespace {
+
+using namespace vt;
+
+class PortTest : public VerbsTest {
+ protected:
+  void SetUp() override {
+    VerbsTest::SetUp();
+    seg = emu::Segment::get();
+    ASSERT_NE(seg, nullptr) << emu::Segment::last_error();
+    ASSERT_EQ(emu::find_device(seg, "emu0", &dev), emu::Status::ok);
+  }
+  void TearDown() override {
+    if (seg) set_port(true);  // what the test left down comes back for the teardown's destroys
+    VerbsTest::TearDown();
+  }
+
+  // Sets port 1 of emu0; returns whether the state changed.
+  bool set_port(bool up) {
+    bool changed = false;
+    EXPECT_EQ(emu::set_port_state(seg, dev, 1, up, &changed), emu::Status::ok);
+    return changed;
+  }
+
+  emu::Segment* seg = nullptr;
+  uint32_t dev = 0;
+};
+
+// The next async event of ctx, waited for on its async fd up to the deadline; acked here.
+::testing::AssertionResult next_port_event(ibv_context* ctx, ibv_event_type want, int port) {
+  pollfd pfd{ctx->async_fd, POLLIN, 0};
+  int ms = static_cast<int>(std::chrono::milliseconds(kDeadline).count());
+  if (poll(&pfd, 1, ms) != 1) return ::testing::AssertionFailure() << "no async event in time";
+  ibv_async_event ev;
+  if (ibv_get_async_event(ctx, &ev) != 0)
+    return ::testing::AssertionFailure() << "ibv_get_async_event failed";
+  ibv_event_type got = ev.event_type;
+  int got_port = ev.element.port_num;
+  ibv_ack_async_event(&ev);
+  if (got != want || got_port != port)
+    return ::testing::AssertionFailure() << "event " << ibv_event_type_str(got) << " port "
+                                         << got_port << ", expected " << ibv_event_type_str(want)
+                                         << " port " << port;
+  return ::testing::AssertionSuccess();
+}
+
+// Whether an async event is waiting now. Delivery is done when set_port_state returns, so "none
+// now" means none at all.
+bool event_pending(ibv_context* ctx) {
+  pollfd pfd{ctx->async_fd, POLLIN, 0};
+  return poll(&pfd, 1, 0) == 1;
+}
+
+ibv_port_attr query_port1(ibv_context* ctx) {
+  ibv_port_attr pa;
+  std::memset(&pa, 0, sizeof pa);
+  EXPECT_EQ(ibv_query_port(ctx, 1, &pa), 0);
+  return pa;
+}
+
+TEST_F(PortTest, QueryPortFollowsDownAndUp) {
+  ibv_port_attr pa = query_port1(ctx);
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(pa.phys_state, 5);  // LinkUp
+  ASSERT_TRUE(set_port(false));
+  pa = query_port1(ctx);
+  EXPECT_EQ(pa.state, IBV_PORT_DOWN);
+  EXPECT_EQ(pa.phys_state, 3);  // Disabled
+  EXPECT_EQ(pa.lid, lid) << "the port keeps its LID";
+  ASSERT_TRUE(set_port(true));
+  pa = query_port1(ctx);
+  EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
+  EXPECT_EQ(pa.phys_state, 5);
+}
+
+TEST_F(PortTest, DownAndUpRaisePortEventsOnEveryContextOfTheDevice) {
+  ibv_context* second = open_emu0();
+  ASSERT_NE(second, nullptr);
+  EXPECT_FALSE(event_pending(ctx));
+
+  ASSERT_TRUE(set_port(false));
+  for (ibv_context* c : {ctx, second}) {
+    EXPECT_TRUE(next_port_event(c, IBV_EVENT_PORT_ERR, 1));
+    EXPECT_FALSE(event_pending(c)) << "one event per change";
+  }
+  EXPECT_FALSE(set_port(false)) << "already down";
+  EXPECT_FALSE(event_pending(ctx)) << "no event without a change";
+  EXPECT_FALSE(event_pending(second));
+
+  ASSERT_TRUE(set_port(true));
+  for (ibv_context* c : {ctx, second}) {
+    EXPECT_TRUE(next_port_event(c, IBV_EVENT_PORT_ACTIVE, 1));
+    EXPECT_FALSE(event_pending(c));
+  }
+  EXPECT_FALSE(set_port(true)) << "already up";
+  EXPECT_FALSE(event_pending(ctx));
+  EXPECT_EQ(ibv_close_device(second), 0);
+}
+
+TEST_F(PortTest, RcRequesterOnADownPortExhaustsItsRetries) {
+  ConnParams quick;
+  quick.timeout = 1;  // 8 us per attempt
+  quick.retry_cnt = 2;
+  Pair p = make_pair({}, quick, quick);
+  ASSERT_NE(p.a, nullptr);
+  Buf src = make_buf(64, kAllAccess, 0xab), dst = make_buf(64, kAllAccess, 0);
+  ASSERT_TRUE(set_port(false));
+
+  ibv_sge sg = src.sge(0, 64);
+  ibv_send_wr wr = rdma_wr(7, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+  ASSERT_EQ(post_one(p.a, &wr), 0);
+  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_RETRY_EXC_ERR, 7));
+  EXPECT_EQ(qp_state(p.a), IBV_QPS_ERR);
+  EXPECT_EQ(qp_state(p.b), IBV_QPS_RTS) << "the responder never heard of it";
+  EXPECT_EQ(dst.p[0], 0) << "nothing crossed a link that is down";
+  EXPECT_TRUE(next_port_event(ctx, IBV_EVENT_PORT_ERR, 1));
+}
+
+TEST_F(PortTest, RcTrafficResumesWhenThePortComesBackInTime) {
+  ConnParams patient;
+  patient.timeout = 17;  // 0.54 s per attempt, 7 attempts: seconds of budget
+  patient.retry_cnt = 7;
+  Pair p = make_pair({}, patient, patient);
+  ASSERT_NE(p.a, nullptr);
+  Buf src = make_buf(64, kAllAccess, 0xcd), dst = make_buf(64, kAllAccess, 0);
+  ASSERT_TRUE(set_port(false));
+
+  ibv_sge sg = src.sge(0, 64);
+  ibv_send_wr wr = rdma_wr(8, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+  ASSERT_EQ(post_one(p.a, &wr), 0);
+  EXPECT_TRUE(drain(p.cqa).empty()) << "completed through a port that is down";
+  EXPECT_EQ(dst.p[0], 0);
+
+  ASSERT_TRUE(set_port(true));
+  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 8));
+  EXPECT_EQ(dst.p[0], 0xcd);
+  EXPECT_EQ(dst.p[63], 0xcd);
+  EXPECT_EQ(qp_state(p.a), IBV_QPS_RTS);
+}
+
+TEST_F(PortTest, ConnectingOnADownPortSucceedsAndSendsWaitForTheLink) {
+  ASSERT_TRUE(set_port(false));
+  ConnParams patient;
+  patient.timeout = 17;
+  patient.retry_cnt = 7;
+  Pair p = make_pair({}, patient, patient);  // INIT, RTR, RTS on a down port: accepted, as hardware
+  ASSERT_NE(p.a, nullptr);
+  ASSERT_EQ(qp_state(p.a), IBV_QPS_RTS);
+  ASSERT_EQ(qp_state(p.b), IBV_QPS_RTS);
+  Buf src = make_buf(256, kAllAccess, 0x5a), dst = make_buf(256, kAllAccess, 0);
+
+  ibv_sge rsg = dst.sge(0, 256);
+  ASSERT_EQ(post_recv(p.b, 21, &rsg, 1), 0);
+  ibv_sge sg = src.sge(0, 256);
+  ibv_send_wr wr = send_wr(20, IBV_WR_SEND, &sg, 1);
+  ASSERT_EQ(post_one(p.a, &wr), 0);
+  EXPECT_TRUE(drain(p.cqa).empty());
+  EXPECT_TRUE(drain(p.cqb).empty()) << "received through a port that is down";
+
+  ASSERT_TRUE(set_port(true));
+  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 20));
+  ibv_wc wc;
+  ASSERT_TRUE(wait_wc(p.cqb, IBV_WC_SUCCESS, 21, &wc));
+  EXPECT_EQ(wc.byte_len, 256u);
+  EXPECT_EQ(dst.p[255], 0x5a);
+}
+
+}  // namespace

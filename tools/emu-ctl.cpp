@@ -1,0 +1,141 @@
+// emu-ctl: controls of the emulated devices from outside any verbs program. It attaches to the
+// fabric the programs use (EMU_FABRIC, EMU_SHM_DIR) as one more process and acts through the C++
+// control API (emu/control.h), so a test or harness can do the same without this tool.
+//
+//   emu-ctl port DEV PORT           print the port's state
+//   emu-ctl port DEV PORT down|up   take the port down (a cable pull) or bring it back up
+//   emu-ctl help
+#include <cerrno>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <string_view>
+#include <unistd.h>
+
+#include "config.h"
+#include "control.h"
+#include "segment.h"
+
+namespace {
+
+constexpr int kExitFailed = 1;  // the control could not be applied
+constexpr int kExitUsage = 2;
+
+struct Command {
+  const char* name;
+  const char* args;
+  const char* help;
+  int (*run)(int argc, char** argv);  // argv[0] is the command's name
+};
+
+int cmd_port(int argc, char** argv);
+int cmd_help(int argc, char** argv);
+
+const Command kCommands[] = {
+    {"port", "DEV PORT [down|up]",
+     "print the state of port PORT (1-based) of device DEV (emu0, ...), or take it down (as a "
+     "cable pull: its QPs stop reaching anyone, contexts get IBV_EVENT_PORT_ERR) or up "
+     "(IBV_EVENT_PORT_ACTIVE)",
+     cmd_port},
+    {"help", "", "this text", cmd_help},
+};
+
+void usage(FILE* out) {
+  std::fprintf(out, "usage: emu-ctl COMMAND [ARGS...]\n\ncommands:\n");
+  for (const Command& c : kCommands)
+    std::fprintf(out, "  %s %s\n      %s\n", c.name, c.args, c.help);
+  std::fprintf(out,
+               "\nThe fabric is the one of $EMU_FABRIC (default: default) in $EMU_SHM_DIR, as for "
+               "programs run through emu-run.\n");
+}
+
+int cmd_help(int, char**) {
+  usage(stdout);
+  return 0;
+}
+
+// The fabric's segment, attached only if some program made it: a control on a fabric nobody uses
+// is almost always a wrong EMU_FABRIC, and creating the file would hide that.
+emu::Segment* attach() {
+  const emu::Config& cfg = emu::config();
+  std::string path = cfg.segment_path();
+  if (access(path.c_str(), F_OK) != 0) {
+    std::fprintf(stderr,
+                 "emu-ctl: fabric '%s' has no segment (%s: %s): no program has used emulated "
+                 "devices on it; set EMU_FABRIC/EMU_SHM_DIR as for the programs\n",
+                 cfg.fabric.c_str(), path.c_str(), std::strerror(errno));
+    return nullptr;
+  }
+  return emu::Segment::get();  // logs why on failure
+}
+
+bool parse_port(const char* s, uint32_t* port) {
+  char* end = nullptr;
+  errno = 0;
+  unsigned long v = std::strtoul(s, &end, 10);
+  if (errno || end == s || *end || v == 0 || v > 255) return false;
+  *port = static_cast<uint32_t>(v);
+  return true;
+}
+
+const char* state_name(uint8_t s) { return s == emu::kPortActive ? "PORT_ACTIVE" : "PORT_DOWN"; }
+const char* phys_name(uint8_t p) { return p == emu::kPhysLinkUp ? "LINK_UP" : "DISABLED"; }
+
+int cmd_port(int argc, char** argv) {
+  if (argc < 3 || argc > 4) {
+    usage(stderr);
+    return kExitUsage;
+  }
+  uint32_t port = 0;
+  if (!parse_port(argv[2], &port)) {
+    std::fprintf(stderr, "emu-ctl: bad port number '%s'\n", argv[2]);
+    return kExitUsage;
+  }
+  bool set = argc == 4;
+  bool up = false;
+  if (set) {
+    std::string_view what = argv[3];
+    if (what != "down" && what != "up") {
+      std::fprintf(stderr, "emu-ctl: port state must be 'down' or 'up', not '%s'\n", argv[3]);
+      return kExitUsage;
+    }
+    up = what == "up";
+  }
+  emu::Segment* seg = attach();
+  if (!seg) return kExitFailed;
+  uint32_t dev = 0;
+  if (emu::find_device(seg, argv[1], &dev) != emu::Status::ok) {
+    std::fprintf(stderr, "emu-ctl: no device '%s' on fabric '%s'\n", argv[1],
+                 emu::config().fabric.c_str());
+    return kExitFailed;
+  }
+  bool changed = false;
+  emu::Status st = set ? emu::set_port_state(seg, dev, port, up, &changed) : emu::Status::ok;
+  uint8_t state = 0;
+  if (st == emu::Status::ok) st = emu::get_port_state(seg, dev, port, &state);
+  if (st != emu::Status::ok) {
+    std::fprintf(stderr, "emu-ctl: %s port %u: %s\n", argv[1], port, emu::status_name(st));
+    return kExitFailed;
+  }
+  std::printf("%s port %u: state %s (%u), phys_state %s (%u)%s\n", argv[1], port,
+              state_name(state), state, phys_name(emu::port_phys_state(state)),
+              emu::port_phys_state(state), set && !changed ? " (unchanged)" : "");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) {
+    usage(stderr);
+    return kExitUsage;
+  }
+  for (const Command& c : kCommands)
+    if (std::strcmp(argv[1], c.name) == 0) return c.run(argc - 1, argv + 1);
+  if (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)
+    return cmd_help(0, nullptr);
+  std::fprintf(stderr, "emu-ctl: unknown command '%s'\n\n", argv[1]);
+  usage(stderr);
+  return kExitUsage;
+}
