@@ -4,6 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake g++ python3 procps
       libboost-dev libibverbs-dev ibverbs-utils perftest
+      pkg-config libnl-3-dev libnl-route-3-dev
       googletest libgtest-dev)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,5 +1,6 @@
 #include "config.h"
 
+#include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
@@ -31,6 +32,16 @@ const KnobDoc kKnobs[] = {
     {"EMU_VENDOR_PART_ID", "4123",
      "vendor_part_id reported by ibv_query_device (vendor_id is 0). 4123 makes perftest treat emu0 "
      "as a ConnectX-6-class device (ibv_wr_* post path, inline defaults); 0 gives its legacy path."},
+    {"EMU_LINK_LAYER", "ib",
+     "Link layer of the ports: 'ib' (InfiniBand: LID routing, GID 0 = subnet prefix + port GUID) "
+     "or 'eth' (RoCE: lid 0, GIDs from the EMU_ROCE_NETDEV interface's addresses, QPs address "
+     "their peer by GID). A comma-separated list gives ports 1, 2, ... in turn ('ib,eth'); the "
+     "last entry stands for the remaining ports."},
+    {"EMU_ROCE_NETDEV", "auto",
+     "Interface a RoCE port is bound to, as soft-RoCE binds to a netdev: its MAC and addresses "
+     "give the port's GIDs and its MTU caps active_mtu; they are read when the segment is "
+     "created. 'auto' (or an empty value): the UP non-loopback interface with an IPv4 address "
+     "and the lowest index, else lo. A comma-separated list gives ports 1, 2, ... in turn."},
 };
 
 const char* env_or(const char* name, const char* dflt) {
@@ -57,7 +68,45 @@ uint32_t parse_u32(const char* name, const char* dflt, uint32_t lo, uint32_t hi)
   return static_cast<uint32_t>(v);
 }
 
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// A misspelt link layer would silently give InfiniBand ports to a test meant for RoCE: say so.
+std::vector<PortLinkLayer> parse_link_layers(const char* s) {
+  std::vector<PortLinkLayer> out;
+  for (const std::string& t : split_commas(s)) {
+    if (t == "eth") {
+      out.push_back(PortLinkLayer::ethernet);
+    } else {
+      if (t != "ib")
+        std::fprintf(stderr, "rdmaemu: EMU_LINK_LAYER: unknown '%s', using ib\n", t.c_str());
+      out.push_back(PortLinkLayer::infiniband);
+    }
+  }
+  return out;
+}
+
 }  // namespace
+
+PortLinkLayer Config::link_layer(uint32_t port) const {
+  if (link_layers.empty()) return PortLinkLayer::infiniband;
+  return link_layers[std::min<size_t>(port ? port - 1 : 0, link_layers.size() - 1)];
+}
+
+std::string Config::roce_netdev(uint32_t port) const {
+  if (roce_netdevs.empty()) return "";
+  size_t i = std::min<size_t>(port ? port - 1 : 0, roce_netdevs.size() - 1);
+  const std::string& n = roce_netdevs[i];
+  return n == "auto" ? "" : n;
+}
 
 Config config_from_env() {
   Config c;
@@ -72,6 +121,8 @@ Config config_from_env() {
   c.engine = engine == "thread" ? EngineMode::progress_thread : EngineMode::inline_on_doorbell;
   c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;
   c.vendor_part_id = static_cast<uint32_t>(std::strtoul(env_or("EMU_VENDOR_PART_ID", "4123"), nullptr, 0));
+  c.link_layers = parse_link_layers(env_or("EMU_LINK_LAYER", "ib"));
+  c.roce_netdevs = split_commas(env_or("EMU_ROCE_NETDEV", "auto"));
   return c;
 }
 

@@ -4,10 +4,13 @@
 #pragma once
 #include <cstdint>
 #include <string>
+#include <vector>
 
 namespace emu {
 
 enum class EngineMode { inline_on_doorbell, progress_thread };
+// Numbered as IBV_LINK_LAYER_* (and LinkLayer in layout.h).
+enum class PortLinkLayer : uint8_t { infiniband = 1, ethernet = 2 };
 
 struct Config {
   std::string fabric;       // EMU_FABRIC
@@ -19,6 +22,13 @@ struct Config {
   EngineMode engine;        // EMU_ENGINE
   bool log;                 // EMU_LOG
   uint32_t vendor_part_id;  // EMU_VENDOR_PART_ID
+  // Per port, from port 1; the last entry stands for every later port.
+  std::vector<PortLinkLayer> link_layers;  // EMU_LINK_LAYER (never empty)
+  std::vector<std::string> roce_netdevs;   // EMU_ROCE_NETDEV (entries may be "auto" or "")
+
+  // Port p's (1-based) link layer and RoCE interface ("" = choose the default).
+  PortLinkLayer link_layer(uint32_t port) const;
+  std::string roce_netdev(uint32_t port) const;
 
   // The segment's file name: one per user and fabric.
   std::string segment_name() const;

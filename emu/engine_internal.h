@@ -5,6 +5,7 @@
 
 #include "barriers.h"
 #include "layout.h"
+#include "link_layer.h"
 #include "memory.h"
 #include "port.h"
 #include "segment.h"
@@ -69,17 +70,35 @@ inline bool qp_port_up(const Header* h, const QpSlot& qp) {
   return port_carries(h, qp.dev, qp.port);
 }
 
-// The responder a requester's packets reach: the QP behind the destination QPN and LID, of the
-// same type, connected back to the requester, able to receive, in a live process, with the links
-// of both ports up. nullptr: the packets go nowhere (the requester retries until its budget is
-// spent).
+// Whether the requester's address vector leads to the responder's port. InfiniBand routes by
+// DLID, and a port drops a packet whose GRH names a GID it does not have. RoCE has no LIDs: the
+// packet always carries a GRH and reaches the port holding its DGID with the type (v1 or v2) of
+// the source GID. Nothing connects an InfiniBand port to an Ethernet one.
+inline bool path_reaches(const Header* h, const QpSlot& requester, const QpSlot& responder) {
+  if (requester.dev >= h->num_devices || requester.port < 1 || requester.port > kMaxPorts ||
+      responder.dev >= h->num_devices || responder.port < 1 || responder.port > kMaxPorts)
+    return false;
+  const PortState& from = h->devices[requester.dev].ports[requester.port - 1];
+  const PortState& to = h->devices[responder.dev].ports[responder.port - 1];
+  if (from.link_layer != to.link_layer) return false;
+  if (to.link_layer == kLinkLayerEthernet) {
+    if (!requester.is_global || requester.sgid_index >= from.gid_count) return false;
+    return port_gid_index(to, requester.dgid, from.gid_type[requester.sgid_index]) >= 0;
+  }
+  if (to.lid != requester.dlid) return false;
+  return !requester.is_global || port_gid_index(to, requester.dgid, kGidTypeIb) >= 0;
+}
+
+// The responder a requester's packets reach: the QP behind the destination QPN on the port the
+// path leads to, of the same type, connected back to the requester, able to receive, in a live
+// process, with the links of both ports up. nullptr: the packets go nowhere (the requester
+// retries until its budget is spent).
 inline QpSlot* connected_responder(Segment* seg, const QpSlot& qp) {
   Header* h = seg->hdr();
   if (!qp_port_up(h, qp)) return nullptr;
   QpSlot* r = seg->find_qp(qp.dest_qpn);
   if (!r || r->type != qp.type || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
-      r->dev >= h->num_devices || r->port < 1 || r->port > kMaxPorts ||
-      h->devices[r->dev].ports[r->port - 1].lid != qp.dlid ||
+      !path_reaches(h, qp, *r) ||
       h->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive || !qp_port_up(h, *r))
     return nullptr;
   return r;

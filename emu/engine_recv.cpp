@@ -110,10 +110,42 @@ bool Engine::recv_scatter(const QpSlot& r, const uint8_t* wqe, uint32_t seg_byte
 
 namespace {
 
-void ib_gid(const PortState& ps, uint8_t out[16]) {
-  uint64_t prefix = be64(ps.gid_prefix), guid = be64(ps.port_guid);
-  std::memcpy(out, &prefix, 8);
-  std::memcpy(out + 8, &guid, 8);
+bool ipv4_mapped(const uint8_t gid[16]) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(gid, prefix, 12) == 0;
+}
+
+// RoCE v2 between IPv4 addresses: the 40 bytes ahead of a UD receive hold 20 zero bytes and then
+// the packet's IPv4 header (as mlx5 and rxe deliver it; ibv_init_ah_from_wc reads it there).
+void ipv4_header_in_grh(Grh* g, uint8_t tos, uint8_t ttl, uint32_t udp_bytes) {
+  uint8_t ip[20] = {};
+  uint16_t total = static_cast<uint16_t>(20 + udp_bytes);
+  ip[0] = 0x45;
+  ip[1] = tos;
+  ip[2] = total >> 8;
+  ip[3] = total & 0xff;
+  ip[6] = 0x40;  // don't fragment
+  ip[8] = ttl;
+  ip[9] = 17;    // UDP
+  std::memcpy(ip + 12, g->sgid + 12, 4);
+  std::memcpy(ip + 16, g->dgid + 12, 4);
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += uint32_t(ip[i]) << 8 | ip[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  uint16_t csum = static_cast<uint16_t>(~sum);
+  ip[10] = csum >> 8;
+  ip[11] = csum & 0xff;
+  std::memset(g, 0, sizeof *g);
+  std::memcpy(reinterpret_cast<uint8_t*>(g) + 20, ip, 20);
+}
+
+// Whether a UD packet leaving `from` reaches the port `to` (the unicast counterpart of
+// path_reaches, for an address vector instead of a connected QP's path).
+bool ud_path_reaches(const PortState& from, const PortState& to, uint16_t dlid, bool grh,
+                     const uint8_t dgid[16], uint8_t sgid_type) {
+  if (from.link_layer != to.link_layer) return false;
+  if (to.link_layer == kLinkLayerEthernet) return grh && port_gid_index(to, dgid, sgid_type) >= 0;
+  return to.lid == dlid && (!grh || port_gid_index(to, dgid, kGidTypeIb) >= 0);
 }
 
 // The part [off, off + len) of a span list.
@@ -133,9 +165,11 @@ Sges sub_spans(const Sges& s, uint64_t off, uint64_t len) {
   return out;
 }
 
-bool joined(const QpSlot& q, const uint8_t gid[16], uint16_t lid) {
+// Whether q joined the group; RoCE has no LIDs: the group is its GID alone.
+bool joined(const QpSlot& q, const uint8_t gid[16], uint16_t lid, bool gid_only) {
   for (uint32_t i = 0; i < q.n_mcast && i < kMaxMcastPerQp; ++i)
-    if (q.mcast[i].lid == lid && std::memcmp(q.mcast[i].gid, gid, 16) == 0) return true;
+    if ((gid_only || q.mcast[i].lid == lid) && std::memcmp(q.mcast[i].gid, gid, 16) == 0)
+      return true;
   return false;
 }
 
@@ -150,6 +184,10 @@ ExecOutcome Engine::execute_ud(QpSlot& qp, const CtrlSeg& ctrl, const AvSeg& av,
     out->syndrome = kSynLocalLength;
     return ExecOutcome::done;
   }
+  qp.sq_psn = (qp.sq_psn + 1) & 0xffffff;
+  // Sent is done for UD: whether anyone received it is not the requester's to know. A port that
+  // is down sends nothing.
+  if (!qp_port_up(h_, qp)) return ExecOutcome::done;
   UdPacket pkt{};
   pkt.ctrl = &ctrl;
   pkt.local = &local;
@@ -161,32 +199,41 @@ ExecOutcome Engine::execute_ud(QpSlot& qp, const CtrlSeg& ctrl, const AvSeg& av,
   pkt.sl = av.stat_rate_sl & 0xf;
   uint32_t gfl = be32(av.grh_gid_fl);
   pkt.has_grh = (gfl & kAvGrh) != 0;
+  uint32_t sgid_index = (gfl >> 20) & 0xff;
+  if (pkt.has_grh && sgid_index >= port.gid_count) return ExecOutcome::done;  // no such source
+  uint8_t sgid_type = pkt.has_grh ? port.gid_type[sgid_index] : uint8_t{kGidTypeIb};
   if (pkt.has_grh) {
     Grh& g = pkt.grh;
-    g.version_tclass_flow = be32(6u << 28 | uint32_t(av.tclass) << 20 | (gfl & 0xfffff));
     uint32_t imm = (be32(ctrl.opmod_idx_opcode) & 0xff) == kOpSendImm ? 4 : 0;
-    g.paylen = be16(static_cast<uint16_t>(12 + 8 + imm + local.total + 4));  // BTH DETH [imm] data ICRC
-    g.next_hdr = 0x1b;
+    uint32_t ib_bytes = 12 + 8 + imm + static_cast<uint32_t>(local.total) + 4;  // BTH DETH data ICRC
+    g.version_tclass_flow = be32(6u << 28 | uint32_t(av.tclass) << 20 | (gfl & 0xfffff));
+    g.paylen = be16(static_cast<uint16_t>(ib_bytes));
+    g.next_hdr = sgid_type == kGidTypeRoceV2 ? 17 : 0x1b;  // v2: UDP carries the BTH
     g.hop_limit = av.hop_limit;
-    ib_gid(port, g.sgid);
+    std::memcpy(g.sgid, port.gid[sgid_index], 16);
     std::memcpy(g.dgid, av.rgid, 16);
+    if (sgid_type == kGidTypeRoceV2 && ipv4_mapped(g.sgid) && ipv4_mapped(g.dgid))
+      ipv4_header_in_grh(&g, av.tclass, av.hop_limit, 8 + ib_bytes);
   }
   uint32_t dqpn = be32(av.dqp) & 0xffffff;
   uint16_t dlid = be16(av.rlid);
-  if (dlid >= kMcastLidBase && dqpn == kMcastQpn) {
-    // Multicast: every UD QP on the fabric that joined the group gets a copy.
+  bool multicast = dqpn == kMcastQpn &&
+                   (port.link_layer == kLinkLayerEthernet ? av.rgid[0] == 0xff : dlid >= kMcastLidBase);
+  if (multicast) {
+    // Every UD QP on the fabric that joined the group, on a live port of the same link layer.
     for (QpSlot& r : h_->qps) {
       if (r.state.load(std::memory_order_acquire) != kSlotLive || r.type != kQptUd ||
-          !joined(r, av.rgid, dlid))
+          !joined(r, av.rgid, dlid, port.link_layer == kLinkLayerEthernet) || !qp_port_up(h_, r) ||
+          h_->devices[r.dev].ports[r.port - 1].link_layer != port.link_layer)
         continue;
       deliver_ud(pkt, r);
     }
   } else if (QpSlot* r = seg_->find_qp(dqpn)) {
     const PortState& rp = h_->devices[r->dev].ports[r->port - 1];
-    if (r->type == kQptUd && rp.lid == dlid) deliver_ud(pkt, *r);
+    if (r->type == kQptUd && qp_port_up(h_, *r) &&
+        ud_path_reaches(port, rp, dlid, pkt.has_grh, av.rgid, sgid_type))
+      deliver_ud(pkt, *r);
   }
-  // Sent is done for UD: whether anyone received it is not the requester's to know.
-  qp.sq_psn = (qp.sq_psn + 1) & 0xffffff;
   return ExecOutcome::done;
 }
 

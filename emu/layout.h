@@ -11,11 +11,15 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 12;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 13;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
-constexpr uint32_t kGidTableLen = 4;
+// GID table entries a port holds: an InfiniBand port uses the first kIbGidTableLen (it reports
+// that length, as before RoCE ports existed), a RoCE port all of them (its interface's addresses,
+// two entries each).
+constexpr uint32_t kGidTableLen = 16;
+constexpr uint32_t kIbGidTableLen = 4;
 constexpr uint32_t kMaxProcs = 128;
 constexpr uint32_t kMaxContexts = 256;
 constexpr uint32_t kMaxPds = 1024;
@@ -59,14 +63,25 @@ enum AsyncEvent : uint32_t {
   kEvLastWqe = 16,
 };
 
+// Link layers and GID types use the numbering of IBV_LINK_LAYER_* and ibv_gid_type.
+enum LinkLayer : uint8_t { kLinkLayerIb = 1, kLinkLayerEthernet = 2 };
+enum GidType : uint8_t { kGidTypeIb = 0, kGidTypeRoceV1 = 1, kGidTypeRoceV2 = 2 };
+
 struct PortState {
-  uint16_t lid;
+  uint16_t lid;         // 0 on Ethernet: RoCE routes by GID
   uint8_t state;        // ibv_port_state numbering (4 = ACTIVE)
-  uint8_t link_layer;   // 1 = InfiniBand, 2 = Ethernet
+  uint8_t link_layer;   // LinkLayer
   uint8_t active_mtu;   // ibv_mtu numbering (1 = 256 ... 5 = 4096)
-  uint8_t rsvd[3];
+  uint8_t gid_count;    // valid entries at the head of gid[]; the rest of the table is empty
+  uint8_t gid_tbl_len;  // what ibv_query_port reports (at most kGidTableLen)
+  uint8_t rsvd;
   uint64_t gid_prefix;  // host order
   uint64_t port_guid;   // host order
+  // RoCE: the interface the port is bound to (its addresses were read when the segment was made).
+  uint32_t ndev_ifindex;
+  char ndev_name[16];   // IFNAMSIZ
+  uint8_t gid_type[kGidTableLen];  // GidType
+  uint8_t gid[kGidTableLen][16];   // network byte order, as ibv_gid
 };
 
 struct DeviceState {

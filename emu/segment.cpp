@@ -1,5 +1,6 @@
 #include "segment.h"
 
+#include "link_layer.h"
 #include "reclaim.h"
 #include "wqe.h"
 
@@ -213,14 +214,28 @@ void Segment::init_devices(const Config& cfg) {
     dev.node_guid = 0x0002c90300000000ull | (uint64_t(d + 1) << 8);
     dev.num_ports = cfg.ports_per_dev;
     for (uint32_t p = 0; p < cfg.ports_per_dev; ++p) {
-      PortState& ps = dev.ports[p];
-      ps.lid = static_cast<uint16_t>(1 + d * kMaxPorts + p);
-      ps.state = 4;       // ACTIVE
-      ps.link_layer = 1;  // InfiniBand
-      ps.active_mtu = 5;  // 4096
-      ps.gid_prefix = 0xfe80000000000000ull;
-      ps.port_guid = dev.node_guid | (p + 1);
+      if (cfg.link_layer(p + 1) == PortLinkLayer::ethernet) {
+        init_roce_port_from(cfg, d, p + 1);
+      } else {
+        init_ib_port(&dev.ports[p], dev.node_guid, p + 1,
+                     static_cast<uint16_t>(1 + d * kMaxPorts + p));
+      }
     }
+  }
+}
+
+// The interface is read once, here, by the process that makes the segment: every process then
+// sees the same GIDs, and a later address change is not followed (a new fabric sees it).
+void Segment::init_roce_port_from(const Config& cfg, uint32_t d, uint32_t port) {
+  DeviceState& dev = hdr_->devices[d];
+  Netdev nd;
+  std::string err;
+  if (read_netdev(cfg.roce_netdev(port), &nd, &err)) {
+    init_roce_port(&dev.ports[port - 1], dev.node_guid, port, nd);
+  } else {
+    std::fprintf(stderr, "rdmaemu: RoCE port %s/%u is down: %s (EMU_ROCE_NETDEV)\n", dev.name, port,
+                 err.c_str());
+    init_roce_port_down(&dev.ports[port - 1], dev.node_guid, port);
   }
 }
 

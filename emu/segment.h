@@ -61,6 +61,7 @@ class Segment {
   Segment() = default;
   Status attach(const Config& cfg);
   void init_devices(const Config& cfg);
+  void init_roce_port_from(const Config& cfg, uint32_t dev, uint32_t port);
   void release_proc_objects(uint32_t proc);
   template <class Owned>
   void release_objects(Owned owned, bool owner_dead);

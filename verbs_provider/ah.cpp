@@ -3,6 +3,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "av.h"
 #include "forward.h"
 #include "provider.h"
 
@@ -13,13 +14,8 @@ namespace emu::prov {
 
 // The address vector of an AH attribute; EINVAL for what the port cannot address.
 int build_av(EmuContext* ctx, const ibv_ah_attr& a, AvSeg* av) {
-  const DeviceState& dev = segment()->hdr()->devices[ctx->dev];
-  if (a.port_num < 1 || a.port_num > dev.num_ports) return EINVAL;
-  const PortState& ps = dev.ports[a.port_num - 1];
-  // An Ethernet (RoCE) port routes by GID only: without a GRH there is no address.
-  if (ps.link_layer == 2 && !a.is_global) return EINVAL;
-  if (a.sl > 15) return EINVAL;
-  if (a.is_global && a.grh.sgid_index >= kGidTableLen) return EINVAL;
+  // The port exists, and a RoCE port (which routes by GID only) gets a GRH with a source GID.
+  if (!av_valid_for_port(ctx->dev, a.port_num, a)) return EINVAL;
   std::memset(av, 0, sizeof *av);
   av->stat_rate_sl = a.sl & 0xf;
   av->fl_mlid = a.src_path_bits & 0x7f;
@@ -83,7 +79,9 @@ int ibv_attach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t lid) {
   QpSlot& s = *qp->shm;
   if (ibqp->qp_type != IBV_QPT_UD) return EINVAL;     // only UD QPs join groups
   if (gid->raw[0] != 0xff) return EINVAL;              // not a multicast GID
-  if (lid < kMcastLidBase || lid == 0xffff) return EINVAL;
+  // A multicast LID on InfiniBand; RoCE has no LIDs (the GID names the group).
+  const PortState& ps = segment()->hdr()->devices[qp->ctx->dev].ports[s.port ? s.port - 1 : 0];
+  if (ps.link_layer != kLinkLayerEthernet && (lid < kMcastLidBase || lid == 0xffff)) return EINVAL;
   std::lock_guard<std::mutex> g(qp->ctx->mu);
   for (uint32_t i = 0; i < s.n_mcast; ++i)
     if (s.mcast[i].lid == lid && std::memcmp(s.mcast[i].gid, gid->raw, 16) == 0) return 0;

@@ -114,7 +114,7 @@ int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* a) {
   a->state = static_cast<ibv_port_state>(state);
   a->max_mtu = IBV_MTU_4096;
   a->active_mtu = static_cast<ibv_mtu>(ps.active_mtu);
-  a->gid_tbl_len = kGidTableLen;
+  a->gid_tbl_len = ps.gid_tbl_len;
   a->port_cap_flags = IBV_PORT_CM_SUP;
   a->max_msg_sz = Limits::max_msg;
   a->bad_pkey_cntr = 0;
@@ -131,6 +131,13 @@ int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* a) {
   a->active_speed = 32;  // EDR
   a->phys_state = port_phys_state(state);
   a->link_layer = ps.link_layer;
+  if (ps.link_layer == kLinkLayerEthernet) {
+    // No subnet manager on Ethernet: what rxe and mlx5 report for a RoCE port.
+    a->port_cap_flags |= IBV_PORT_IP_BASED_GIDS;
+    a->lid = 0;
+    a->sm_lid = 0;
+    a->subnet_timeout = 0;
+  }
   return 0;
 }
 
@@ -393,12 +400,9 @@ int ibv_query_gid(ibv_context* context, uint8_t port_num, int index, ibv_gid* gi
     return fn ? fn(context, port_num, index, gid) : -1;
   }
   const PortState* ps = port_of(context, port_num);
-  if (!ps || index < 0 || index >= static_cast<int>(kGidTableLen)) return -1;
-  std::memset(gid, 0, sizeof *gid);
-  if (index == 0) {  // GID 0: subnet prefix + port GUID; the rest of the table is empty
-    gid->global.subnet_prefix = htobe64(ps->gid_prefix);
-    gid->global.interface_id = htobe64(ps->port_guid);
-  }
+  if (!ps || index < 0 || index >= ps->gid_tbl_len) return -1;
+  std::memset(gid, 0, sizeof *gid);  // an empty entry reads as zeros
+  if (index < ps->gid_count) std::memcpy(gid->raw, ps->gid[index], sizeof gid->raw);
   return 0;
 }
 
@@ -409,17 +413,15 @@ int _ibv_query_gid_ex(ibv_context* context, uint32_t port_num, uint32_t gid_inde
     return fn ? fn(context, port_num, gid_index, entry, flags, entry_size) : EINVAL;
   }
   if (flags || entry_size < sizeof(ibv_gid_entry)) return EINVAL;
-  if (port_num > 255 || gid_index >= kGidTableLen) return EINVAL;
-  ibv_gid gid;
-  if (ibv_query_gid(context, static_cast<uint8_t>(port_num), static_cast<int>(gid_index), &gid))
-    return EINVAL;
-  if (gid_index != 0) return ENODATA;  // an empty GID table entry
+  const PortState* ps = port_of(context, port_num);
+  if (!ps || gid_index >= ps->gid_tbl_len) return EINVAL;
+  if (gid_index >= ps->gid_count) return ENODATA;  // an empty GID table entry
   std::memset(entry, 0, entry_size);
-  entry->gid = gid;
+  std::memcpy(entry->gid.raw, ps->gid[gid_index], sizeof entry->gid.raw);
   entry->gid_index = gid_index;
   entry->port_num = port_num;
-  entry->gid_type = IBV_GID_TYPE_IB;
-  entry->ndev_ifindex = 0;
+  entry->gid_type = ps->gid_type[gid_index];  // GidType numbers as ibv_gid_type
+  entry->ndev_ifindex = ps->ndev_ifindex;
   return 0;
 }
 
@@ -434,9 +436,11 @@ ssize_t _ibv_query_gid_table(ibv_context* context, ibv_gid_entry* entries, size_
   uint32_t dev = to_ctx(context)->dev;
   size_t n = 0;
   for (uint32_t p = 1; p <= h->devices[dev].num_ports; ++p) {
-    if (n >= max_entries) return -EINVAL;
-    auto* e = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + n * entry_size);
-    if (_ibv_query_gid_ex(context, p, 0, e, 0, entry_size) == 0) ++n;
+    for (uint32_t i = 0; i < h->devices[dev].ports[p - 1].gid_count; ++i) {
+      if (n >= max_entries) return -EINVAL;
+      auto* e = reinterpret_cast<ibv_gid_entry*>(reinterpret_cast<char*>(entries) + n * entry_size);
+      if (_ibv_query_gid_ex(context, p, i, e, 0, entry_size) == 0) ++n;
+    }
   }
   return static_cast<ssize_t>(n);
 }
@@ -449,8 +453,10 @@ int ibv_query_gid_type(ibv_context* context, uint8_t port_num, unsigned int inde
     auto fn = reinterpret_cast<Fn>(real_symbol("ibv_query_gid_type", "IBVERBS_PRIVATE_34"));
     return fn ? fn(context, port_num, index, type) : -1;
   }
-  if (!port_of(context, port_num) || index >= kGidTableLen) return -1;
-  *type = 0;
+  const PortState* ps = port_of(context, port_num);
+  if (!ps || index >= ps->gid_tbl_len) return -1;
+  // An empty entry answers 0, as libibverbs does.
+  *type = index < ps->gid_count && ps->gid_type[index] == kGidTypeRoceV2 ? 1 : 0;
   return 0;
 }
 

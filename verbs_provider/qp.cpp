@@ -4,6 +4,7 @@
 #include <cstring>
 #include <utility>
 
+#include "av.h"
 #include "barriers.h"
 #include "forward.h"
 #include "notify.h"
@@ -189,9 +190,9 @@ int check_values(EmuQp* qp, const ibv_qp_attr* a, int mask) {
   if ((mask & (IBV_QP_SQ_PSN)) && a->sq_psn > 0xffffff) return EINVAL;
   if (mask & IBV_QP_AV) {
     const ibv_ah_attr& ah = a->ah_attr;
-    if (ah.sl > 15) return EINVAL;
     if (ah.port_num && ah.port_num > nports) return EINVAL;
-    if (ah.is_global && ah.grh.sgid_index >= kGidTableLen) return EINVAL;
+    uint8_t port = ah.port_num ? ah.port_num : (mask & IBV_QP_PORT) ? a->port_num : qp->shm->port;
+    if (!av_valid_for_port(qp->ctx->dev, port, ah)) return EINVAL;
   }
   if (mask & IBV_QP_CAP) return EINVAL;  // resizing queues by modify is not supported
   return 0;
