@@ -375,5 +375,45 @@ TEST_F(Errno, QueryGidOutOfRange) {
   EXPECT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
 }
 
+// Memory windows are not implemented: alloc_mw fails with EOPNOTSUPP and the device does not
+// advertise them.
+TEST_F(Errno, MemoryWindowsNotSupported) {
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_mw(pd, IBV_MW_TYPE_1), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  errno = 0;
+  EXPECT_EQ(ibv_alloc_mw(pd, IBV_MW_TYPE_2), nullptr);
+  EXPECT_EQ(errno, EOPNOTSUPP);
+  ibv_device_attr da;
+  ASSERT_EQ(ibv_query_device(ctx, &da), 0);
+  EXPECT_EQ(da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A |
+                                   IBV_DEVICE_MEM_WINDOW_TYPE_2B), 0u);
+}
+
+// max_ah address handles per context, then ENOMEM; destroying one makes room again.
+TEST_F(Errno, CreateAhBeyondMaxAh) {
+  ibv_device_attr da;
+  ASSERT_EQ(ibv_query_device(ctx, &da), 0);
+  ASSERT_GT(da.max_ah, 0);
+  ibv_ah_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.dlid = lid;
+  a.port_num = 1;
+  std::vector<ibv_ah*> ahs;
+  for (int i = 0; i < da.max_ah; ++i) {
+    ibv_ah* ah = ibv_create_ah(pd, &a);
+    ASSERT_NE(ah, nullptr) << "AH " << i;
+    ahs.push_back(ah);
+  }
+  errno = 0;
+  EXPECT_EQ(ibv_create_ah(pd, &a), nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  EXPECT_EQ(ibv_destroy_ah(ahs.back()), 0);
+  ahs.back() = ibv_create_ah(pd, &a);
+  EXPECT_NE(ahs.back(), nullptr);
+  for (ibv_ah* ah : ahs)
+    if (ah) EXPECT_EQ(ibv_destroy_ah(ah), 0);
+}
+
 }  // namespace
 }  // namespace vt
