@@ -498,6 +498,11 @@ TEST_F(Srq, SharedByQpsWhoseSendersAreInAnotherProcess) {
     ibv_sge sg = rb.sge(k * kSlot, kSlot);
     ASSERT_EQ(post_srq(s, k, &sg), 0);
   }
+  // Armed: the peer's engine, which takes the WQEs, raises the event on this process's context.
+  ibv_srq_attr lim;
+  std::memset(&lim, 0, sizeof lim);
+  lim.srq_limit = 3;
+  ASSERT_EQ(ibv_modify_srq(s, &lim, IBV_SRQ_LIMIT), 0);
   ASSERT_TRUE(peer.send(&me, sizeof me));
   for (int j = 0; j < kPeerQps; ++j) ASSERT_EQ(connect_qp(rq[j], pi.lid, pi.qpn[j], 0x40, 0x30), 0);
   uint8_t ready = 0;
@@ -520,6 +525,12 @@ TEST_F(Srq, SharedByQpsWhoseSendersAreInAnotherProcess) {
     EXPECT_TRUE(seen.insert({j, i}).second) << "message " << j << "/" << i << " twice";
   }
   EXPECT_EQ(seen.size(), size_t(kTotal));
+  ibv_async_event ev;
+  ASSERT_TRUE(get_async_event(ctx, &ev)) << "no SRQ_LIMIT_REACHED";
+  EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  EXPECT_EQ(ev.element.srq, s);
+  ibv_ack_async_event(&ev);
+  EXPECT_FALSE(async_event_pending(ctx)) << "more than one event";
   SrqPeerReport rep{};
   ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
   EXPECT_EQ(rep.ok, 1u) << "peer: " << rep.err;

@@ -167,6 +167,99 @@ TEST_F(Ud, SendRecvWithGrh) {
   EXPECT_TRUE(same_pattern(rb.p + kGrh, 200, 9));
 }
 
+// The GRH area and the payload scattered over receive SGEs: the GRH straddles the first two.
+TEST_F(Ud, GrhAndPayloadStraddleReceiveSges) {
+  ibv_ah* ah = make_ah(global_attr(lid, gid0));
+  ASSERT_NE(ah, nullptr);
+  ibv_sge rs[3] = {rb.sge(0, 16), rb.sge(1000, 30), rb.sge(2000, 500)};
+  ASSERT_EQ(post_recv(r, 79, rs, 3), 0);
+  fill(sb.p, 100, 13);
+  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 1, ah, r->qp_num, kQkey, 0, 100));
+  ibv_wc wc;
+  ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 79, &wc));
+  EXPECT_EQ(wc.byte_len, kGrh + 100);
+  uint8_t grh[kGrh];
+  std::memcpy(grh, rb.p, 16);
+  std::memcpy(grh + 16, rb.p + 1000, 24);
+  EXPECT_EQ(grh[6], 0x1b);
+  EXPECT_EQ(std::memcmp(grh + 8, gid0.raw, 16), 0) << "sgid";
+  EXPECT_EQ(std::memcmp(grh + 24, rb.p + 1008, 16), 0);
+  EXPECT_EQ(std::memcmp(rb.p + 1008, gid0.raw, 16), 0) << "dgid";
+  EXPECT_TRUE(same_pattern(rb.p + 1024, 6, 13)) << "payload start in the second SGE";
+  uint8_t rest[94];
+  for (int i = 0; i < 94; ++i) rest[i] = static_cast<uint8_t>(13 + (i + 6) * 11);
+  EXPECT_EQ(std::memcmp(rb.p + 2000, rest, 94), 0) << "payload rest in the third SGE";
+  EXPECT_EQ(rb.p[2094], 0xee);
+}
+
+// A UD QP receives in RTR and RTS only: a datagram to one in INIT is dropped.
+TEST_F(Ud, QpInInitReceivesNothing) {
+  ibv_cq* cq2 = make_cq();
+  ibv_qp* q = make_qp_of(IBV_QPT_UD, cq2, cq2);
+  ASSERT_TRUE(cq2 && q);
+  ibv_qp_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.qkey = kQkey;
+  ASSERT_EQ(ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
+  ibv_sge rs = rb.sge(0, 512);
+  ASSERT_EQ(post_recv(q, 1, &rs, 1), 0);
+  ibv_ah* ah = make_ah(ah_attr(lid));
+  ASSERT_NE(ah, nullptr);
+  fill(sb.p, 20, 1);
+  fill(sb.p + 100, 20, 2);
+  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 1, ah, q->qp_num, kQkey, 0, 20));
+  EXPECT_TRUE(drain(cq2).empty()) << "a QP in INIT received";
+  a.qp_state = IBV_QPS_RTR;
+  ASSERT_EQ(ibv_modify_qp(q, &a, IBV_QP_STATE), 0);
+  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 2, ah, q->qp_num, kQkey, 100, 20));
+  ibv_wc wc;
+  ASSERT_TRUE(wait_wc(cq2, IBV_WC_SUCCESS, 1, &wc)) << "a QP in RTR receives";
+  EXPECT_TRUE(same_pattern(rb.p + kGrh, 20, 2));
+}
+
+// Two UD QPs receiving from one SRQ.
+TEST_F(Ud, QpsOnAnSrq) {
+  ibv_srq* srq = make_srq(8);
+  ibv_cq* cq2 = make_cq();
+  ASSERT_TRUE(srq && cq2);
+  ibv_qp* q[2];
+  for (auto& x : q) {
+    x = make_qp_of(IBV_QPT_UD, cq2, cq2, {}, srq);
+    ASSERT_NE(x, nullptr);
+    ASSERT_EQ(ud_to_rts(x, kQkey), 0);
+  }
+  for (int k = 0; k < 2; ++k) {
+    ibv_sge sg = rb.sge(4096 * k, 4096);
+    ibv_recv_wr w{};
+    w.wr_id = 300 + k;
+    w.sg_list = &sg;
+    w.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_srq_recv(srq, &w, &bad), 0);
+  }
+  ibv_ah* ah = make_ah(ah_attr(lid, 2));
+  ASSERT_NE(ah, nullptr);
+  fill(sb.p, 10, 1);
+  fill(sb.p + 100, 300, 2);
+  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 1, ah, q[1]->qp_num, kQkey, 0, 10));
+  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 2, ah, q[0]->qp_num, kQkey, 100, 300));
+  auto wcs = poll_n(cq2, 2);
+  ASSERT_EQ(wcs.size(), 2u);
+  for (const ibv_wc& wc : wcs) {
+    ASSERT_EQ(wc.status, IBV_WC_SUCCESS);
+    ASSERT_TRUE(wc.wr_id == 300 || wc.wr_id == 301);
+    bool first = wc.qp_num == q[1]->qp_num;
+    EXPECT_EQ(wc.qp_num, first ? q[1]->qp_num : q[0]->qp_num);
+    EXPECT_EQ(wc.byte_len, kGrh + (first ? 10 : 300));
+    EXPECT_EQ(wc.src_qp, s->qp_num);
+    EXPECT_EQ(wc.sl, 2);
+    EXPECT_TRUE(same_pattern(rb.p + 4096 * (wc.wr_id - 300) + kGrh, first ? 10 : 300, first ? 1 : 2));
+  }
+  EXPECT_NE(wcs[0].wr_id, wcs[1].wr_id);
+}
+
 TEST_F(Ud, SendWithImmediate) {
   ibv_ah* ah = make_ah(ah_attr(lid));
   ASSERT_NE(ah, nullptr);
@@ -413,6 +506,22 @@ TEST_F(Ud, ModifyAttributeRules) {
   EXPECT_EQ(got.qkey, 0x4321u);
   EXPECT_EQ(got.sq_psn, 0x123u);
   EXPECT_EQ(gi.qp_type, IBV_QPT_UD);
+}
+
+TEST_F(Ud, CreateAhWithBadAttributes) {
+  ibv_ah_attr a = global_attr(lid, gid0);
+  a.grh.sgid_index = 200;
+  errno = 0;
+  ibv_ah* ah = ibv_create_ah(pd, &a);
+  EXPECT_EQ(ah, nullptr) << "an sgid_index past the GID table";
+  if (ah) ahs.push_back(ah);
+  EXPECT_EQ(errno, EINVAL);
+  a = ah_attr(lid, 16);
+  errno = 0;
+  ah = ibv_create_ah(pd, &a);
+  EXPECT_EQ(ah, nullptr) << "SL 16";
+  if (ah) ahs.push_back(ah);
+  EXPECT_EQ(errno, EINVAL);
 }
 
 TEST_F(Ud, CreateAhOnABadPort) {
