@@ -245,6 +245,35 @@ TEST_F(Srq, OutOfOrderCompletionsReuseWqes) {
   EXPECT_EQ(post_srq(s, 9999, &sg), ENOMEM);
 }
 
+// A QP destroyed (or reset) with receive completions from the SRQ still unpolled: the WQEs those
+// completions took go back to the SRQ (as mlx5 does when it cleans the CQ), or its capacity leaks.
+TEST_F(Srq, UnpolledCompletionsOfAGoneQpReturnTheirWqes) {
+  ibv_srq_attr got;
+  ibv_srq* s = make_srq(4, 1, &got);
+  ASSERT_NE(s, nullptr);
+  ibv_cq* rcq = make_cq();
+  Link l[3] = {link_to(s, rcq), link_to(s, rcq), link_to(s, rcq)};
+  for (auto& x : l) ASSERT_TRUE(x.snd && x.rcv);
+  Buf rb = make_buf(4096), sb = make_buf(4096);
+  ibv_sge sg = rb.sge(0, 256);
+  for (uint32_t k = 0; k < got.max_wr; ++k) ASSERT_EQ(post_srq(s, k, &sg), 0);
+  // Each receiver takes one WQE; nothing is polled.
+  for (int j = 0; j < 3; ++j) ASSERT_NO_FATAL_FAILURE(send_msg(l[j], sb, 0, j, 0));
+  ibv_qp_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_destroy_qp(l[0].rcv), 0);  // destroyed
+  forget(l[0].rcv);
+  ASSERT_EQ(ibv_modify_qp(l[1].rcv, &a, IBV_QP_STATE), 0);  // reset
+  ASSERT_EQ(ibv_modify_qp(l[2].rcv, &a, IBV_QP_STATE), 0);  // reset, then destroyed
+  ASSERT_EQ(ibv_destroy_qp(l[2].rcv), 0);
+  forget(l[2].rcv);
+  EXPECT_TRUE(drain(rcq).empty()) << "a completion of a destroyed or reset QP";
+  for (int k = 0; k < 3; ++k)
+    EXPECT_EQ(post_srq(s, 100 + k, &sg), 0) << "the WQEs of unpolled completions leaked";
+  EXPECT_EQ(post_srq(s, 200, &sg), ENOMEM);
+}
+
 TEST_F(Srq, DestroyWhileAQpIsAttachedIsBusy) {
   ibv_srq_init_attr ia;
   std::memset(&ia, 0, sizeof ia);
