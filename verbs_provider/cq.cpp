@@ -89,6 +89,8 @@ void scatter_from_cqe(EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
   }
 }
 
+bool is_recv_cqe(uint8_t opcode) { return opcode != kCqeReq && opcode != kCqeReqErr; }
+
 // Takes the next completion, if the device has published one. Caller holds cq->lock.
 bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
   for (;;) {
@@ -102,7 +104,10 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     uint32_t qpn = word & 0xffffff;
     EmuQp* qp = qp_by_num(qpn);
     if (!qp || c.qp_gen != static_cast<uint16_t>(qp->incarnation)) {
-      // A completion of a QP destroyed or reset since: it names nothing the user still has.
+      // A completion of a QP destroyed or reset since: it names nothing the user still has. A
+      // receive from an SRQ still gives its WQE back (a destroyed QP's were given back by
+      // srq_reclaim_cqes).
+      if (qp && qp->srq && is_recv_cqe(opcode)) srq_complete(qp->srq, be16(c.wqe_counter));
       ++cq->ci;
       cq->shm->ci.store(cq->ci, std::memory_order_release);
       continue;
@@ -161,6 +166,29 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     return true;
   }
 }
+
+}  // namespace
+
+namespace emu::prov {
+
+void srq_reclaim_cqes(EmuQp* qp) {
+  EmuCq* cq = to_cq(qp->qpx.qp_base.recv_cq);
+  uint32_t qpn = qp->qpx.qp_base.qp_num;
+  for (uint32_t ci = cq->ci;; ++ci) {
+    Cqe64& c = cq->ring[ci & (cq->shm->cqe_cnt - 1)];
+    uint8_t op_own = cqe_owner_load(&c.op_own);
+    uint8_t opcode = op_own >> 4;
+    if (opcode == kCqeInvalid || (op_own & 1) != ((ci >> cq->shm->log_cqe_cnt) & 1)) return;
+    from_device_barrier();
+    // (Of any incarnation: one from before a reset took a WQE of the same SRQ.)
+    if ((be32(c.sop_drop_qpn) & 0xffffff) == qpn && is_recv_cqe(opcode))
+      srq_complete(qp->srq, be16(c.wqe_counter));
+  }
+}
+
+}  // namespace emu::prov
+
+namespace {
 
 void maybe_progress(EmuCq* cq) {
   if (cq->shm->stalled_qps.load(std::memory_order_relaxed)) cq_progress(cq);

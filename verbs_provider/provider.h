@@ -235,6 +235,10 @@ struct Limits {
 
 // SRQ receive completions (srq.cpp): the WQE at `idx` is done; returns its wr_id and frees it.
 uint64_t srq_complete(EmuSrq* srq, uint16_t idx);
+// The receive completions of qp (on an SRQ) still unpolled in its receive CQ give their WQEs back
+// to the SRQ: qp is being destroyed and no engine writes for it any more. Caller holds the recv
+// CQ's lock and unlinks qp from the QP table before releasing it (polls then drop them).
+void srq_reclaim_cqes(EmuQp* qp);
 // The posted data segments of the SRQ WQE at idx (private copy).
 const uint8_t* srq_shadow_wqe(EmuSrq* srq, uint16_t idx);
 

@@ -582,18 +582,21 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   while (ibqp->events_completed != qp->async_events_read.load())
     pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
   pthread_mutex_unlock(&ibqp->mutex);
+  wait_for_engines(seg);  // a peer's engine may still be inside our rings
   {
-    // Pollers of the CQs may be looking this QP up right now: unlink it under their locks.
+    // Pollers of the CQs may be looking this QP up right now: unlink it under their locks. No
+    // engine writes completions for it any more: the SRQ WQEs its unpolled receive completions
+    // took go back to the SRQ (polls drop those completions from now on).
     EmuCq* a = to_cq(ibqp->send_cq);
     EmuCq* b = to_cq(ibqp->recv_cq);
     if (a > b) std::swap(a, b);
     pthread_spin_lock(&a->lock);
     if (b != a) pthread_spin_lock(&b->lock);
+    if (qp->srq) srq_reclaim_cqes(qp);
     qp_table_set(ibqp->qp_num, nullptr);
     if (b != a) pthread_spin_unlock(&b->lock);
     pthread_spin_unlock(&a->lock);
   }
-  wait_for_engines(seg);  // a peer's engine may still be inside our rings
   if (qp->srq) qp->srq->shm->attached_qps.fetch_sub(1);
   seg->free(s.sq_off);
   seg->free(s.rq_off);

@@ -1,31 +1,17 @@
-// Tests with a second process. The test binary re-executes itself (/proc/self/exe) with
-// EMU_TEST_PEER=<role> in its environment; a constructor sees the variable, runs the peer and
-// _exits before GoogleTest starts. Parent and peer talk over two pipes (peer fds 3 and 4).
+// Tests with a second process (peer.h: the test binary re-executes itself as the peer).
 #include <arpa/inet.h>
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <cerrno>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <string>
 
+#include "peer.h"
 #include "verbs_fixture.h"
-
-extern char** environ;
 
 namespace vt {
 namespace {
 
-constexpr const char* kPeerEnv = "EMU_TEST_PEER";
-constexpr int kPeerIn = 3;   // peer reads the parent's messages here
-constexpr int kPeerOut = 4;  // and writes its own here
 constexpr size_t kPeerBuf = 4096;
 constexpr uint64_t kPeerIova = 0x7e5000000000;  // an I/O address unlike the buffer's own
 
@@ -51,30 +37,6 @@ struct PeerReport {
   uint32_t faa_value_ok;
   uint64_t faa_value;
 };
-
-bool read_all(int fd, void* p, size_t n) {
-  auto* c = static_cast<char*>(p);
-  while (n) {
-    ssize_t r = read(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
-
-bool write_all(int fd, const void* p, size_t n) {
-  auto* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t r = write(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
-}
 
 // Buffer layout the parent and the peer agree on.
 constexpr size_t kWriteOff = 0, kWriteLen = 256;   // the parent writes pattern_byte(i) here
@@ -246,81 +208,14 @@ struct RecvReport {
 }
 
 __attribute__((constructor)) void maybe_run_peer() {
-  const char* role = std::getenv(kPeerEnv);
-  if (role && *role) run_peer(role);
+  static const char* const kRoles[] = {"attach", "target", "victim", "receiver", "receiver-iova",
+                                       "dereg"};
+  std::string role = peer_role();
+  for (const char* r : kRoles)
+    if (role == r) run_peer(role);
 }
 
 // ---- the parent side ----
-
-class Peer {
- public:
-  // Spawns /proc/self/exe as a peer in `role`.
-  bool spawn(const char* role, const std::string& extra_env = "") {
-    int to_peer[2], from_peer[2];
-    if (pipe2(to_peer, O_CLOEXEC) || pipe2(from_peer, O_CLOEXEC)) return false;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, to_peer[0], kPeerIn);
-    posix_spawn_file_actions_adddup2(&fa, from_peer[1], kPeerOut);
-    std::vector<std::string> env_s;
-    for (char** e = environ; *e; ++e)
-      if (std::strncmp(*e, kPeerEnv, std::strlen(kPeerEnv)) != 0) env_s.push_back(*e);
-    if (!extra_env.empty()) {
-      std::string key = extra_env.substr(0, extra_env.find('=') + 1);
-      env_s.erase(std::remove_if(env_s.begin(), env_s.end(),
-                                 [&](const std::string& e) { return e.rfind(key, 0) == 0; }),
-                  env_s.end());
-      env_s.push_back(extra_env);
-    }
-    env_s.push_back(std::string(kPeerEnv) + "=" + role);
-    std::vector<char*> envp;
-    for (auto& s : env_s) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    char arg0[] = "emu_verbs_tests-peer";
-    char* argv[] = {arg0, nullptr};
-    int rc = posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&fa);
-    close(to_peer[0]);
-    close(from_peer[1]);
-    out_ = to_peer[1];
-    in_ = from_peer[0];
-    if (rc != 0) pid_ = -1;
-    return rc == 0;
-  }
-  ~Peer() {
-    if (pid_ > 0) {
-      kill(pid_, SIGKILL);
-      waitpid(pid_, nullptr, 0);
-    }
-    if (in_ >= 0) close(in_);
-    if (out_ >= 0) close(out_);
-  }
-  bool send(const void* p, size_t n) { return write_all(out_, p, n); }
-  bool recv(void* p, size_t n) { return read_all(in_, p, n); }
-  // One byte from the peer, or false if none came before `until`.
-  bool recv_byte_by(uint8_t* b, std::chrono::steady_clock::time_point until) {
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-    pollfd pf = {in_, POLLIN, 0};
-    if (poll(&pf, 1, left.count() > 0 ? static_cast<int>(left.count()) : 0) != 1) return false;
-    return read(in_, b, 1) == 1;
-  }
-  // Waits for the peer to exit; returns its wait status.
-  int wait() {
-    int st = -1;
-    waitpid(pid_, &st, 0);
-    pid_ = -1;
-    return st;
-  }
-  void kill_now() {
-    ASSERT_EQ(kill(pid_, SIGKILL), 0);
-    int st = wait();
-    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
-  }
-
- private:
-  pid_t pid_ = -1;
-  int in_ = -1, out_ = -1;
-};
 
 class CrossProcess : public VerbsTest {
  protected:

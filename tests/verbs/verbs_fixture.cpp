@@ -1,5 +1,7 @@
 #include "verbs_fixture.h"
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/mman.h>
 
 #include <algorithm>
@@ -40,11 +42,17 @@ uint16_t port_lid(ibv_context* ctx) {
 
 ibv_qp* create_rc_qp(ibv_pd* pd, ibv_cq* send_cq, ibv_cq* recv_cq, const QpCaps& caps,
                      ibv_qp_cap* out_cap) {
+  return create_qp_of(pd, IBV_QPT_RC, send_cq, recv_cq, caps, nullptr, out_cap);
+}
+
+ibv_qp* create_qp_of(ibv_pd* pd, ibv_qp_type type, ibv_cq* send_cq, ibv_cq* recv_cq,
+                     const QpCaps& caps, ibv_srq* srq, ibv_qp_cap* out_cap) {
   ibv_qp_init_attr ia;
   std::memset(&ia, 0, sizeof ia);
   ia.send_cq = send_cq;
   ia.recv_cq = recv_cq;
-  ia.qp_type = IBV_QPT_RC;
+  ia.srq = srq;
+  ia.qp_type = type;
   ia.sq_sig_all = caps.sq_sig_all;
   ia.cap.max_send_wr = caps.max_send_wr;
   ia.cap.max_recv_wr = caps.max_recv_wr;
@@ -101,6 +109,69 @@ int connect_qp(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, ui
   if (int rc = to_init(qp, p.access)) return rc;
   if (int rc = to_rtr(qp, dlid, dest_qpn, peer_psn, p.min_rnr_timer)) return rc;
   return to_rts(qp, my_psn, p.timeout, p.retry_cnt, p.rnr_retry);
+}
+
+int ud_to_rts(ibv_qp* qp, uint32_t qkey, uint32_t sq_psn) {
+  ibv_qp_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_INIT;
+  a.port_num = 1;
+  a.pkey_index = 0;
+  a.qkey = qkey;
+  if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+    return rc;
+  std::memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE)) return rc;
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = sq_psn;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+int connect_uc(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, uint32_t peer_psn,
+               int access) {
+  if (int rc = to_init(qp, access)) return rc;
+  ibv_qp_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTR;
+  a.path_mtu = IBV_MTU_1024;
+  a.dest_qp_num = dest_qpn;
+  a.rq_psn = peer_psn;
+  a.ah_attr.dlid = dlid;
+  a.ah_attr.port_num = 1;
+  if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                         IBV_QP_RQ_PSN))
+    return rc;
+  std::memset(&a, 0, sizeof a);
+  a.qp_state = IBV_QPS_RTS;
+  a.sq_psn = my_psn;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
+}
+
+bool get_async_event(ibv_context* ctx, ibv_async_event* ev, std::chrono::milliseconds deadline) {
+  int fl = fcntl(ctx->async_fd, F_GETFL);
+  if (fl < 0 || (!(fl & O_NONBLOCK) && fcntl(ctx->async_fd, F_SETFL, fl | O_NONBLOCK) != 0)) {
+    ADD_FAILURE() << "fcntl(async_fd), errno " << errno;
+    return false;
+  }
+  auto end = std::chrono::steady_clock::now() + deadline;
+  for (;;) {
+    // Read first: the event may be there already (and a record of a destroyed object is skipped
+    // by ibv_get_async_event, which then finds the pipe empty).
+    if (ibv_get_async_event(ctx, ev) == 0) return true;
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    if (left.count() <= 0) return false;
+    pollfd pf{ctx->async_fd, POLLIN, 0};
+    if (poll(&pf, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) {
+      ADD_FAILURE() << "poll(async_fd), errno " << errno;
+      return false;
+    }
+  }
+}
+
+bool async_event_pending(ibv_context* ctx) {
+  pollfd pf{ctx->async_fd, POLLIN, 0};
+  return poll(&pf, 1, 0) == 1;
 }
 
 ibv_qp_state qp_state(ibv_qp* qp) {
@@ -219,6 +290,8 @@ void VerbsTest::SetUp() {
 
 void VerbsTest::TearDown() {
   for (auto it = qps.rbegin(); it != qps.rend(); ++it) EXPECT_EQ(ibv_destroy_qp(*it), 0);
+  for (auto* ah : ahs) EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  for (auto it = srqs.rbegin(); it != srqs.rend(); ++it) EXPECT_EQ(ibv_destroy_srq(*it), 0);
   for (auto it = cqs.rbegin(); it != cqs.rend(); ++it) EXPECT_EQ(ibv_destroy_cq(*it), 0);
   for (auto* ch : channels) EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
   for (auto& b : bufs) {
@@ -247,6 +320,33 @@ ibv_qp* VerbsTest::make_qp(ibv_cq* scq, ibv_cq* rcq, const QpCaps& caps, ibv_qp_
   EXPECT_NE(qp, nullptr) << "ibv_create_qp, errno " << errno;
   if (qp) qps.push_back(qp);
   return qp;
+}
+
+ibv_qp* VerbsTest::make_qp_of(ibv_qp_type type, ibv_cq* scq, ibv_cq* rcq, const QpCaps& caps,
+                              ibv_srq* srq, ibv_qp_cap* out) {
+  ibv_qp* qp = create_qp_of(pd, type, scq, rcq, caps, srq, out);
+  EXPECT_NE(qp, nullptr) << "ibv_create_qp, errno " << errno;
+  if (qp) qps.push_back(qp);
+  return qp;
+}
+
+ibv_srq* VerbsTest::make_srq(uint32_t max_wr, uint32_t max_sge, ibv_srq_attr* out) {
+  ibv_srq_init_attr ia;
+  std::memset(&ia, 0, sizeof ia);
+  ia.attr.max_wr = max_wr;
+  ia.attr.max_sge = max_sge;
+  ibv_srq* srq = ibv_create_srq(pd, &ia);
+  EXPECT_NE(srq, nullptr) << "ibv_create_srq, errno " << errno;
+  if (srq) srqs.push_back(srq);
+  if (out) *out = ia.attr;
+  return srq;
+}
+
+ibv_ah* VerbsTest::make_ah(ibv_ah_attr attr) {
+  ibv_ah* ah = ibv_create_ah(pd, &attr);
+  EXPECT_NE(ah, nullptr) << "ibv_create_ah, errno " << errno;
+  if (ah) ahs.push_back(ah);
+  return ah;
 }
 
 Buf VerbsTest::make_buf(size_t len, int access, uint8_t fill) {
@@ -281,5 +381,8 @@ VerbsTest::Pair VerbsTest::make_pair(const QpCaps& caps, const ConnParams& pa, c
 
 void VerbsTest::forget(ibv_qp* qp) { qps.erase(std::remove(qps.begin(), qps.end(), qp), qps.end()); }
 void VerbsTest::forget(ibv_cq* cq) { cqs.erase(std::remove(cqs.begin(), cqs.end(), cq), cqs.end()); }
+void VerbsTest::forget(ibv_srq* srq) {
+  srqs.erase(std::remove(srqs.begin(), srqs.end(), srq), srqs.end());
+}
 
 }  // namespace vt

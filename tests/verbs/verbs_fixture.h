@@ -44,6 +44,25 @@ struct ConnParams {
   uint8_t rnr_retry = 7;
 };
 
+// ibv_create_qp of any type (RC, UC, UD), on `srq` if given (its receive capacities are then
+// ignored); on success *out_cap (if given) is the capacity the device reported.
+ibv_qp* create_qp_of(ibv_pd* pd, ibv_qp_type type, ibv_cq* send_cq, ibv_cq* recv_cq,
+                     const QpCaps& caps = {}, ibv_srq* srq = nullptr, ibv_qp_cap* out_cap = nullptr);
+
+// UD: RESET -> INIT (port 1, Q_Key) -> RTR -> RTS (send PSN sq_psn).
+int ud_to_rts(ibv_qp* qp, uint32_t qkey, uint32_t sq_psn = 0);
+
+// UC: RESET -> INIT -> RTR -> RTS with only the attributes a UC QP takes (no timeouts, retries,
+// RNR timer or RDMA-read depths).
+int connect_uc(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, uint32_t peer_psn,
+               int access = kAllAccess);
+
+// The next async event of ctx (its async fd is made non-blocking and poll()ed), or false if none
+// came before the deadline. The caller acks it.
+bool get_async_event(ibv_context* ctx, ibv_async_event* ev, std::chrono::milliseconds deadline = kDeadline);
+// Whether an async event can be read right now (a poll() that does not wait).
+bool async_event_pending(ibv_context* ctx);
+
 // The three transitions one at a time (each returns ibv_modify_qp's result).
 int to_init(ibv_qp* qp, int access);
 int to_rtr(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t min_rnr_timer);
@@ -89,7 +108,7 @@ int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n);
 int post_one(ibv_qp* qp, ibv_send_wr* wr);  // ibv_post_send of one WR (checks bad_wr on error)
 
 // One device, one PD and whatever the test makes from them; everything is released in TearDown in
-// a safe order (QPs, CQs, channels, MRs, PD, context).
+// a safe order (QPs, AHs, SRQs, CQs, channels, MRs, PD, context).
 class VerbsTest : public ::testing::Test {
  protected:
   void SetUp() override;
@@ -97,6 +116,12 @@ class VerbsTest : public ::testing::Test {
 
   ibv_cq* make_cq(int cqe = 256, ibv_comp_channel* ch = nullptr);
   ibv_qp* make_qp(ibv_cq* scq, ibv_cq* rcq, const QpCaps& caps = {}, ibv_qp_cap* out = nullptr);
+  // A QP of any type, optionally on an SRQ (nullptr with a gtest failure if refused).
+  ibv_qp* make_qp_of(ibv_qp_type type, ibv_cq* scq, ibv_cq* rcq, const QpCaps& caps = {},
+                     ibv_srq* srq = nullptr, ibv_qp_cap* out = nullptr);
+  // An SRQ of max_wr WQEs of max_sge SGEs; *out (if given) is what ibv_create_srq reported.
+  ibv_srq* make_srq(uint32_t max_wr, uint32_t max_sge = 1, ibv_srq_attr* out = nullptr);
+  ibv_ah* make_ah(ibv_ah_attr attr);
   Buf make_buf(size_t len, int access = kAllAccess, uint8_t fill = 0);
 
   // Two RC QPs of this process connected to each other, each with its own CQ (send and receive).
@@ -111,12 +136,15 @@ class VerbsTest : public ::testing::Test {
   // Forget a QP/CQ the test destroyed itself.
   void forget(ibv_qp* qp);
   void forget(ibv_cq* cq);
+  void forget(ibv_srq* srq);
 
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
   uint16_t lid = 0;
   std::vector<ibv_qp*> qps;
   std::vector<ibv_cq*> cqs;
+  std::vector<ibv_srq*> srqs;
+  std::vector<ibv_ah*> ahs;
   std::vector<ibv_comp_channel*> channels;
   std::vector<Buf> bufs;
 };

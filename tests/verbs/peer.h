@@ -1,0 +1,155 @@
+// A second process for a test. The test binary re-executes itself (/proc/self/exe) with
+// EMU_TEST_PEER=<role> in its environment; a constructor in the file that owns the role sees the
+// variable, runs the peer and _exits before GoogleTest starts (a file's constructor ignores the
+// roles of other files). Parent and peer talk over two pipes (peer fds 3 and 4).
+#pragma once
+#include <fcntl.h>
+#include <infiniband/verbs.h>
+#include <poll.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include <gtest/gtest.h>
+
+extern char** environ;
+
+namespace vt {
+
+constexpr const char* kPeerEnv = "EMU_TEST_PEER";
+constexpr int kPeerIn = 3;   // peer reads the parent's messages here
+constexpr int kPeerOut = 4;  // and writes its own here
+
+// The role this process was started in, or "" in the test process itself.
+inline std::string peer_role() {
+  const char* r = std::getenv(kPeerEnv);
+  return r ? r : "";
+}
+
+inline bool read_all(int fd, void* p, size_t n) {
+  auto* c = static_cast<char*>(p);
+  while (n) {
+    ssize_t r = read(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+inline bool write_all(int fd, const void* p, size_t n) {
+  auto* c = static_cast<const char*>(p);
+  while (n) {
+    ssize_t r = write(fd, c, n);
+    if (r < 0 && errno == EINTR) continue;
+    if (r <= 0) return false;
+    c += r;
+    n -= static_cast<size_t>(r);
+  }
+  return true;
+}
+
+// In a peer: emu0 opened without GoogleTest (which has not started there), or nullptr.
+inline ibv_context* peer_open_emu0() {
+  int n = 0;
+  ibv_device** list = ibv_get_device_list(&n);
+  ibv_context* ctx = nullptr;
+  for (int i = 0; list && i < n && !ctx; ++i)
+    if (std::string(ibv_get_device_name(list[i])) == "emu0") ctx = ibv_open_device(list[i]);
+  if (list) ibv_free_device_list(list);
+  return ctx;
+}
+
+class Peer {
+ public:
+  // Spawns /proc/self/exe as a peer in `role` (extra_env "NAME=value" replaces NAME).
+  bool spawn(const char* role, const std::string& extra_env = "") {
+    int to_peer[2], from_peer[2];
+    if (pipe2(to_peer, O_CLOEXEC) || pipe2(from_peer, O_CLOEXEC)) return false;
+    posix_spawn_file_actions_t fa;
+    posix_spawn_file_actions_init(&fa);
+    posix_spawn_file_actions_adddup2(&fa, to_peer[0], kPeerIn);
+    posix_spawn_file_actions_adddup2(&fa, from_peer[1], kPeerOut);
+    std::vector<std::string> env_s;
+    for (char** e = environ; *e; ++e)
+      if (std::strncmp(*e, kPeerEnv, std::strlen(kPeerEnv)) != 0) env_s.push_back(*e);
+    if (!extra_env.empty()) {
+      std::string key = extra_env.substr(0, extra_env.find('=') + 1);
+      env_s.erase(std::remove_if(env_s.begin(), env_s.end(),
+                                 [&](const std::string& e) { return e.rfind(key, 0) == 0; }),
+                  env_s.end());
+      env_s.push_back(extra_env);
+    }
+    env_s.push_back(std::string(kPeerEnv) + "=" + role);
+    std::vector<char*> envp;
+    for (auto& s : env_s) envp.push_back(s.data());
+    envp.push_back(nullptr);
+    char arg0[] = "emu_verbs_tests-peer";
+    char* argv[] = {arg0, nullptr};
+    int rc = posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv, envp.data());
+    posix_spawn_file_actions_destroy(&fa);
+    close(to_peer[0]);
+    close(from_peer[1]);
+    out_ = to_peer[1];
+    in_ = from_peer[0];
+    if (rc != 0) pid_ = -1;
+    return rc == 0;
+  }
+  ~Peer() {
+    if (pid_ > 0) {
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+    }
+    if (in_ >= 0) close(in_);
+    if (out_ >= 0) close(out_);
+  }
+  bool send(const void* p, size_t n) { return write_all(out_, p, n); }
+  bool recv(void* p, size_t n) { return read_all(in_, p, n); }
+  // n bytes from the peer, or false if they did not all come before `until`.
+  bool recv_by(void* p, size_t n, std::chrono::steady_clock::time_point until) {
+    auto* c = static_cast<char*>(p);
+    while (n) {
+      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
+      pollfd pf = {in_, POLLIN, 0};
+      if (poll(&pf, 1, left.count() > 0 ? static_cast<int>(left.count()) : 0) != 1) return false;
+      ssize_t r = read(in_, c, n);
+      if (r < 0 && errno == EINTR) continue;
+      if (r <= 0) return false;
+      c += r;
+      n -= static_cast<size_t>(r);
+    }
+    return true;
+  }
+  // One byte from the peer, or false if none came before `until`.
+  bool recv_byte_by(uint8_t* b, std::chrono::steady_clock::time_point until) {
+    return recv_by(b, 1, until);
+  }
+  // Waits for the peer to exit; returns its wait status.
+  int wait() {
+    int st = -1;
+    waitpid(pid_, &st, 0);
+    pid_ = -1;
+    return st;
+  }
+  void kill_now() {
+    ASSERT_EQ(kill(pid_, SIGKILL), 0);
+    int st = wait();
+    EXPECT_TRUE(WIFSIGNALED(st) && WTERMSIG(st) == SIGKILL);
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int in_ = -1, out_ = -1;
+};
+
+}  // namespace vt
