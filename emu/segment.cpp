@@ -32,11 +32,12 @@ std::once_flag g_once;
 bip::managed_mapped_file* file_of(void* m) { return static_cast<bip::managed_mapped_file*>(m); }
 
 // init: fields other processes may read as soon as the slot is live, set before it is.
+// first: the lowest slot index handed out.
 template <class SlotT, size_t N, class Init = void (*)(SlotT&)>
 Status alloc_slot(Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx,
-                  Init init = [](SlotT&) {}) {
+                  Init init = [](SlotT&) {}, uint32_t first = 0) {
   ShmLockGuard g(h->table_lock, self);
-  for (uint32_t i = 0; i < N; ++i) {
+  for (uint32_t i = first; i < N; ++i) {
     if (table[i].state.load(std::memory_order_relaxed) == kSlotFree) {
       SlotT& s = table[i];
       // Keep the generation-bearing fields' memory; callers set every field they use.
@@ -273,7 +274,9 @@ Status Segment::alloc_mr(uint32_t* idx) {
 }
 Status Segment::alloc_cq(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->cqs, idx); }
 Status Segment::alloc_qp(uint32_t* idx) {
-  Status st = alloc_slot(hdr_, self_, hdr_->qps, idx);
+  // Slots 0 and 1 stay unused, as QP0 and QP1 (the special QPs) are on hardware: max_qp is the
+  // table less those two.
+  Status st = alloc_slot(hdr_, self_, hdr_->qps, idx, [](QpSlot&) {}, 2);
   if (st == Status::ok) {
     // QPN: table index in the low bits, a generation above so a stale number finds nothing.
     // 0 and 1 are the special QPs.
