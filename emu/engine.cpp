@@ -11,6 +11,7 @@
 #include "engine_internal.h"
 #include "reclaim.h"
 #include "shared_map.h"
+#include "xrc.h"
 
 namespace emu {
 using namespace engine_detail;
@@ -239,6 +240,14 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   // What each transport carries: UD only SENDs, UC no READs or atomics.
   if (qp.type == kQptUd && has_raddr) return fail(kSynLocalQpOp);
   if (qp.type == kQptUc && (opcode == kOpRdmaRead || is_atomic)) return fail(kSynLocalQpOp);
+  XrcSeg xrc{};
+  if (qp.type == kQptXrcSend) {
+    // emu0's XRC carries SENDs (what XRC users post); RDMA and atomics over XRC are not modelled.
+    if (has_raddr) return fail(kSynLocalQpOp);
+    if (p + sizeof xrc > end) return fail(kSynLocalQpOp);
+    std::memcpy(&xrc, p, sizeof xrc);
+    p += sizeof xrc;
+  }
   AvSeg av{};
   if (qp.type == kQptUd) {
     if (p + sizeof av > end) return fail(kSynLocalQpOp);
@@ -414,7 +423,12 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   }
 
   // SEND / SEND_WITH_IMM: consume the responder's next receive WQE (its own queue or its SRQ).
-  RecvRef rq = recv_of(*r);
+  RecvRef rq;
+  if (!recv_of(*r, be32(xrc.xrc_srqn), &rq)) {
+    // No such SRQ in the TGT QP's domain: the responder NAKs an invalid request.
+    return responder_error(kSynRemoteInvalReq, kEvQpReqErr);
+  }
+  if (rq.srq && rq.srq->xrcd_ref) remote_pid = recv_pid(rq);  // the SRQ's process takes the data
   recv_lock(rq);
   if (recv_empty_wait(qp, rq)) {
     recv_unlock(rq);
@@ -427,8 +441,10 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   const uint8_t* rwqe = recv_head(rq, &seg_bytes, &rc.wqe_counter);
   Sges scatter;
   bool addr_is_va = true;  // the receiver can scatter from its own WQE (no iova offset)
-  bool prot_ok = recv_scatter(*r, rwqe, seg_bytes, &scatter, &addr_is_va);
+  bool prot_ok = recv_scatter(rq, rwqe, seg_bytes, &scatter, &addr_is_va);
   rc.qpn = r->qpn;
+  bool xrc_srq = rq.srq && rq.srq->xrcd_ref;
+  if (xrc_srq) rc.srqn = rq.srq->srqn;
   rc.src_qpn = qp.qpn;
   rc.slid = my_lid;
   uint8_t resp_syndrome = 0;
@@ -444,11 +460,13 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     uint64_t len = std::min<uint64_t>(scatter.span[i].len, local.total);
     DataSeg d;
     std::memcpy(&d, rwqe + i * sizeof d, sizeof d);
-    bool ok = translate_local(seg_, *r, be32(d.lkey), be64(d.addr), len, true, &va, &smr);
+    bool ok = xrc_srq ? translate_key(seg_, rq.srq->pd, rq.srq->owner, be32(d.lkey), be64(d.addr),
+                                      len, true, &va, &smr)
+                      : translate_local(seg_, *r, be32(d.lkey), be64(d.addr), len, true, &va, &smr);
     window[i] = ok && smr ? shared_window(seg_, *smr, va, len) : 0;
     if (!window[i]) all_windows = false;
   }
-  if (!resp_syndrome && local.total && local.total <= kCqeInlineMax && addr_is_va &&
+  if (!resp_syndrome && local.total && local.total <= kCqeInlineMax && addr_is_va && !xrc_srq &&
       remote_pid != seg_->pid()) {
     // Scatter-to-CQE: the payload rides in the receive CQE, one line for the receiver to read;
     // its poll copies it into the buffers of its own receive WQE (checked here, as the device does).
@@ -489,7 +507,7 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   if (resp_syndrome) {
     rc.cqe_opcode = kCqeRespErr;
     rc.syndrome = resp_syndrome;
-    write_cqe(h_->cqs[r->recv_cq], rc);
+    write_cqe(recv_cq(rq), rc);
     enter_error(*r);
     if (unreliable) return dropped();
     return fail(resp_syndrome == kSynLocalLength ? kSynRemoteInvalReq : kSynRemoteOp);
@@ -501,7 +519,7 @@ ExecOutcome Engine::execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
                  ((ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0);
   qp.sq_psn = (qp.sq_psn + npk) & 0xffffff;
   r->rq_psn = (r->rq_psn + npk) & 0xffffff;
-  write_cqe(h_->cqs[r->recv_cq], rc);
+  write_cqe(recv_cq(rq), rc);
   return ExecOutcome::done;
 }
 
@@ -550,6 +568,7 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
     v.flags_rqpn = be32(info.src_qpn);
   }
   v.imm_inval_pkey = info.imm_be;
+  v.srqn_uidx = be32(info.srqn);
   v.byte_cnt = be32(info.byte_cnt);
   v.timestamp = be64(now_());
   v.sop_drop_qpn = be32((uint32_t(info.wqe_opcode) << 24) | (info.qpn & 0xffffff));
@@ -616,6 +635,13 @@ void Engine::send_queue_error(QpSlot& qp) {
 }
 
 void Engine::raise_qp_event(const QpSlot& qp, uint32_t type) {
+  if (qp.type == kQptXrcRecv) {
+    // A TGT QP's events go to every handle to it, in whichever process holds one.
+    for_each_tgt_handle(seg_, static_cast<uint32_t>(&qp - h_->qps), [&](const XrcHandle& x) {
+      if (x.ctx < kMaxContexts) notify_async(h_->ctxs[x.ctx], x.uid, type);
+    });
+    return;
+  }
   if (qp.ctx < kMaxContexts) notify_async(h_->ctxs[qp.ctx], qp.uid, type);
 }
 

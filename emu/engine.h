@@ -27,6 +27,7 @@ struct CqeInfo {
   uint32_t byte_cnt;
   uint32_t imm_be;       // immediate data as it travels (big-endian)
   uint8_t rnr_timer;     // on an RNR stall: the responder's min_rnr_timer code
+  uint32_t srqn;         // XRC: the SRQ that took the receive (the CQE's srqn_uidx)
   bool inline_scatter;   // the payload (byte_cnt <= kCqeInlineMax bytes) travels in the CQE
   uint8_t inline_data[kCqeInlineMax];
 };
@@ -82,7 +83,17 @@ class Engine {
     QpSlot* qp;
     SrqSlot* srq;  // nullptr: the QP's own receive queue
   };
-  RecvRef recv_of(QpSlot& r);
+  // For an XRC TGT QP the SRQ is the one the packet names (xrc_srqn); nullptr srq and false: no
+  // such SRQ in the TGT QP's domain.
+  bool recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out);
+  RecvRef recv_of(QpSlot& r) {
+    RecvRef q;
+    recv_of(r, 0, &q);
+    return q;
+  }
+  // The process whose memory the receive buffers are in, and the CQ the completion goes to.
+  int recv_pid(const RecvRef& q) const;
+  CqSlot& recv_cq(const RecvRef& q);
   void recv_lock(RecvRef& q);
   void recv_unlock(RecvRef& q);
   bool recv_empty(const RecvRef& q);
@@ -91,7 +102,7 @@ class Engine {
   const uint8_t* recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index);
   void recv_consume(RecvRef& q);
   // Translates a receive WQE's scatter list with the responder's keys; false: a bad key.
-  bool recv_scatter(const QpSlot& r, const uint8_t* wqe, uint32_t seg_bytes,
+  bool recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_bytes,
                     engine_detail::Sges* out, bool* addr_is_va);
   // UD: one packet to a QP or a multicast group.
   struct UdPacket {

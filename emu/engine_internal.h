@@ -37,6 +37,18 @@ struct Sges {
 };
 
 // A local key check as the NIC does it: key, PD, owner, bounds and the needed access.
+inline bool translate_key(Segment* seg, uint32_t pd, uint32_t owner, uint32_t lkey, uint64_t addr,
+                          uint64_t len, bool need_write, uint64_t* va,
+                          const MrSlot** mr_out = nullptr) {
+  const MrSlot* mr = seg->find_mr(lkey);
+  if (mr_out) *mr_out = mr;
+  if (!mr || mr->pd != pd || mr->owner != owner) return false;
+  if (need_write && !(mr->access & kAccessLocalWrite)) return false;
+  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
+  *va = mr->addr + (addr - mr->iova);
+  return true;
+}
+
 inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint64_t addr, uint64_t len,
                      bool need_write, uint64_t* va, const MrSlot** mr_out = nullptr) {
   const MrSlot* mr = seg->find_mr(lkey);
@@ -97,9 +109,13 @@ inline QpSlot* connected_responder(Segment* seg, const QpSlot& qp) {
   Header* h = seg->hdr();
   if (!qp_port_up(h, qp)) return nullptr;
   QpSlot* r = seg->find_qp(qp.dest_qpn);
-  if (!r || r->type != qp.type || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
+  // An XRC INI QP talks to a TGT QP, which outlives its creator (its handles keep it).
+  uint8_t want = qp.type == kQptXrcSend ? uint8_t{kQptXrcRecv} : qp.type;
+  if (!r || r->type != want || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
       !path_reaches(h, qp, *r) ||
-      h->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive || !qp_port_up(h, *r))
+      (r->type != kQptXrcRecv &&
+       h->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive) ||
+      !qp_port_up(h, *r))
     return nullptr;
   return r;
 }

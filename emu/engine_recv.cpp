@@ -10,15 +10,29 @@
 namespace emu {
 using namespace engine_detail;
 
-Engine::RecvRef Engine::recv_of(QpSlot& r) {
-  RecvRef q{&r, nullptr};
+bool Engine::recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out) {
+  *out = RecvRef{&r, nullptr};
+  if (r.type == kQptXrcRecv) {
+    // XRC: the packet names the SRQ, which must be an XRC SRQ of the TGT QP's domain.
+    SrqSlot* s = seg_->find_srq(xrc_srqn);
+    if (!s || !s->xrcd_ref || s->xrcd_ref != r.xrcd_ref) return false;
+    out->srq = s;
+    return true;
+  }
   if (r.srq_ref) {
-    SrqSlot& s = h_->srqs[(r.srq_ref - 1) & (kMaxSrqs - 1)];
     // A QP keeps its SRQ alive (destroy_srq is refused while QPs are attached); a dying slot
     // means both are being torn down: no receive.
-    q.srq = &s;
+    out->srq = &h_->srqs[(r.srq_ref - 1) & (kMaxSrqs - 1)];
   }
-  return q;
+  return true;
+}
+
+int Engine::recv_pid(const RecvRef& q) const {
+  return h_->procs[q.srq ? q.srq->owner : q.qp->owner].pid;
+}
+
+CqSlot& Engine::recv_cq(const RecvRef& q) {
+  return h_->cqs[q.srq && q.srq->xrcd_ref ? q.srq->cq : q.qp->recv_cq];
 }
 
 void Engine::recv_lock(RecvRef& q) {
@@ -86,8 +100,11 @@ void Engine::recv_consume(RecvRef& q) {
   }
 }
 
-bool Engine::recv_scatter(const QpSlot& r, const uint8_t* wqe, uint32_t seg_bytes, Sges* out,
+bool Engine::recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_bytes, Sges* out,
                           bool* addr_is_va) {
+  // The keys are the receive queue's: an XRC SRQ's PD and process, else the QP's.
+  uint32_t pd = q.srq && q.srq->xrcd_ref ? q.srq->pd : q.qp->pd;
+  uint32_t owner = q.srq && q.srq->xrcd_ref ? q.srq->owner : q.qp->owner;
   out->n = 0;
   out->total = 0;
   *addr_is_va = true;
@@ -97,7 +114,7 @@ bool Engine::recv_scatter(const QpSlot& r, const uint8_t* wqe, uint32_t seg_byte
     if (be32(d.lkey) == kInvalidLkey) break;
     uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
     uint64_t va;
-    if (out->n == kMaxSpans || !translate_local(seg_, r, be32(d.lkey), be64(d.addr), len, true, &va))
+    if (out->n == kMaxSpans || !translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len, true, &va))
       return false;
     if (va != be64(d.addr)) *addr_is_va = false;
     out->span[out->n++] = {va, len};
@@ -253,7 +270,7 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   const uint8_t* wqe = recv_head(q, &seg_bytes, &rc.wqe_counter);
   Sges scatter;
   bool addr_is_va;
-  bool prot_ok = recv_scatter(r, wqe, seg_bytes, &scatter, &addr_is_va);
+  bool prot_ok = recv_scatter(q, wqe, seg_bytes, &scatter, &addr_is_va);
   int rpid = h_->procs[r.owner].pid;
   const Sges& local = *pkt.local;
   uint8_t syndrome = 0;

@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 13;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 14;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -29,6 +29,8 @@ constexpr uint32_t kQpIndexBits = 12;
 constexpr uint32_t kMaxQps = 1u << kQpIndexBits;
 constexpr uint32_t kSrqIndexBits = 10;
 constexpr uint32_t kMaxSrqs = 1u << kSrqIndexBits;
+constexpr uint32_t kMaxXrcds = 64;
+constexpr uint32_t kMaxXrcHandles = 4096;
 constexpr uint32_t kMaxMcastPerQp = 8;   // multicast groups one UD QP can join
 constexpr uint16_t kMcastLidBase = 0xc000;  // IB multicast LIDs: 0xc000 .. 0xfffe
 constexpr uint32_t kMcastQpn = 0xffffff;    // the destination QPN of a multicast send
@@ -40,7 +42,7 @@ enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1, kSlotDying = 2 };
 
 // QP states use ibv_qp_state's numbering so the verbs edge needs no table.
 enum QpState : uint32_t { kQpsReset, kQpsInit, kQpsRtr, kQpsRts, kQpsSqd, kQpsSqe, kQpsErr };
-enum QpType : uint8_t { kQptRc = 2, kQptUc = 3, kQptUd = 4 };
+enum QpType : uint8_t { kQptRc = 2, kQptUc = 3, kQptUd = 4, kQptXrcSend = 9, kQptXrcRecv = 10 };
 
 // Access flags use ibv_access_flags' numbering.
 enum Access : uint32_t {
@@ -238,11 +240,49 @@ struct QpSlot {
   uint32_t srq_ref;                   // 1 + the SrqSlot index it receives from; 0: its own RQ
   std::atomic<uint32_t> comm_est;     // IBV_EVENT_COMM_EST raised since the last RESET
   std::atomic<uint32_t> last_wqe;     // IBV_EVENT_QP_LAST_WQE_REACHED raised since the last RESET
+  // XRC TGT QPs (type kQptXrcRecv): the domain, and the handles (XrcHandle) that keep it alive.
+  uint32_t xrcd_ref;                  // 1 + the XrcdSlot index; 0: not an XRC TGT QP
+  std::atomic<uint32_t> handles;      // open handles in every process (ibv_create_qp / ibv_open_qp)
+  uint8_t dies_with_xrcd;             // lives on when its last handle goes with a process (2a/2b)
+  uint8_t rsvd4[3];
   uint32_t n_mcast;                   // UD: multicast groups joined
   struct {
     uint8_t gid[16];
     uint16_t lid;
   } mcast[kMaxMcastPerQp];
+};
+
+// XRC domain lifetime policies (docs/xrc.md). kernel: today's Linux rule, a TGT QP lives while a
+// handle to it exists, in any process. xrcd: the 2011 proposal (2a), a TGT QP lives until it is
+// destroyed explicitly or its domain goes. creator: (2b) the creator chooses per TGT QP.
+enum XrcPolicy : uint32_t { kXrcPolicyKernel = 0, kXrcPolicyXrcd = 1, kXrcPolicyCreator = 2 };
+
+// An XRC domain: shared by the processes that open the same file (its inode) on one device; use
+// count = opens + objects, and the slot is freed when both are 0.
+struct XrcdSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;                  // the process that created it (for the census)
+  uint32_t dev;
+  uint32_t policy;                 // XrcPolicy, fixed at creation
+  uint64_t inode_dev;              // st_dev of the file; 0 with inode 0: a private domain (fd -1)
+  uint64_t inode;                  // st_ino
+  uint64_t uid;
+  std::atomic<uint32_t> opens;     // ibv_open_xrcd handles (XrcHandle), every process
+  std::atomic<uint32_t> objects;   // TGT QPs and XRC SRQs on it
+};
+
+// A process's reference to a shared XRC object: an ibv_open_xrcd, or a handle to a TGT QP
+// (ibv_create_qp or ibv_open_qp). A process's exit releases its references, as a file close does.
+enum XrcHandleKind : uint32_t { kHandleXrcd = 1, kHandleTgtQp = 2 };
+
+struct XrcHandle {
+  std::atomic<uint32_t> state;
+  uint32_t owner;                  // the process holding it
+  uint32_t kind;                   // XrcHandleKind
+  uint32_t object;                 // XrcdSlot or QpSlot index
+  uint32_t ctx;                    // the context it was made on (a TGT QP's events go there)
+  uint32_t rsvd;
+  uint64_t uid;                    // names the handle (its ibv_qp) in the holder's event records
 };
 
 // A shared receive queue, in mlx5's layout: each WQE is a next segment (the index of the WQE that
@@ -262,6 +302,8 @@ struct SrqSlot {
   uint64_t dbrec_off;     // be32 [0]: WQEs posted (16-bit counter)
   uint64_t uid;
   std::atomic<uint32_t> attached_qps;  // destroy is refused (EBUSY) while QPs use it
+  uint32_t xrcd_ref;      // XRC SRQs: 1 + the XrcdSlot index; 0 for a basic SRQ
+  uint32_t cq;            // XRC SRQs: the CqSlot its completions go to
   uint32_t rsvd;
   // Device side (the engines of senders, any process).
   alignas(64) ShmLock lock;
@@ -296,6 +338,7 @@ struct Header {
   uint64_t segment_size;
   ShmLock table_lock;       // object table allocation (slow path)
   ShmLock atomic_lock;      // serialises remote atomics: IBV_ATOMIC_HCA semantics
+  ShmLock xrc_lock;         // XRC domains and handles (emu/xrc.cpp; after table_lock)
   std::atomic<uint64_t> next_uid;
   std::atomic<uint32_t> generation;
   uint32_t num_devices;
@@ -307,6 +350,8 @@ struct Header {
   CqSlot cqs[kMaxCqs];
   QpSlot qps[kMaxQps];
   SrqSlot srqs[kMaxSrqs];
+  XrcdSlot xrcds[kMaxXrcds];
+  XrcHandle xrc_handles[kMaxXrcHandles];
   EngineSlots engines[kMaxProcs];
 };
 

@@ -1,4 +1,5 @@
 #include "segment.h"
+#include "xrc.h"
 
 #include "link_layer.h"
 #include "reclaim.h"
@@ -50,6 +51,12 @@ Status alloc_slot(Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx,
     }
   }
   return Status::no_memory;
+}
+
+template <class SlotT>
+bool is_tgt_qp(const SlotT& slot) {
+  if constexpr (std::is_same_v<SlotT, QpSlot>) return slot.type == kQptXrcRecv;
+  else return false;
 }
 
 }  // namespace
@@ -355,6 +362,7 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
     retire(s, [&](SrqSlot& x) {
       free(x.buf_off);
       free(x.dbrec_off);
+      if (x.xrcd_ref) xrcd_drop_object(this, x.xrcd_ref - 1);
     });
   for (auto& c : hdr_->cqs) retire(c, [&](CqSlot& x) { free(x.buf_off); });
   for (auto& m : hdr_->mrs) retire(m, [](MrSlot&) {});
@@ -378,15 +386,18 @@ void Segment::release_proc_objects(uint32_t proc) {
   uint32_t word = proc + 1;
   hdr_->atomic_lock.word.compare_exchange_strong(word, 0);
   reset_engine_slots(this, proc);
-  release_objects([proc](const auto& slot) { return slot.owner == proc; }, true);
+  // XRC references first (a TGT QP is not its creator's: its handles decide, emu/xrc.cpp).
+  xrc_release_proc(this, proc);
+  release_objects([proc](const auto& slot) { return slot.owner == proc && !is_tgt_qp(slot); }, true);
 }
 
 void Segment::release_context_objects(uint32_t ctx) {
   Header* h = hdr_;
   uint32_t self = self_;
+  xrc_release_ctx(this, ctx);
   release_objects([h, ctx, self](const auto& slot) {
     using T = std::decay_t<decltype(slot)>;
-    if (slot.owner != self) return false;
+    if (slot.owner != self || is_tgt_qp(slot)) return false;
     if constexpr (std::is_same_v<T, MrSlot>) return h->pds[slot.pd].ctx == ctx;
     else if constexpr (std::is_same_v<T, ContextSlot>) return &slot == &h->ctxs[ctx];
     else return slot.ctx == ctx;

@@ -81,6 +81,13 @@ static_assert(offsetof(AvSeg, grh_gid_fl) == 28);
 constexpr uint32_t kAvGrh = 1u << 30;
 constexpr uint32_t kQkeyUseQp = 0x80000000u;
 
+// An XRC send's target SRQ, right after the control segment (mlx5_wqe_xrc_seg).
+struct XrcSeg {
+  uint32_t xrc_srqn;  // be
+  uint8_t rsvd[12];
+};
+static_assert(sizeof(XrcSeg) == 16);
+
 // The 40-byte global route header a UD receive buffer starts with (IBTA 8.3).
 struct Grh {
   uint32_t version_tclass_flow;  // be: 6 << 28 | tclass << 20 | flow label
