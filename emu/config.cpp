@@ -37,6 +37,16 @@ const KnobDoc kKnobs[] = {
      "or 'eth' (RoCE: lid 0, GIDs from the EMU_ROCE_NETDEV interface's addresses, QPs address "
      "their peer by GID). A comma-separated list gives ports 1, 2, ... in turn ('ib,eth'); the "
      "last entry stands for the remaining ports."},
+    {"EMU_XRC_POLICY", "kernel",
+     "Lifetime rule of the TGT QPs of an XRC domain, fixed when the domain is created (read then, "
+     "so one process can create domains under different rules): 'kernel' (today's Linux: a TGT "
+     "QP lives while any process holds a handle to it), 'xrcd' (the 2011 proposal 2a: it lives "
+     "until destroyed explicitly or until its domain goes; processes exiting do not take it), "
+     "'creator' (2b: the creator chooses per QP with EMU_XRC_TGT_LIFETIME). See docs/xrc.md."},
+    {"EMU_XRC_TGT_LIFETIME", "process",
+     "Under EMU_XRC_POLICY=creator, what a TGT QP created now is bound to: 'process' (the kernel "
+     "rule: it goes with its last handle) or 'xrcd' (it stays until destroyed or its domain "
+     "goes). Read at each TGT QP creation."},
     {"EMU_ROCE_NETDEV", "auto",
      "Interface a RoCE port is bound to, as soft-RoCE binds to a netdev: its MAC and addresses "
      "give the port's GIDs and its MTU caps active_mtu; they are read when the segment is "
@@ -125,6 +135,16 @@ Config config_from_env() {
   c.roce_netdevs = split_commas(env_or("EMU_ROCE_NETDEV", "auto"));
   return c;
 }
+
+uint32_t xrc_policy_now() {
+  std::string p = env_or("EMU_XRC_POLICY", "kernel");
+  if (p == "xrcd") return 1;
+  if (p == "creator") return 2;
+  if (p != "kernel") std::fprintf(stderr, "rdmaemu: EMU_XRC_POLICY: unknown '%s', using kernel\n", p.c_str());
+  return 0;
+}
+
+bool xrc_tgt_dies_with_xrcd_now() { return std::string(env_or("EMU_XRC_TGT_LIFETIME", "process")) == "xrcd"; }
 
 const Config& config() {
   static const Config c = config_from_env();

@@ -35,6 +35,11 @@ struct Config {
   std::string segment_path() const;
 };
 
+// XRC knobs are read when they are used (a domain's or TGT QP's creation), not cached: the values
+// are XrcPolicy (layout.h) and whether a TGT QP created now outlives its last handle's process.
+uint32_t xrc_policy_now();
+bool xrc_tgt_dies_with_xrcd_now();
+
 struct KnobDoc {
   const char* name;
   const char* default_value;

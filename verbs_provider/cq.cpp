@@ -91,6 +91,32 @@ void scatter_from_cqe(EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
 
 bool is_recv_cqe(uint8_t opcode) { return opcode != kCqeReq && opcode != kCqeReqErr; }
 
+// A receive through an XRC TGT QP into an XRC SRQ of this process: the CQE names the SRQ (the
+// TGT QP may be held by other processes only). false: that SRQ is gone, the CQE is dropped.
+bool xrc_recv_wc(const Cqe64& c, uint8_t opcode, ibv_wc* wc) {
+  EmuSrq* srq = srq_by_num(be32(c.srqn_uidx));
+  if (!srq) return false;
+  std::memset(wc, 0, sizeof *wc);
+  wc->wr_id = srq_complete(srq, be16(c.wqe_counter));
+  wc->qp_num = be32(c.sop_drop_qpn) & 0xffffff;  // the TGT QP that received it
+  wc->src_qp = be32(c.flags_rqpn) & 0xffffff;
+  wc->slid = be16(c.slid);
+  wc->byte_len = be32(c.byte_cnt);
+  if (c.emu_flags & kCqeFlagImm) {
+    wc->wc_flags |= IBV_WC_WITH_IMM;
+    wc->imm_data = c.imm_inval_pkey;
+  }
+  wc->opcode = IBV_WC_RECV;
+  if (opcode == kCqeRespErr) {
+    auto& e = reinterpret_cast<const ErrCqe&>(c);
+    wc->status = status_of(e.syndrome);
+    wc->vendor_err = e.vendor_err_synd;
+  } else {
+    wc->status = IBV_WC_SUCCESS;
+  }
+  return true;
+}
+
 // Takes the next completion, if the device has published one. Caller holds cq->lock.
 bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
   for (;;) {
@@ -100,6 +126,14 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     uint8_t expect_owner = (cq->ci >> cq->shm->log_cqe_cnt) & 1;
     if (opcode == kCqeInvalid || (op_own & 1) != expect_owner) return false;
     from_device_barrier();
+    if (is_recv_cqe(opcode) && c.srqn_uidx) {
+      bool got = xrc_recv_wc(c, opcode, wc);
+      *ts = be64(c.timestamp);
+      ++cq->ci;
+      cq->shm->ci.store(cq->ci, std::memory_order_release);
+      if (got) return true;
+      continue;
+    }
     uint32_t word = be32(c.sop_drop_qpn);
     uint32_t qpn = word & 0xffffff;
     EmuQp* qp = qp_by_num(qpn);
@@ -190,8 +224,21 @@ void srq_reclaim_cqes(EmuQp* qp) {
 
 namespace {
 
+// A stalled send waits for its retry timer, which nothing fires by itself (no device thread by
+// default): whoever polls drives it. Its own CQ's pollers first; but a program may poll only
+// another CQ while it waits (ibv_xsrq_pingpong polls its receive CQ, its sends unsignaled), so any
+// poll in a process with stalled QPs drives those of the CQ's context.
 void maybe_progress(EmuCq* cq) {
-  if (cq->shm->stalled_qps.load(std::memory_order_relaxed)) cq_progress(cq);
+  if (cq->shm->stalled_qps.load(std::memory_order_relaxed)) {
+    cq_progress(cq);
+    return;
+  }
+  Segment* seg = segment();
+  if (seg->hdr()->procs[seg->self()].stalled_qps.load(std::memory_order_relaxed) == 0) return;
+  EmuContext* ctx = to_ctx(cq->cqx.context);
+  std::lock_guard<std::mutex> g(ctx->mu);
+  for (EmuQp* qp : ctx->qps)
+    if (qp->shm->stall.load(std::memory_order_relaxed) != kStallNone) qp_progress(qp);
 }
 
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {

@@ -335,6 +335,11 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.query_device_ex = emu_query_device_ex;
   v.create_cq_ex = emu_create_cq_ex;
   v.create_qp_ex = emu_create_qp_ex;
+  v.open_xrcd = emu_open_xrcd;
+  v.close_xrcd = emu_close_xrcd;
+  v.open_qp = emu_open_qp;
+  v.create_srq_ex = emu_create_srq_ex;
+  v.get_srq_num = emu_get_srq_num;
   v.query_rt_values = emu_query_rt_values;
   ibv_context& c = v.context;
   c.device = device;

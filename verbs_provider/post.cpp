@@ -78,6 +78,10 @@ int wqe_begin(EmuQp* qp, uint8_t opcode, unsigned send_flags, uint32_t imm_be, u
     // Room for the address vector, filled by wqe_set_av (ibv_wr_set_ud_addr may come later).
     std::memset(qp->stage + qp->stage_size, 0, sizeof(AvSeg));
     qp->stage_size += sizeof(AvSeg);
+  } else if (qp->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND) {
+    // Room for the XRC segment, filled by wqe_set_xrc_srqn (or ibv_wr_set_xrc_srqn).
+    std::memset(qp->stage + qp->stage_size, 0, sizeof(XrcSeg));
+    qp->stage_size += sizeof(XrcSeg);
   }
   qp->stage_nsge = 0;
   qp->stage_opcode = opcode;
@@ -94,9 +98,17 @@ int wqe_set_av(EmuQp* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey)
   return 0;
 }
 
-// What each transport can send: UD only SENDs, UC no READs or atomics (EINVAL, as mlx5 does).
+void wqe_set_xrc_srqn(EmuQp* qp, uint32_t srqn) {
+  XrcSeg x{};
+  x.xrc_srqn = be32(srqn);
+  std::memcpy(qp->stage + sizeof(CtrlSeg), &x, sizeof x);
+}
+
+// What each transport can send: UD only SENDs, UC no READs or atomics (EINVAL, as mlx5 does);
+// emu0's XRC carries SENDs.
 bool opcode_allowed(ibv_qp_type type, uint8_t opcode) {
-  if (type == IBV_QPT_UD) return opcode == kOpSend || opcode == kOpSendImm;
+  if (type == IBV_QPT_UD || type == IBV_QPT_XRC_SEND) return opcode == kOpSend || opcode == kOpSendImm;
+  if (type == IBV_QPT_XRC_RECV) return false;  // a TGT QP has no send queue
   if (type == IBV_QPT_UC) return opcode != kOpRdmaRead && opcode != kOpAtomicCs && opcode != kOpAtomicFa;
   return true;
 }
@@ -199,6 +211,8 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
       wqe_begin(qp, opcode, wr->send_flags, imm, wr->wr_id);
       if (ibqp->qp_type == IBV_QPT_UD)
         err = wqe_set_av(qp, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
+      else if (ibqp->qp_type == IBV_QPT_XRC_SEND)
+        wqe_set_xrc_srqn(qp, wr->qp_type.xrc.remote_srqn);
       bool atomic = opcode == kOpAtomicCs || opcode == kOpAtomicFa;
       if (atomic) {
         wqe_add_raddr(qp, wr->wr.atomic.remote_addr, wr->wr.atomic.rkey);
@@ -236,8 +250,10 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   pthread_spin_lock(&qp->rq_lock);
   int err = 0;
   uint32_t nreq = 0;
-  // A QP on an SRQ has no receive queue of its own; a QP in RESET takes no receives.
-  if (qp->srq || qp->shm->qp_state.load(std::memory_order_relaxed) == kQpsReset) {
+  // A QP on an SRQ (or of an XRC type) has no receive queue of its own; a QP in RESET takes none.
+  ibv_qp_type t = ibqp->qp_type;
+  if (qp->srq || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV ||
+      qp->shm->qp_state.load(std::memory_order_relaxed) == kQpsReset) {
     err = EINVAL;
     *bad = wr;
   }

@@ -25,6 +25,7 @@ struct EmuDevice {
 
 struct EmuQp;
 struct EmuCq;
+struct EmuXrcd;
 
 // A context's doorbell register as the driver uses it: the lock that mlx5 takes around a shared
 // BlueFlame register, and the buffer toggle.
@@ -103,6 +104,16 @@ struct EmuSrq {
   std::vector<uint8_t> shadow;    // the WQEs' data segments as posted (private: see EmuQp)
   pthread_spinlock_t lock;
   std::atomic<uint32_t> async_events_read{0};
+  EmuXrcd* xrcd = nullptr;        // XRC SRQs: the domain
+};
+
+// An XRC domain as this process holds it (xrc.cpp): an open (an XrcHandle in the segment).
+struct EmuXrcd {
+  ibv_xrcd xrcd;
+  EmuContext* ctx;
+  uint32_t slot;                   // XrcdSlot
+  uint32_t handle;                 // XrcHandle of this open
+  std::atomic<uint32_t> own_objects{0};  // this process's TGT QP handles and XRC SRQs on it (EBUSY)
 };
 
 // An address handle (ah.cpp): the address vector a UD WQE carries, built once.
@@ -145,6 +156,10 @@ struct EmuQp {
   // Reading the ring itself would pull back lines the device has just read (a miss per message).
   std::vector<uint8_t> rq_shadow;
   EmuSrq* srq = nullptr;          // receives come from here instead
+  // An XRC TGT QP handle (the real QP is shared: emu/xrc.h): its XrcHandle and the domain.
+  EmuXrcd* xrcd = nullptr;
+  uint32_t xrc_handle = 0;
+  uint64_t handle_uid = 0;        // names this handle in event records
   pthread_spinlock_t rq_lock;
   uint32_t incarnation = 0;       // CQEs stamped with another one are stale (before a reset)
   std::atomic<uint32_t> async_events_read{0};  // events handed out on this QP (ack target)
@@ -171,6 +186,7 @@ struct EmuQp {
 int wqe_begin(EmuQp* qp, uint8_t opcode, unsigned send_flags, uint32_t imm_be, uint64_t wr_id);
 int wqe_set_av(EmuQp* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey);
 bool opcode_allowed(ibv_qp_type type, uint8_t opcode);
+void wqe_set_xrc_srqn(EmuQp* qp, uint32_t srqn);
 void wqe_add_raddr(EmuQp* qp, uint64_t raddr, uint32_t rkey);
 void wqe_add_atomic(EmuQp* qp, uint64_t swap_add, uint64_t compare);
 int wqe_add_sge(EmuQp* qp, uint32_t lkey, uint64_t addr, uint32_t length);
@@ -190,6 +206,7 @@ inline EmuCq* to_cq(ibv_cq_ex* c) { return reinterpret_cast<EmuCq*>(c); }
 inline EmuQp* to_qp(ibv_qp* q) { return reinterpret_cast<EmuQp*>(q); }
 inline EmuQp* to_qp(ibv_qp_ex* q) { return reinterpret_cast<EmuQp*>(q); }
 inline EmuSrq* to_srq(ibv_srq* s) { return reinterpret_cast<EmuSrq*>(s); }
+inline EmuXrcd* to_xrcd(ibv_xrcd* x) { return reinterpret_cast<EmuXrcd*>(x); }
 inline EmuAh* to_ah(ibv_ah* a) { return reinterpret_cast<EmuAh*>(a); }
 inline EmuChannel* to_channel(ibv_comp_channel* c) { return reinterpret_cast<EmuChannel*>(c); }
 
@@ -241,6 +258,15 @@ uint64_t srq_complete(EmuSrq* srq, uint16_t idx);
 void srq_reclaim_cqes(EmuQp* qp);
 // The posted data segments of the SRQ WQE at idx (private copy).
 const uint8_t* srq_shadow_wqe(EmuSrq* srq, uint16_t idx);
+EmuSrq* srq_by_num(uint32_t srqn);  // this process's SRQ of that number, or nullptr
+ibv_srq* emu_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
+int emu_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+// XRC (xrc.cpp).
+ibv_xrcd* emu_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
+int emu_close_xrcd(ibv_xrcd* xrcd);
+ibv_qp* emu_open_qp(ibv_context* context, ibv_qp_open_attr* attr);
+ibv_qp* create_tgt_qp(ibv_context* context, ibv_qp_init_attr_ex* attr);
+int destroy_tgt_qp_handle(EmuQp* qp);
 
 // Set errno and return it (verbs edge helpers).
 inline int fail_errno(int e) {

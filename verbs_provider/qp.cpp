@@ -30,6 +30,7 @@ uint32_t wqe_bbs_for(ibv_qp_type type, uint32_t max_sge, uint32_t max_inline) {
   uint32_t data = max_sge * sizeof(DataSeg);
   uint32_t inl = max_inline ? ((4 + max_inline + 15) & ~15u) : 0;
   uint32_t middle = type == IBV_QPT_UD ? sizeof(AvSeg) : sizeof(RaddrSeg) + sizeof(AtomicSeg);
+  if (type == IBV_QPT_XRC_SEND) middle += sizeof(XrcSeg);
   uint32_t bytes = sizeof(CtrlSeg) + middle + (data > inl ? data : inl);
   return (bytes + kSendWqeBB - 1) / kSendWqeBB;
 }
@@ -161,8 +162,31 @@ bool ud_rule(uint32_t cur, uint32_t next, Rule* r) {
   return false;
 }
 
+// XRC INI QPs: the RC table without the receive side at RTR (the kernel's XRC_INI column).
+bool xrc_ini_rule(uint32_t cur, uint32_t next, Rule* r) {
+  if (!rc_rule(cur, next, r)) return false;
+  if (cur == kQpsInit && next == kQpsRtr) {
+    r->required &= ~(IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+    r->optional |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+  }
+  return true;
+}
+
+// XRC TGT QPs: the RC table without the send side at RTS (the kernel's XRC_TGT column: timeout and
+// SQ PSN only).
+bool xrc_tgt_rule(uint32_t cur, uint32_t next, Rule* r) {
+  if (!rc_rule(cur, next, r)) return false;
+  if (cur == kQpsRtr && next == kQpsRts) {
+    r->required = IBV_QP_TIMEOUT | IBV_QP_SQ_PSN;
+    r->optional |= IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+  }
+  return true;
+}
+
 bool transition_rule(ibv_qp_type type, uint32_t cur, uint32_t next, Rule* r) {
   if (type == IBV_QPT_UD) return ud_rule(cur, next, r);
+  if (type == IBV_QPT_XRC_SEND) return xrc_ini_rule(cur, next, r);
+  if (type == IBV_QPT_XRC_RECV) return xrc_tgt_rule(cur, next, r);
   if (type == IBV_QPT_UC) return uc_rule(cur, next, r);
   return rc_rule(cur, next, r);
 }
@@ -249,8 +273,16 @@ constexpr uint64_t kSupportedSendOps =
 
 ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
-                                  IBV_QP_INIT_ATTR_CREATE_FLAGS;
+                                  IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_XRCD;
   if (attr->comp_mask & ~kKnownMask) return fail_null<ibv_qp>(EOPNOTSUPP);
+  // An XRC TGT QP has no PD, CQs or queues: a handle to a QP of the domain (xrc.cpp).
+  if (attr->qp_type == IBV_QPT_XRC_RECV) return create_tgt_qp(context, attr);
+  if (attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) return fail_null<ibv_qp>(EINVAL);
+  // An XRC INI QP only sends: its receive CQ is optional (it would never be written).
+  if (attr->qp_type == IBV_QPT_XRC_SEND) {
+    if (attr->srq) return fail_null<ibv_qp>(EINVAL);
+    if (!attr->recv_cq) attr->recv_cq = attr->send_cq;
+  }
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context)
     return fail_null<ibv_qp>(EINVAL);
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)
@@ -258,7 +290,8 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
       (attr->send_ops_flags & ~kSupportedSendOps))
     return fail_null<ibv_qp>(EOPNOTSUPP);
-  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD)
+  if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD &&
+      attr->qp_type != IBV_QPT_XRC_SEND)
     return fail_null<ibv_qp>(EOPNOTSUPP);
   if (!attr->send_cq || !attr->recv_cq || attr->send_cq->context != context ||
       attr->recv_cq->context != context)
@@ -268,9 +301,10 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     // What each transport can send (as mlx5 refuses the rest).
     uint64_t ud_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
     uint64_t uc_ops = ud_ops | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
-    uint64_t allowed = attr->qp_type == IBV_QPT_UD   ? ud_ops
-                       : attr->qp_type == IBV_QPT_UC ? uc_ops
-                                                     : kSupportedSendOps;
+    uint64_t allowed = attr->qp_type == IBV_QPT_UD         ? ud_ops
+                       : attr->qp_type == IBV_QPT_UC       ? uc_ops
+                       : attr->qp_type == IBV_QPT_XRC_SEND ? ud_ops
+                                                           : kSupportedSendOps;
     if (attr->send_ops_flags & ~allowed) return fail_null<ibv_qp>(EOPNOTSUPP);
   }
   ibv_qp_cap& cap = attr->cap;
@@ -286,8 +320,9 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if (sq_bbs > 32768) return fail_null<ibv_qp>(EINVAL);  // 16-bit WQE counters must stay unambiguous
   // A QP on an SRQ has no receive queue of its own (its receive capacities are ignored).
   EmuSrq* srq = attr->srq ? to_srq(attr->srq) : nullptr;
-  uint32_t rq_cnt = srq ? 1 : pow2_at_least(cap.max_recv_wr ? cap.max_recv_wr : 1);
-  uint32_t recv_sge = srq ? 1 : pow2_at_least(cap.max_recv_sge ? cap.max_recv_sge : 1);
+  bool no_rq = srq || attr->qp_type == IBV_QPT_XRC_SEND;
+  uint32_t rq_cnt = no_rq ? 1 : pow2_at_least(cap.max_recv_wr ? cap.max_recv_wr : 1);
+  uint32_t recv_sge = no_rq ? 1 : pow2_at_least(cap.max_recv_sge ? cap.max_recv_sge : 1);
   uint32_t rq_stride = recv_sge * sizeof(DataSeg);
 
   Segment* seg = segment();
@@ -309,7 +344,10 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   s.dev = ctx->dev;
   s.ctx = ctx->slot;
   s.port = 1;
-  s.type = attr->qp_type == IBV_QPT_UD ? kQptUd : attr->qp_type == IBV_QPT_UC ? kQptUc : kQptRc;
+  s.type = attr->qp_type == IBV_QPT_UD         ? kQptUd
+           : attr->qp_type == IBV_QPT_UC       ? kQptUc
+           : attr->qp_type == IBV_QPT_XRC_SEND ? kQptXrcSend
+                                               : kQptRc;
   s.srq_ref = srq ? srq->slot + 1 : 0;
   s.sq_sig_all = attr->sq_sig_all ? 1 : 0;
   s.pd = to_pd(attr->pd)->slot;
@@ -331,7 +369,9 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->max_send_wr = sq_bbs / bbs_per_wqe;
   qp->max_send_sge = send_sge;
   qp->max_inline = bbs_per_wqe * kSendWqeBB - sizeof(CtrlSeg) - 4 -
-                   (attr->qp_type == IBV_QPT_UD ? sizeof(AvSeg) : sizeof(RaddrSeg));
+                   (attr->qp_type == IBV_QPT_UD         ? sizeof(AvSeg)
+                    : attr->qp_type == IBV_QPT_XRC_SEND ? sizeof(XrcSeg) + sizeof(RaddrSeg)
+                                                        : sizeof(RaddrSeg));
   if (qp->max_inline > Limits::max_inline) qp->max_inline = Limits::max_inline;
   qp->sq_wrid.assign(sq_bbs, 0);
   qp->sq_seq.assign(sq_bbs, 0);
@@ -339,8 +379,8 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->rq = seg->at<uint8_t>(s.rq_off);
   qp->rq_cnt = rq_cnt;
   qp->rq_stride = rq_stride;
-  qp->max_recv_wr = srq ? 0 : rq_cnt;
-  qp->max_recv_sge = srq ? 0 : recv_sge;
+  qp->max_recv_wr = no_rq ? 0 : rq_cnt;
+  qp->max_recv_sge = no_rq ? 0 : recv_sge;
   qp->srq = srq;
   if (srq) srq->shm->attached_qps.fetch_add(1);
   qp->rq_wrid.assign(rq_cnt, 0);
@@ -543,6 +583,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     auto fn = REAL(ibv_destroy_qp, "IBVERBS_1.1");
     return fn ? fn(ibqp) : EINVAL;
   }
+  if (ibqp->qp_type == IBV_QPT_XRC_RECV) return destroy_tgt_qp_handle(to_qp(ibqp));
   EmuQp* qp = to_qp(ibqp);
   QpSlot& s = *qp->shm;
   Segment* seg = segment();

@@ -165,7 +165,15 @@ void wr_set_ud_addr(ibv_qp_ex* x, ibv_ah* ah, uint32_t remote_qpn, uint32_t remo
 
 // Operations this device does not have.
 void wr_unsupported_rkey(ibv_qp_ex* x, uint32_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
-void wr_set_xrc_srqn(ibv_qp_ex* x, uint32_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
+void wr_set_xrc_srqn(ibv_qp_ex* x, uint32_t srqn) {
+  EmuQp* qp = to_qp(x);
+  if (qp->wr_error || !qp->stage_size) return;
+  if (qp->qpx.qp_base.qp_type != IBV_QPT_XRC_SEND) {
+    qp->wr_error = EOPNOTSUPP;
+    return;
+  }
+  wqe_set_xrc_srqn(qp, srqn);
+}
 void wr_bind_mw(ibv_qp_ex* x, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
   to_qp(x)->wr_error = EOPNOTSUPP;
 }

@@ -8,6 +8,7 @@
 #include "forward.h"
 #include "provider.h"
 #include "reclaim.h"
+#include "xrc.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -104,24 +105,22 @@ int emu_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   return err;
 }
 
-}  // namespace emu::prov
+EmuSrq* g_srq_table[kMaxSrqs];  // this process's SRQs by slot (XRC completions name them)
 
-extern "C" {
+EmuSrq* srq_by_num(uint32_t srqn) {
+  EmuSrq* s = g_srq_table[srqn & (kMaxSrqs - 1)];
+  return s && s->shm->srqn == srqn ? s : nullptr;
+}
 
-ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
-  if (!is_emu(pd->context)) {
-    auto fn = REAL(ibv_create_srq, "IBVERBS_1.1");
-    return fn ? fn(pd, attr) : fail_null<ibv_srq>(EINVAL);
-  }
-  ibv_srq_attr& a = attr->attr;
+EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context) {
   if (a.max_wr == 0 || a.max_wr > Limits::max_srq_wr || a.max_sge > Limits::max_srq_sge)
-    return fail_null<ibv_srq>(EINVAL);
+    return fail_null<EmuSrq>(EINVAL);
   uint32_t sge = pow2_at_least(a.max_sge ? a.max_sge : 1);
   uint32_t stride = pow2_at_least(sizeof(SrqNextSeg) + sge * sizeof(DataSeg));
   uint32_t cnt = pow2_at_least(a.max_wr + 1);  // one WQE always stays free as the tail
   Segment* seg = segment();
   uint32_t slot;
-  if (seg->alloc_srq(&slot) != Status::ok) return fail_null<ibv_srq>(ENOMEM);
+  if (seg->alloc_srq(&slot) != Status::ok) return fail_null<EmuSrq>(ENOMEM);
   SrqSlot& ss = seg->hdr()->srqs[slot];
   ss.buf_off = seg->alloc(size_t(cnt) * stride, 4096);
   ss.dbrec_off = seg->alloc(64, 64);
@@ -130,7 +129,7 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
     seg->free(ss.buf_off);
     seg->free(ss.dbrec_off);
     ss.state.store(kSlotFree);
-    return fail_null<ibv_srq>(ENOMEM);
+    return fail_null<EmuSrq>(ENOMEM);
   }
   EmuContext* ctx = to_ctx(pd->context);
   ss.dev = ctx->dev;
@@ -156,7 +155,7 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
   ibv_srq& q = s->srq;
   q.context = pd->context;
-  q.srq_context = attr->srq_context;
+  q.srq_context = srq_context;
   q.pd = pd;
   q.handle = slot;
   pthread_mutex_init(&q.mutex, nullptr);
@@ -165,7 +164,58 @@ ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
   a.max_wr = s->max_wr;  // what was really made, as ibv_create_srq(3) asks
   a.max_sge = s->max_sge;
   registry_put(ss.uid, &q);
-  return &q;
+  g_srq_table[slot] = s;
+  return s;
+}
+
+// ibv_create_srq_ex beyond the basic mask (libibverbs sends the basic one to ibv_create_srq):
+// XRC SRQs, which take an XRC domain and the CQ their completions go to.
+ibv_srq* emu_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
+  constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+                              IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  if (attr->comp_mask & ~kKnown) return fail_null<ibv_srq>(EOPNOTSUPP);
+  bool xrc = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_XRC;
+  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC && !xrc)
+    return fail_null<ibv_srq>(EOPNOTSUPP);  // tag matching
+  if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context)
+    return fail_null<ibv_srq>(EINVAL);
+  EmuXrcd* xrcd = nullptr;
+  EmuCq* cq = nullptr;
+  if (xrc) {
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ||
+        !attr->xrcd || !attr->cq || attr->xrcd->context != context || attr->cq->context != context)
+      return fail_null<ibv_srq>(EINVAL);
+    xrcd = to_xrcd(attr->xrcd);
+    cq = to_cq(attr->cq);
+  }
+  EmuSrq* s = create_srq_common(attr->pd, attr->attr, attr->srq_context);
+  if (!s) return nullptr;
+  if (xrc) {
+    s->xrcd = xrcd;
+    s->shm->cq = cq->slot;
+    s->shm->xrcd_ref = xrcd->slot + 1;
+    xrcd_add_object(segment(), xrcd->slot);
+    xrcd->own_objects.fetch_add(1);
+  }
+  return &s->srq;
+}
+
+int emu_get_srq_num(ibv_srq* srq, uint32_t* srq_num) {
+  *srq_num = to_srq(srq)->shm->srqn;
+  return 0;
+}
+
+}  // namespace emu::prov
+
+extern "C" {
+
+ibv_srq* ibv_create_srq(ibv_pd* pd, ibv_srq_init_attr* attr) {
+  if (!is_emu(pd->context)) {
+    auto fn = REAL(ibv_create_srq, "IBVERBS_1.1");
+    return fn ? fn(pd, attr) : fail_null<ibv_srq>(EINVAL);
+  }
+  EmuSrq* s = create_srq_common(pd, attr->attr, attr->srq_context);
+  return s ? &s->srq : nullptr;
 }
 
 int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
@@ -215,9 +265,15 @@ int ibv_destroy_srq(ibv_srq* srq) {
     pthread_cond_wait(&srq->cond, &srq->mutex);
   pthread_mutex_unlock(&srq->mutex);
   wait_for_engines(seg);
+  g_srq_table[s->slot] = nullptr;
   seg->free(ss.buf_off);
   seg->free(ss.dbrec_off);
+  uint32_t xrcd_ref = ss.xrcd_ref;
   ss.state.store(kSlotFree, std::memory_order_release);
+  if (xrcd_ref) {
+    xrcd_drop_object(seg, xrcd_ref - 1);
+    s->xrcd->own_objects.fetch_sub(1);
+  }
   delete s;
   return 0;
 }
