@@ -1,5 +1,6 @@
 // Completion queues, completion channels and completion events.
 #include <fcntl.h>
+#include <poll.h>
 #include <sched.h>
 #include <unistd.h>
 
@@ -224,6 +225,33 @@ void srq_reclaim_cqes(EmuQp* qp) {
 
 namespace {
 
+bool proc_has_stalled_qps() {
+  Segment* seg = segment();
+  return seg->hdr()->procs[seg->self()].stalled_qps.load(std::memory_order_relaxed) != 0;
+}
+
+void progress_stalled(EmuContext* ctx) {
+  std::lock_guard<std::mutex> g(ctx->mu);
+  for (EmuQp* qp : ctx->qps)
+    if (qp->shm->stall.load(std::memory_order_relaxed) != kStallNone) qp_progress(qp);
+}
+
+// Waits until the channel has an event record. While this process has sends waiting for a retry
+// or RNR timer, it wakes each millisecond to fire them: in the default mode the device has no
+// timers of its own, and a program asleep here (ibv_xsrq_pingpong -e, whose first sends can reach
+// a peer that is not ready yet) would otherwise wait for a completion that never comes.
+void wait_channel(ibv_comp_channel* ch) {
+  if (fcntl(ch->fd, F_GETFL) & O_NONBLOCK) {
+    if (proc_has_stalled_qps()) progress_stalled(to_ctx(ch->context));
+    return;
+  }
+  while (proc_has_stalled_qps()) {
+    pollfd p{ch->fd, POLLIN, 0};
+    if (poll(&p, 1, 1) > 0) return;
+    progress_stalled(to_ctx(ch->context));
+  }
+}
+
 // A stalled send waits for its retry timer, which nothing fires by itself (no device thread by
 // default): whoever polls drives it. Its own CQ's pollers first; but a program may poll only
 // another CQ while it waits (ibv_xsrq_pingpong polls its receive CQ, its sends unsignaled), so any
@@ -233,12 +261,7 @@ void maybe_progress(EmuCq* cq) {
     cq_progress(cq);
     return;
   }
-  Segment* seg = segment();
-  if (seg->hdr()->procs[seg->self()].stalled_qps.load(std::memory_order_relaxed) == 0) return;
-  EmuContext* ctx = to_ctx(cq->cqx.context);
-  std::lock_guard<std::mutex> g(ctx->mu);
-  for (EmuQp* qp : ctx->qps)
-    if (qp->shm->stall.load(std::memory_order_relaxed) != kStallNone) qp_progress(qp);
+  if (proc_has_stalled_qps()) progress_stalled(to_ctx(cq->cqx.context));
 }
 
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
@@ -504,6 +527,7 @@ int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) 
     return fn ? fn(channel, cq, cq_context) : -1;
   }
   for (;;) {
+    wait_channel(channel);
     CompEventRecord rec;
     ssize_t r = read(channel->fd, &rec, sizeof rec);
     if (r != sizeof rec) return -1;

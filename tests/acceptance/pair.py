@@ -64,6 +64,8 @@ def main():
     ap.add_argument("--expect-server", action="append", default=[])
     ap.add_argument("--absent", action="append", default=[], help="regex no output may match")
     ap.add_argument("--env", action="append", default=[], help="K=V for every process")
+    ap.add_argument("--clients", type=int, default=1,
+                    help="client processes started together (each output is checked)")
     a = ap.parse_args()
 
     env = dict(os.environ)
@@ -93,13 +95,17 @@ def main():
                     srv.kill()
                     return 1
                 time.sleep(0.01)  # polling a condition with a bounded deadline
-            try:
-                cli = subprocess.run(run(a.client), env=env, stdout=subprocess.PIPE,
-                                     stderr=subprocess.STDOUT, text=True, timeout=a.timeout)
-            except subprocess.TimeoutExpired as e:
-                srv.kill()
-                print("FAIL client timed out\n", e.stdout)
-                return 1
+            clis = [subprocess.Popen(run(a.client), env=env, stdout=subprocess.PIPE,
+                                     stderr=subprocess.STDOUT, text=True) for _ in range(a.clients)]
+            couts = []
+            for c in clis:
+                try:
+                    couts.append(c.communicate(timeout=a.timeout)[0])
+                except subprocess.TimeoutExpired:
+                    for k in clis + [srv]:
+                        k.kill()
+                    print("FAIL client timed out\n", c.communicate()[0])
+                    return 1
             try:
                 sout = srv.communicate(timeout=a.timeout)[0]
             except subprocess.TimeoutExpired:
@@ -107,9 +113,11 @@ def main():
                 sout = srv.communicate()[0]
                 print("FAIL server did not exit after the client")
                 ok = False
-            print("--- server\n" + sout + "\n--- client\n" + cli.stdout)
+            print("--- server\n" + sout)
             ok &= check("server", sout, srv.returncode, a.rc, a.expect_server, a.absent)
-            ok &= check("client", cli.stdout, cli.returncode, a.rc, a.expect, a.absent)
+            for i, (c, out) in enumerate(zip(clis, couts)):
+                print(f"--- client {i}\n" + out)
+                ok &= check(f"client {i}", out, c.returncode, a.rc, a.expect, a.absent)
     finally:
         try:
             os.unlink(seg)
