@@ -11,7 +11,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 14;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 15;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -245,6 +245,8 @@ struct QpSlot {
   std::atomic<uint32_t> handles;      // open handles in every process (ibv_create_qp / ibv_open_qp)
   uint8_t dies_with_xrcd;             // lives on when its last handle goes with a process (2a/2b)
   uint8_t rsvd4[3];
+  int32_t creator_pid;                // who created it (a TGT QP outlives it: "orphaned")
+  uint64_t creator_start;             // the creator's start time (tells a recycled pid apart)
   uint32_t n_mcast;                   // UD: multicast groups joined
   struct {
     uint8_t gid[16];

@@ -151,6 +151,8 @@ Status tgt_qp_attach(Segment* seg, uint32_t qp_idx, uint32_t xrcd, bool dies_wit
   if (!alloc_handle(h, seg->self(), kHandleTgtQp, qp_idx, ctx, handle_uid, handle))
     return Status::no_memory;
   q.xrcd_ref = xrcd + 1;
+  q.creator_pid = seg->pid();
+  q.creator_start = h->procs[seg->self()].start_time;
   q.dies_with_xrcd = d.policy == kXrcPolicyXrcd || (d.policy == kXrcPolicyCreator && dies_with_xrcd);
   q.handles.store(1);
   d.objects.fetch_add(1);
