@@ -4,6 +4,7 @@
 //
 //   emu-ctl port DEV PORT           print the port's state
 //   emu-ctl port DEV PORT down|up   take the port down (a cable pull) or bring it back up
+//   emu-ctl census [--json]         every object, its owner process, XRC domains and TGT QPs
 //   emu-ctl help
 #include <cerrno>
 #include <cstdio>
@@ -13,6 +14,7 @@
 #include <string_view>
 #include <unistd.h>
 
+#include "census.h"
 #include "config.h"
 #include "control.h"
 #include "segment.h"
@@ -30,6 +32,7 @@ struct Command {
 };
 
 int cmd_port(int argc, char** argv);
+int cmd_census(int argc, char** argv);
 int cmd_help(int argc, char** argv);
 
 const Command kCommands[] = {
@@ -38,6 +41,12 @@ const Command kCommands[] = {
      "cable pull: its QPs stop reaching anyone, contexts get IBV_EVENT_PORT_ERR) or up "
      "(IBV_EVENT_PORT_ACTIVE)",
      cmd_port},
+    {"census", "[--json]",
+     "every live object of the fabric per device with its owner process (alive or dead), XRC "
+     "domains with their inode and use counts, TGT QPs with their handles and holders, orphaned "
+     "TGT QPs (creator gone), and the count of objects owned by dead processes that no policy "
+     "keeps; as text or JSON. Attaching runs the sweep first: dead processes' objects go",
+     cmd_census},
     {"help", "", "this text", cmd_help},
 };
 
@@ -121,6 +130,19 @@ int cmd_port(int argc, char** argv) {
   std::printf("%s port %u: state %s (%u), phys_state %s (%u)%s\n", argv[1], port,
               state_name(state), state, phys_name(emu::port_phys_state(state)),
               emu::port_phys_state(state), set && !changed ? " (unchanged)" : "");
+  return 0;
+}
+
+int cmd_census(int argc, char** argv) {
+  bool json = argc >= 2 && std::strcmp(argv[1], "--json") == 0;
+  if (argc > 2 || (argc == 2 && !json)) {
+    std::fprintf(stderr, "usage: emu-ctl census [--json]\n");
+    return kExitUsage;
+  }
+  emu::Segment* seg = attach();
+  if (!seg) return kExitFailed;
+  emu::Census c = emu::take_census(seg);
+  std::fputs((json ? emu::census_json(c) : emu::census_text(c)).c_str(), stdout);
   return 0;
 }
 
