@@ -226,6 +226,15 @@ void registry_del(uint64_t uid);
 enum class EventKind { completion, cq_async, qp_async, srq_async };
 void* registry_take_event(uint64_t uid, EventKind kind);
 
+// As the kernel does before a QP or SRQ goes: wait until every async event handed out on it
+// (`handed_out`) has been acknowledged (ibv_ack_async_event counts into events_completed).
+template <class Obj>
+void wait_event_acks(Obj* o, const std::atomic<uint32_t>& handed_out) {
+  pthread_mutex_lock(&o->mutex);
+  while (o->events_completed != handed_out.load()) pthread_cond_wait(&o->cond, &o->mutex);
+  pthread_mutex_unlock(&o->mutex);
+}
+
 Segment* segment();  // attached segment or nullptr
 Engine* engine();
 

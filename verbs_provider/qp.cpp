@@ -618,11 +618,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
       }
   }
   registry_del(s.uid);
-  // As the kernel does: wait until every async event handed out on this QP has been acknowledged.
-  pthread_mutex_lock(&ibqp->mutex);
-  while (ibqp->events_completed != qp->async_events_read.load())
-    pthread_cond_wait(&ibqp->cond, &ibqp->mutex);
-  pthread_mutex_unlock(&ibqp->mutex);
+  wait_event_acks(ibqp, qp->async_events_read);
   wait_for_engines(seg);  // a peer's engine may still be inside our rings
   {
     // Pollers of the CQs may be looking this QP up right now: unlink it under their locks. No

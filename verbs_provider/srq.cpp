@@ -260,10 +260,7 @@ int ibv_destroy_srq(ibv_srq* srq) {
   ss.state.store(kSlotDying, std::memory_order_release);
   ss.lock.unlock();
   registry_del(ss.uid);
-  pthread_mutex_lock(&srq->mutex);
-  while (srq->events_completed != s->async_events_read.load())
-    pthread_cond_wait(&srq->cond, &srq->mutex);
-  pthread_mutex_unlock(&srq->mutex);
+  wait_event_acks(srq, s->async_events_read);
   wait_for_engines(seg);
   g_srq_table[s->slot] = nullptr;
   seg->free(ss.buf_off);

@@ -178,10 +178,7 @@ ibv_qp* emu_open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
 int destroy_tgt_qp_handle(EmuQp* qp) {
   ibv_qp& q = qp->qpx.qp_base;
   registry_del(qp->handle_uid);
-  // As the kernel: wait until every async event handed out on this handle has been acknowledged.
-  pthread_mutex_lock(&q.mutex);
-  while (q.events_completed != qp->async_events_read.load()) pthread_cond_wait(&q.cond, &q.mutex);
-  pthread_mutex_unlock(&q.mutex);
+  wait_event_acks(&q, qp->async_events_read);
   tgt_qp_close(segment(), qp->xrc_handle);
   qp->xrcd->own_objects.fetch_sub(1);
   delete qp;
