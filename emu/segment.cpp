@@ -9,6 +9,9 @@
 #include <vector>
 #include <algorithm>
 #include <boost/interprocess/managed_mapped_file.hpp>
+#include <boost/interprocess/sync/mutex_family.hpp>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
@@ -30,7 +33,31 @@ Segment* g_segment = nullptr;
 std::atomic<Header*> g_header{nullptr};
 std::once_flag g_once;
 
-bip::managed_mapped_file* file_of(void* m) { return static_cast<bip::managed_mapped_file*>(m); }
+// The segment's allocator without Boost's own process-shared mutex: a process SIGKILLed while
+// holding that mutex would leave every other process waiting for it forever. Its calls are
+// serialised by AllocLock instead, whose file lock the kernel releases when its holder dies.
+using SegmentFile = bip::basic_managed_mapped_file<char, bip::rbtree_best_fit<bip::null_mutex_family>,
+                                                   bip::iset_index>;
+SegmentFile* file_of(void* m) { return static_cast<SegmentFile*>(m); }
+
+// Between processes: flock on the segment file (dropped by the kernel if the holder dies; a death
+// in the middle of an allocator update can still leave its free lists inconsistent, a window of a
+// few instructions on the slow path). Between this process's threads: a mutex (flock is per open
+// file, which the threads share).
+std::mutex g_alloc_mu;
+
+class AllocLock {
+ public:
+  explicit AllocLock(int fd) : fd_(fd), g_(g_alloc_mu) {
+    while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  ~AllocLock() { flock(fd_, LOCK_UN); }
+
+ private:
+  int fd_;
+  std::lock_guard<std::mutex> g_;
+};
 
 // init: fields other processes may read as soon as the slot is live, set before it is.
 // first: the lowest slot index handed out.
@@ -138,10 +165,10 @@ const std::string& Segment::last_error() { return g_error; }
 
 Status Segment::attach(const Config& cfg) {
   std::string path = cfg.segment_path();
-  bip::managed_mapped_file* mf = nullptr;
+  SegmentFile* mf = nullptr;
   try {
     bip::permissions perm(0600);
-    mf = new bip::managed_mapped_file(bip::open_or_create, path.c_str(), cfg.shm_size, nullptr, perm);
+    mf = new SegmentFile(bip::open_or_create, path.c_str(), cfg.shm_size, nullptr, perm);
   } catch (const std::exception& e) {
     g_error = "cannot map shared segment " + path + " (" + std::to_string(cfg.shm_size >> 20) +
               " MiB needed in " + cfg.shm_dir + "; set EMU_SHM_DIR or EMU_SHM_SIZE): " + e.what();
@@ -150,7 +177,13 @@ Status Segment::attach(const Config& cfg) {
   mapping_ = mf;
   base_ = static_cast<char*>(mf->get_address());
   pid_ = getpid();
+  lock_fd_ = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  if (lock_fd_ < 0) {
+    g_error = "cannot open " + path + " for its allocator lock: " + std::strerror(errno);
+    return Status::io;
+  }
   try {
+    AllocLock lock(lock_fd_);
     // Boost places named objects 8-byte aligned, and Header asks for 64 (its cache-line groups):
     // the header lives 64-aligned inside a zeroed byte array (all-zero is its initial state).
     // A segment made by a build from before this placement has "rdmaemu.header" instead.
@@ -250,6 +283,7 @@ void Segment::init_roce_port_from(const Config& cfg, uint32_t d, uint32_t port) 
 uint64_t Segment::alloc(size_t bytes, size_t align) {
   void* p = nullptr;
   try {
+    AllocLock lock(lock_fd_);
     p = file_of(mapping_)->allocate_aligned(bytes, align);
   } catch (const std::exception&) {
     return 0;
@@ -259,7 +293,9 @@ uint64_t Segment::alloc(size_t bytes, size_t align) {
 }
 
 void Segment::free(uint64_t off) {
-  if (off) file_of(mapping_)->deallocate(at(off));
+  if (!off) return;
+  AllocLock lock(lock_fd_);
+  file_of(mapping_)->deallocate(at(off));
 }
 
 Status Segment::alloc_ctx(uint32_t* idx) {
