@@ -173,8 +173,13 @@ Status tgt_qp_open(Segment* seg, uint32_t xrcd, uint32_t qpn, uint32_t ctx, uint
   return Status::ok;
 }
 
-void tgt_qp_close(Segment* seg, uint32_t handle) {
-  ShmLockGuard g(seg->hdr()->xrc_lock, seg->self());
+void tgt_qp_close(Segment* seg, uint32_t handle, uint64_t handle_uid) {
+  Header* h = seg->hdr();
+  ShmLockGuard g(h->xrc_lock, seg->self());
+  // Under 2a another handle's destroy may have taken this one with its QP, and the slot may have
+  // been given to a new reference since: only the handle made with this uid is ours to release.
+  const XrcHandle& x = h->xrc_handles[handle];
+  if (x.state.load() != kSlotLive || x.kind != kHandleTgtQp || x.uid != handle_uid) return;
   release_handle(seg, handle, false);
 }
 

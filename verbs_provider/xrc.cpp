@@ -165,7 +165,7 @@ ibv_qp* emu_open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
   void* qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr;
   EmuQp* qp = new_tgt_handle(context, x, seg->hdr()->qps[qi], qp_context);
   if (!qp) {
-    tgt_qp_close(seg, handle);
+    tgt_qp_close(seg, handle, uid);
     return fail_null<ibv_qp>(ENOMEM);
   }
   qp->handle_uid = uid;
@@ -182,7 +182,7 @@ int destroy_tgt_qp_handle(EmuQp* qp) {
   pthread_mutex_lock(&q.mutex);
   while (q.events_completed != qp->async_events_read.load()) pthread_cond_wait(&q.cond, &q.mutex);
   pthread_mutex_unlock(&q.mutex);
-  tgt_qp_close(segment(), qp->xrc_handle);
+  tgt_qp_close(segment(), qp->xrc_handle, qp->handle_uid);
   qp->xrcd->own_objects.fetch_sub(1);
   delete qp;
   return 0;
