@@ -135,12 +135,14 @@ TEST(XrcKill, RandomKills) {
         if (victim[w]) p[w].kill_now();
     };
     for (size_t s = 0; s <= kSteps; ++s) {
-      if (s == kill_at && (!mid_verb || s == kSteps || !victim[steps[s].who])) kill_victims();
+      // Inside a step only when the step's own player is a victim; otherwise before the step.
+      bool inside = mid_verb && s < kSteps && victim[steps[s].who];
+      if (s == kill_at && !inside) kill_victims();
       if (s == kSteps) break;
       Player& who = p[steps[s].who];
       std::string cmd = steps[s].cmd();
       if (!who.alive() || cmd.empty()) continue;
-      if (s == kill_at && mid_verb) {
+      if (s == kill_at && inside) {
         // Inside the step: the command is on its way (or being run) when the SIGKILL comes.
         ASSERT_TRUE(who.send_only(cmd)) << where;
         kill_victims();

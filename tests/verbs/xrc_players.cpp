@@ -336,7 +336,13 @@ Reply Player::reply(std::chrono::milliseconds deadline) {
 
 Reply Player::call(const std::string& cmd, std::chrono::milliseconds deadline) {
   if (!send_only(cmd)) return {};
-  return reply(deadline);
+  Reply r = reply(deadline);
+  // EMU_XRC_HANG_GDB=1: the stacks of a player that did not answer (while it still hangs).
+  if (!r.answered && alive_ && std::getenv("EMU_XRC_HANG_GDB")) {
+    std::string g = "gdb -batch -p " + std::to_string(pid_) + " -ex 'thread apply all bt' 1>&2";
+    if (std::system(g.c_str()) != 0) std::fprintf(stderr, "gdb failed\n");
+  }
+  return r;
 }
 
 void Player::kill_now() {
@@ -379,7 +385,13 @@ CensusView take_census_view() {
   auto until = std::chrono::steady_clock::now() + kStepDeadline;
   uint32_t n = 0;
   std::string s;
-  if (!census.recv_by(&n, sizeof n, until) || n > (1u << 24)) return v;
+  if (!census.recv_by(&n, sizeof n, until) || n > (1u << 24)) {
+    if (std::getenv("EMU_XRC_HANG_GDB")) {
+      std::string g = "gdb -batch -p " + std::to_string(census.pid()) + " -ex 'thread apply all bt' 1>&2";
+      if (std::system(g.c_str()) != 0) std::fprintf(stderr, "gdb failed\n");
+    }
+    return v;
+  }
   s.assign(n, '\0');
   if (n && !census.recv_by(s.data(), n, until)) return v;
   census.wait();
