@@ -38,14 +38,33 @@ void destroy_tgt_qp(Segment* seg, uint32_t qi) {
   uint32_t live = kSlotLive;
   if (!q.state.compare_exchange_strong(live, kSlotDying)) return;
   q.qp_state.store(kQpsReset);
+  // Out of its domain first, xrcd_ref cleared with the count: a death from here on leaves a dying
+  // slot that xrc_release_proc finishes without dropping the domain's count twice.
+  uint32_t xi = q.xrcd_ref - 1;
+  q.xrcd_ref = 0;
+  h->xrcds[xi].objects.fetch_sub(1);
+  free_xrcd_if_unused(h, xi);
   wait_for_engines(seg);
   seg->free(q.sq_off);
   seg->free(q.rq_off);
   seg->free(q.dbrec_off);
-  uint32_t xi = q.xrcd_ref - 1;
   q.state.store(kSlotFree, std::memory_order_release);
-  h->xrcds[xi].objects.fetch_sub(1);
-  free_xrcd_if_unused(h, xi);
+}
+
+// Only a holder of xrc_lock destroys a TGT QP, so a TGT QP seen dying by the next holder belongs
+// to a destroy its process died in (the lock was taken over). Called by the sweep (under
+// table_lock too, so no sweep's own release_objects is half way through a QP). The rings are left
+// (a leak, not a double free: how far the destroy got is unknown).
+void finish_interrupted_destroys(Header* h) {
+  for (QpSlot& q : h->qps) {
+    if (q.state.load() != kSlotDying || q.type != kQptXrcRecv) continue;
+    if (uint32_t ref = q.xrcd_ref) {
+      q.xrcd_ref = 0;
+      h->xrcds[ref - 1].objects.fetch_sub(1);
+      free_xrcd_if_unused(h, ref - 1);
+    }
+    q.state.store(kSlotFree, std::memory_order_release);
+  }
 }
 
 // A domain whose last open went: under 2a (and 2b for QPs that chose it) its TGT QPs go with it.
@@ -188,11 +207,14 @@ void xrcd_add_object(Segment* seg, uint32_t xrcd) {
   seg->hdr()->xrcds[xrcd].objects.fetch_add(1);
 }
 
-void xrcd_drop_object(Segment* seg, uint32_t xrcd) {
+void xrc_srq_drop(Segment* seg, SrqSlot& srq) {
   Header* h = seg->hdr();
   ShmLockGuard g(h->xrc_lock, seg->self());
-  h->xrcds[xrcd].objects.fetch_sub(1);
-  free_xrcd_if_unused(h, xrcd);
+  uint32_t ref = srq.xrcd_ref;
+  if (!ref) return;
+  srq.xrcd_ref = 0;
+  h->xrcds[ref - 1].objects.fetch_sub(1);
+  free_xrcd_if_unused(h, ref - 1);
 }
 
 void xrc_release_proc(Segment* seg, uint32_t proc) {
@@ -200,6 +222,7 @@ void xrc_release_proc(Segment* seg, uint32_t proc) {
   uint32_t word = proc + 1;
   h->xrc_lock.word.compare_exchange_strong(word, 0);  // it may have died holding it
   ShmLockGuard g(h->xrc_lock, seg->self());
+  finish_interrupted_destroys(h);
   // TGT QP handles first: under the kernel's rule a QP held only by the dead goes, while the
   // domain (still open) stays for the next step to decide.
   for (uint32_t i = 0; i < kMaxXrcHandles; ++i) {

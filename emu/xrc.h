@@ -45,7 +45,9 @@ void tgt_qp_close(Segment* seg, uint32_t handle, uint64_t handle_uid);
 
 // XRC SRQs count as objects of their domain.
 void xrcd_add_object(Segment* seg, uint32_t xrcd);
-void xrcd_drop_object(Segment* seg, uint32_t xrcd);
+// An XRC SRQ (dying) leaves its domain, once: its xrcd_ref is cleared with the count dropped, so a
+// destroy cut short by its process's death and the sweep after it do not both (or neither) drop.
+void xrc_srq_drop(Segment* seg, SrqSlot& srq);
 
 // A dead process's references, as its file close would release them (called by the sweep).
 void xrc_release_proc(Segment* seg, uint32_t proc);
