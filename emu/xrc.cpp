@@ -112,6 +112,22 @@ void release_handle(Segment* seg, uint32_t hi, bool by_exit) {
   if (left == 0 && !q.dies_with_xrcd) destroy_tgt_qp(seg, x.object);
 }
 
+// A death inside xrcd_open (under xrc_lock, which the sweep took over) can leave a domain's open
+// count apart from its open handles (the slot made, the handle or the count not yet): the handles
+// are the truth. Only with xrc_lock held, so no open is half way.
+void recount_opens(Segment* seg) {
+  Header* h = seg->hdr();
+  uint32_t opens[kMaxXrcds] = {};
+  for (const XrcHandle& x : h->xrc_handles)
+    if (x.state.load() == kSlotLive && x.kind == kHandleXrcd && x.object < kMaxXrcds) ++opens[x.object];
+  for (uint32_t i = 0; i < kMaxXrcds; ++i) {
+    XrcdSlot& d = h->xrcds[i];
+    if (d.state.load() != kSlotLive) continue;
+    d.opens.store(opens[i]);
+    if (opens[i] == 0) xrcd_last_open_gone(seg, i);  // frees it if nothing else holds it
+  }
+}
+
 }  // namespace
 
 Status xrcd_open(Segment* seg, const XrcdKey& key, bool create, bool excl, uint32_t policy,
@@ -235,6 +251,7 @@ void xrc_release_proc(Segment* seg, uint32_t proc) {
     if (x.state.load() == kSlotLive && x.owner == proc && x.kind == kHandleXrcd)
       release_handle(seg, i, true);
   }
+  recount_opens(seg);
 }
 
 void xrc_release_ctx(Segment* seg, uint32_t ctx) {
