@@ -82,7 +82,9 @@ Status alloc_slot(Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx,
 
 template <class SlotT>
 bool is_tgt_qp(const SlotT& slot) {
-  if constexpr (std::is_same_v<SlotT, QpSlot>) return slot.type == kQptXrcRecv;
+  // Attached to a domain (tgt_qp_attach): its handles decide. Before that it is its creator's,
+  // whose death between the two must not leave it behind.
+  if constexpr (std::is_same_v<SlotT, QpSlot>) return slot.type == kQptXrcRecv && slot.xrcd_ref != 0;
   else return false;
 }
 
@@ -394,11 +396,14 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
       free(x.rq_off);
       free(x.dbrec_off);
     });
+  // An XRC SRQ leaves its domain also when its dead owner's destroy had begun (marked dying by
+  // that destroy, not by us): its reference would otherwise keep the domain forever.
+  for (auto& s : hdr_->srqs)
+    if (s.state.load() == kSlotDying && owned(s) && (marked(&s) || owner_dead)) xrc_srq_drop(this, s);
   for (auto& s : hdr_->srqs)
     retire(s, [&](SrqSlot& x) {
       free(x.buf_off);
       free(x.dbrec_off);
-      if (x.xrcd_ref) xrcd_drop_object(this, x.xrcd_ref - 1);
     });
   for (auto& c : hdr_->cqs) retire(c, [&](CqSlot& x) { free(x.buf_off); });
   for (auto& m : hdr_->mrs) retire(m, [](MrSlot&) {});

@@ -38,14 +38,33 @@ void destroy_tgt_qp(Segment* seg, uint32_t qi) {
   uint32_t live = kSlotLive;
   if (!q.state.compare_exchange_strong(live, kSlotDying)) return;
   q.qp_state.store(kQpsReset);
+  // Out of its domain first, xrcd_ref cleared with the count: a death from here on leaves a dying
+  // slot that xrc_release_proc finishes without dropping the domain's count twice.
+  uint32_t xi = q.xrcd_ref - 1;
+  q.xrcd_ref = 0;
+  h->xrcds[xi].objects.fetch_sub(1);
+  free_xrcd_if_unused(h, xi);
   wait_for_engines(seg);
   seg->free(q.sq_off);
   seg->free(q.rq_off);
   seg->free(q.dbrec_off);
-  uint32_t xi = q.xrcd_ref - 1;
   q.state.store(kSlotFree, std::memory_order_release);
-  h->xrcds[xi].objects.fetch_sub(1);
-  free_xrcd_if_unused(h, xi);
+}
+
+// Only a holder of xrc_lock destroys a TGT QP, so a TGT QP seen dying by the next holder belongs
+// to a destroy its process died in (the lock was taken over). Called by the sweep (under
+// table_lock too, so no sweep's own release_objects is half way through a QP). The rings are left
+// (a leak, not a double free: how far the destroy got is unknown).
+void finish_interrupted_destroys(Header* h) {
+  for (QpSlot& q : h->qps) {
+    if (q.state.load() != kSlotDying || q.type != kQptXrcRecv) continue;
+    if (uint32_t ref = q.xrcd_ref) {
+      q.xrcd_ref = 0;
+      h->xrcds[ref - 1].objects.fetch_sub(1);
+      free_xrcd_if_unused(h, ref - 1);
+    }
+    q.state.store(kSlotFree, std::memory_order_release);
+  }
 }
 
 // A domain whose last open went: under 2a (and 2b for QPs that chose it) its TGT QPs go with it.
@@ -91,6 +110,22 @@ void release_handle(Segment* seg, uint32_t hi, bool by_exit) {
   // The kernel's rule: the last handle takes the real QP with it. Under 2a a QP whose handles all
   // went with their processes stays, bound to its domain (what leaks across jobs).
   if (left == 0 && !q.dies_with_xrcd) destroy_tgt_qp(seg, x.object);
+}
+
+// A death inside xrcd_open (under xrc_lock, which the sweep took over) can leave a domain's open
+// count apart from its open handles (the slot made, the handle or the count not yet): the handles
+// are the truth. Only with xrc_lock held, so no open is half way.
+void recount_opens(Segment* seg) {
+  Header* h = seg->hdr();
+  uint32_t opens[kMaxXrcds] = {};
+  for (const XrcHandle& x : h->xrc_handles)
+    if (x.state.load() == kSlotLive && x.kind == kHandleXrcd && x.object < kMaxXrcds) ++opens[x.object];
+  for (uint32_t i = 0; i < kMaxXrcds; ++i) {
+    XrcdSlot& d = h->xrcds[i];
+    if (d.state.load() != kSlotLive) continue;
+    d.opens.store(opens[i]);
+    if (opens[i] == 0) xrcd_last_open_gone(seg, i);  // frees it if nothing else holds it
+  }
 }
 
 }  // namespace
@@ -173,8 +208,13 @@ Status tgt_qp_open(Segment* seg, uint32_t xrcd, uint32_t qpn, uint32_t ctx, uint
   return Status::ok;
 }
 
-void tgt_qp_close(Segment* seg, uint32_t handle) {
-  ShmLockGuard g(seg->hdr()->xrc_lock, seg->self());
+void tgt_qp_close(Segment* seg, uint32_t handle, uint64_t handle_uid) {
+  Header* h = seg->hdr();
+  ShmLockGuard g(h->xrc_lock, seg->self());
+  // Under 2a another handle's destroy may have taken this one with its QP, and the slot may have
+  // been given to a new reference since: only the handle made with this uid is ours to release.
+  const XrcHandle& x = h->xrc_handles[handle];
+  if (x.state.load() != kSlotLive || x.kind != kHandleTgtQp || x.uid != handle_uid) return;
   release_handle(seg, handle, false);
 }
 
@@ -183,11 +223,14 @@ void xrcd_add_object(Segment* seg, uint32_t xrcd) {
   seg->hdr()->xrcds[xrcd].objects.fetch_add(1);
 }
 
-void xrcd_drop_object(Segment* seg, uint32_t xrcd) {
+void xrc_srq_drop(Segment* seg, SrqSlot& srq) {
   Header* h = seg->hdr();
   ShmLockGuard g(h->xrc_lock, seg->self());
-  h->xrcds[xrcd].objects.fetch_sub(1);
-  free_xrcd_if_unused(h, xrcd);
+  uint32_t ref = srq.xrcd_ref;
+  if (!ref) return;
+  srq.xrcd_ref = 0;
+  h->xrcds[ref - 1].objects.fetch_sub(1);
+  free_xrcd_if_unused(h, ref - 1);
 }
 
 void xrc_release_proc(Segment* seg, uint32_t proc) {
@@ -195,6 +238,7 @@ void xrc_release_proc(Segment* seg, uint32_t proc) {
   uint32_t word = proc + 1;
   h->xrc_lock.word.compare_exchange_strong(word, 0);  // it may have died holding it
   ShmLockGuard g(h->xrc_lock, seg->self());
+  finish_interrupted_destroys(h);
   // TGT QP handles first: under the kernel's rule a QP held only by the dead goes, while the
   // domain (still open) stays for the next step to decide.
   for (uint32_t i = 0; i < kMaxXrcHandles; ++i) {
@@ -207,6 +251,7 @@ void xrc_release_proc(Segment* seg, uint32_t proc) {
     if (x.state.load() == kSlotLive && x.owner == proc && x.kind == kHandleXrcd)
       release_handle(seg, i, true);
   }
+  recount_opens(seg);
 }
 
 void xrc_release_ctx(Segment* seg, uint32_t ctx) {

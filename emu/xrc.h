@@ -39,12 +39,15 @@ Status tgt_qp_open(Segment* seg, uint32_t xrcd, uint32_t qpn, uint32_t ctx, uint
                    uint32_t* qp_idx, uint32_t* handle);
 
 // ibv_destroy_qp on a TGT QP handle: the handle goes; the real QP goes when the policy says so
-// (kernel: with its last handle; 2a: now, explicitly destroyed).
-void tgt_qp_close(Segment* seg, uint32_t handle);
+// (kernel: with its last handle; 2a: now, explicitly destroyed). handle_uid: the one given at
+// attach/open; a handle already gone with its QP (2a) is left alone, whatever holds its slot now.
+void tgt_qp_close(Segment* seg, uint32_t handle, uint64_t handle_uid);
 
 // XRC SRQs count as objects of their domain.
 void xrcd_add_object(Segment* seg, uint32_t xrcd);
-void xrcd_drop_object(Segment* seg, uint32_t xrcd);
+// An XRC SRQ (dying) leaves its domain, once: its xrcd_ref is cleared with the count dropped, so a
+// destroy cut short by its process's death and the sweep after it do not both (or neither) drop.
+void xrc_srq_drop(Segment* seg, SrqSlot& srq);
 
 // A dead process's references, as its file close would release them (called by the sweep).
 void xrc_release_proc(Segment* seg, uint32_t proc);

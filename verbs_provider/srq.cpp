@@ -265,12 +265,13 @@ int ibv_destroy_srq(ibv_srq* srq) {
   g_srq_table[s->slot] = nullptr;
   seg->free(ss.buf_off);
   seg->free(ss.dbrec_off);
-  uint32_t xrcd_ref = ss.xrcd_ref;
-  ss.state.store(kSlotFree, std::memory_order_release);
-  if (xrcd_ref) {
-    xrcd_drop_object(seg, xrcd_ref - 1);
+  // Out of its domain before the slot is free: a death in between leaves a dying slot whose
+  // reference the sweep drops (xrc_srq_drop happens once either way).
+  if (ss.xrcd_ref) {
+    xrc_srq_drop(seg, ss);
     s->xrcd->own_objects.fetch_sub(1);
   }
+  ss.state.store(kSlotFree, std::memory_order_release);
   delete s;
   return 0;
 }

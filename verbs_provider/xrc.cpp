@@ -165,7 +165,7 @@ ibv_qp* emu_open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
   void* qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr;
   EmuQp* qp = new_tgt_handle(context, x, seg->hdr()->qps[qi], qp_context);
   if (!qp) {
-    tgt_qp_close(seg, handle);
+    tgt_qp_close(seg, handle, uid);
     return fail_null<ibv_qp>(ENOMEM);
   }
   qp->handle_uid = uid;
@@ -179,7 +179,7 @@ int destroy_tgt_qp_handle(EmuQp* qp) {
   ibv_qp& q = qp->qpx.qp_base;
   registry_del(qp->handle_uid);
   wait_event_acks(&q, qp->async_events_read);
-  tgt_qp_close(segment(), qp->xrc_handle);
+  tgt_qp_close(segment(), qp->xrc_handle, qp->handle_uid);
   qp->xrcd->own_objects.fetch_sub(1);
   delete qp;
   return 0;

@@ -141,6 +141,7 @@ class Peer {
     pid_ = -1;
     return st;
   }
+  pid_t pid() const { return pid_; }
   void kill_now() {
     ASSERT_EQ(kill(pid_, SIGKILL), 0);
     int st = wait();
