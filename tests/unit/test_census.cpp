@@ -83,7 +83,7 @@ TEST(Census, ReportsOwnersDomainsAndTgtQps) {
   EXPECT_NE(json.find("\"tgt_qps\":[{\"qpn\":" + std::to_string(qpn)), std::string::npos) << json;
   EXPECT_NE(census_text(c).find("policy kernel opens 1 objects 1"), std::string::npos);
 
-  tgt_qp_close(s, th);  // the last handle: the kernel rule destroys the real QP
+  tgt_qp_close(s, th, 77);  // the last handle: the kernel rule destroys the real QP
   c = take_census(s);
   EXPECT_EQ(tgt(c, qpn), nullptr);
   ASSERT_EQ(c.xrcds.size(), 1u);
