@@ -6,12 +6,13 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "shm_heap.h"
 #include "shm_lock.h"
 
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 16;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 17;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -343,6 +344,7 @@ struct Header {
   ShmLock xrc_lock;         // XRC domains and handles (emu/xrc.cpp; after table_lock)
   std::atomic<uint64_t> next_uid;
   std::atomic<uint32_t> generation;
+  ShmHeapHeader heap;       // the allocator of rings and buffers (emu/shm_heap.h)
   uint32_t num_devices;
   DeviceState devices[kMaxDevices];
   ProcRecord procs[kMaxProcs];

@@ -3,13 +3,12 @@
 
 #include "link_layer.h"
 #include "reclaim.h"
+#include "shm_heap.h"
 #include "wqe.h"
 
 #include <atomic>
 #include <vector>
 #include <algorithm>
-#include <boost/interprocess/managed_mapped_file.hpp>
-#include <boost/interprocess/sync/mutex_family.hpp>
 #include <fcntl.h>
 #include <sys/file.h>
 #include <cerrno>
@@ -18,12 +17,12 @@
 #include <cstring>
 #include <mutex>
 #include <new>
+#include <sys/mman.h>
 #include <sys/prctl.h>
 #include <sys/stat.h>
 #include <type_traits>
 #include <unistd.h>
 
-namespace bip = boost::interprocess;
 
 namespace emu {
 namespace {
@@ -33,17 +32,9 @@ Segment* g_segment = nullptr;
 std::atomic<Header*> g_header{nullptr};
 std::once_flag g_once;
 
-// The segment's allocator without Boost's own process-shared mutex: a process SIGKILLed while
-// holding that mutex would leave every other process waiting for it forever. Its calls are
-// serialised by AllocLock instead, whose file lock the kernel releases when its holder dies.
-using SegmentFile = bip::basic_managed_mapped_file<char, bip::rbtree_best_fit<bip::null_mutex_family>,
-                                                   bip::iset_index>;
-SegmentFile* file_of(void* m) { return static_cast<SegmentFile*>(m); }
-
-// Between processes: flock on the segment file (dropped by the kernel if the holder dies; a death
-// in the middle of an allocator update can still leave its free lists inconsistent, a window of a
-// few instructions on the slow path). Between this process's threads: a mutex (flock is per open
-// file, which the threads share).
+// The allocator's lock (emu/shm_heap.h). Between processes: flock on the segment file, which the
+// kernel drops if the holder dies (and the heap is left with at most a leaked block). Between this
+// process's threads: a mutex (flock is per open file, which the threads share).
 std::mutex g_alloc_mu;
 
 class AllocLock {
@@ -167,56 +158,62 @@ const std::string& Segment::last_error() { return g_error; }
 
 Status Segment::attach(const Config& cfg) {
   std::string path = cfg.segment_path();
-  SegmentFile* mf = nullptr;
-  try {
-    bip::permissions perm(0600);
-    mf = new SegmentFile(bip::open_or_create, path.c_str(), cfg.shm_size, nullptr, perm);
-  } catch (const std::exception& e) {
-    g_error = "cannot map shared segment " + path + " (" + std::to_string(cfg.shm_size >> 20) +
-              " MiB needed in " + cfg.shm_dir + "; set EMU_SHM_DIR or EMU_SHM_SIZE): " + e.what();
-    return Status::io;
-  }
-  mapping_ = mf;
-  base_ = static_cast<char*>(mf->get_address());
   pid_ = getpid();
-  lock_fd_ = open(path.c_str(), O_RDWR | O_CLOEXEC);
+  lock_fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
   if (lock_fd_ < 0) {
-    g_error = "cannot open " + path + " for its allocator lock: " + std::strerror(errno);
+    g_error = "cannot open shared segment " + path + ": " + std::strerror(errno) +
+              " (set EMU_SHM_DIR to a writable tmpfs)";
     return Status::io;
   }
-  try {
+  uint64_t size = 0;
+  {
+    // The first attacher sizes and lays out the file, holding the allocator's lock: a creator
+    // that dies part way leaves the magic 0, and the next attacher lays it out again.
     AllocLock lock(lock_fd_);
-    // Boost places named objects 8-byte aligned, and Header asks for 64 (its cache-line groups):
-    // the header lives 64-aligned inside a zeroed byte array (all-zero is its initial state).
-    // A segment made by a build from before this placement has "rdmaemu.header" instead.
-    if (mf->find<Header>("rdmaemu.header").first) {
-      g_error = "shared segment " + path + " was made by an older build (another layout). Remove "
-                "the file once no process uses it, or set EMU_FABRIC to another name";
+    struct stat st;
+    if (fstat(lock_fd_, &st) != 0) {
+      g_error = "cannot stat shared segment " + path + ": " + std::strerror(errno);
+      return Status::io;
+    }
+    size = static_cast<uint64_t>(st.st_size);
+    if (size == 0) {
+      // Reserved now, so that a full tmpfs is this message and not a bus error later.
+      int e = posix_fallocate(lock_fd_, 0, static_cast<off_t>(cfg.shm_size));
+      if (e != 0) {
+        ftruncate(lock_fd_, 0);
+        g_error = "cannot reserve " + std::to_string(cfg.shm_size >> 20) + " MiB for " + path +
+                  " in " + cfg.shm_dir + " (" + std::strerror(e) +
+                  "): give it more room or set EMU_SHM_DIR / EMU_SHM_SIZE";
+        return Status::no_memory;
+      }
+      size = cfg.shm_size;
+    }
+    if (size < sizeof(Header) + (1u << 20)) {
+      g_error = "shared segment " + path + " is too small (" + std::to_string(size) +
+                " bytes): remove it once no process uses it";
       return Status::layout_mismatch;
     }
-    char* raw = mf->find_or_construct<char>("rdmaemu.header64")[sizeof(Header) + 63](0);
-    hdr_ = reinterpret_cast<Header*>((reinterpret_cast<uintptr_t>(raw) + 63) & ~uintptr_t(63));
-  } catch (const std::exception& e) {
-    g_error = "shared segment " + path + " is full or corrupt: " + e.what() +
-              " (remove the file once no process uses it)";
-    return Status::no_memory;
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, lock_fd_, 0);
+    if (p == MAP_FAILED) {
+      g_error = "cannot map shared segment " + path + ": " + std::strerror(errno);
+      return Status::io;
+    }
+    base_ = static_cast<char*>(p);
+    hdr_ = reinterpret_cast<Header*>(base_);
+    if (hdr_->magic == 0) {
+      hdr_->layout_version = kLayoutVersion;
+      hdr_->header_size = sizeof(Header);
+      hdr_->segment_size = size;
+      hdr_->next_uid.store(1);
+      ShmHeap::init(base_, &hdr_->heap, (sizeof(Header) + 4095) & ~uint64_t(4095), size);
+      init_devices(cfg);
+      hdr_->magic = kMagic;
+    }
   }
   g_header.store(hdr_, std::memory_order_release);
   // Until it has a process record, this process holds locks under its pid (so a waiter can tell
   // whether it died).
   const uint32_t attaching = kMaxProcs + static_cast<uint32_t>(pid_);
-  // The first attacher fills the header; the table lock orders everyone else behind it.
-  {
-    ShmLockGuard g(hdr_->table_lock, attaching);
-    if (hdr_->magic == 0) {
-      hdr_->layout_version = kLayoutVersion;
-      hdr_->header_size = sizeof(Header);
-      hdr_->segment_size = mf->get_size();
-      hdr_->next_uid.store(1);
-      init_devices(cfg);
-      hdr_->magic = kMagic;
-    }
-  }
   if (hdr_->magic != kMagic || hdr_->layout_version != kLayoutVersion ||
       hdr_->header_size != sizeof(Header)) {
     g_error = "shared segment " + path + " has layout version " +
@@ -283,21 +280,14 @@ void Segment::init_roce_port_from(const Config& cfg, uint32_t d, uint32_t port) 
 }
 
 uint64_t Segment::alloc(size_t bytes, size_t align) {
-  void* p = nullptr;
-  try {
-    AllocLock lock(lock_fd_);
-    p = file_of(mapping_)->allocate_aligned(bytes, align);
-  } catch (const std::exception&) {
-    return 0;
-  }
-  std::memset(p, 0, bytes);
-  return offset_of(p);
+  AllocLock lock(lock_fd_);
+  return ShmHeap(base_, &hdr_->heap).alloc(bytes, align);  // zeroed
 }
 
 void Segment::free(uint64_t off) {
   if (!off) return;
   AllocLock lock(lock_fd_);
-  file_of(mapping_)->deallocate(at(off));
+  ShmHeap(base_, &hdr_->heap).free(off);
 }
 
 Status Segment::alloc_ctx(uint32_t* idx) {

@@ -66,8 +66,7 @@ class Segment {
   template <class Owned>
   void release_objects(Owned owned, bool owner_dead);
 
-  void* mapping_ = nullptr;  // the Boost managed file (SegmentFile in segment.cpp)
-  int lock_fd_ = -1;         // the segment file again, for the allocator's flock
+  int lock_fd_ = -1;  // the segment file: mapped, and flocked by the allocator
   char* base_ = nullptr;
   Header* hdr_ = nullptr;
   uint32_t self_ = 0;

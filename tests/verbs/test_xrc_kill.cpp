@@ -153,7 +153,9 @@ TEST(XrcKill, RandomKills) {
       steps[s].got(r);
     }
     for (int w = 0; w < kPlayers; ++w)
-      if (p[w].alive()) ASSERT_TRUE(p[w].call("ping").ok()) << where << kWhoName[w] << " hangs";
+      if (p[w].alive()) {
+        ASSERT_TRUE(p[w].call("ping").ok()) << where << kWhoName[w] << " hangs";
+      }
     ASSERT_NO_FATAL_FAILURE(check_census_mid(take_census_view(), where));
     // The survivors go too (exit or SIGKILL); then nothing of this iteration may remain.
     for (Player& x : p) {
