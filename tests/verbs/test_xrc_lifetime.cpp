@@ -367,4 +367,50 @@ TEST_F(XrcErrnos, OpenQpOfUnknownNumberIsEinval) {
 }
 
 }  // namespace
+// The packet names an SRQ the TGT QP's domain does not have (no such number, or an XRC SRQ of
+// another domain): the responder answers with an invalid-request NAK, the sender completes with
+// REM_INV_REQ_ERR and nothing lands.
+class XrcBadSrq : public XrcErrnos {
+ protected:
+  // Player a: domain `file`, a TGT QP and an INI QP connected to it. Returns the sender's status
+  // for a SEND to `srqn`.
+  long send_to(uint32_t srqn) {
+    Reply r = a.call("open_xrcd " + file.path + " " + std::to_string(O_CREAT));
+    EXPECT_TRUE(r.ok()) << r.text;
+    r = a.call("create_tgt");
+    EXPECT_TRUE(r.ok()) << r.text;
+    long tgt = r.val(0);
+    r = a.call("create_ini");
+    EXPECT_TRUE(r.ok()) << r.text;
+    long ini = r.val(0), lid = r.val(1);
+    EXPECT_TRUE(a.call("connect_tgt " + std::to_string(lid) + " " + std::to_string(ini)).ok());
+    EXPECT_TRUE(a.call("connect_ini " + std::to_string(lid) + " " + std::to_string(tgt)).ok());
+    r = a.call("send " + std::to_string(srqn) + " 5");
+    EXPECT_TRUE(r.ok()) << r.text;
+    return r.ok() ? r.val(0) : -1;
+  }
+  DomainFile other;
+};
+
+TEST_F(XrcBadSrq, UnknownSrqNumberIsAnInvalidRequest) {
+  ASSERT_TRUE(b.call("open_xrcd " + file.path + " " + std::to_string(O_CREAT)).ok());
+  Reply r = b.call("create_srq 1");
+  ASSERT_TRUE(r.ok()) << r.text;
+  uint32_t srqn = static_cast<uint32_t>(r.val(0));
+  EXPECT_EQ(send_to(srqn ^ 0x3), IBV_WC_REM_INV_REQ_ERR);
+  r = b.call("poll 1 0");
+  ASSERT_TRUE(r.ok()) << r.text;
+  EXPECT_EQ(r.val(0), 0) << "nothing landed: " << r.text;
+}
+
+TEST_F(XrcBadSrq, SrqOfAnotherDomainIsAnInvalidRequest) {
+  ASSERT_TRUE(b.call("open_xrcd " + other.path + " " + std::to_string(O_CREAT)).ok());
+  Reply r = b.call("create_srq 1");
+  ASSERT_TRUE(r.ok()) << r.text;
+  EXPECT_EQ(send_to(static_cast<uint32_t>(r.val(0))), IBV_WC_REM_INV_REQ_ERR);
+  r = b.call("poll 1 0");
+  ASSERT_TRUE(r.ok()) << r.text;
+  EXPECT_EQ(r.val(0), 0) << "nothing landed in the other domain's SRQ: " << r.text;
+}
+
 }  // namespace vt

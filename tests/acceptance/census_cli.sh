@@ -1,0 +1,24 @@
+#!/bin/bash
+# emu-ctl census, text and JSON, on a fabric a verbs program used and left: the JSON parses, the
+# sweep at emu-ctl's attach has released the finished program's objects, the text has its sections.
+# Usage: census_cli.sh EMU_RUN EMU_CTL
+set -euo pipefail
+emu_run=$1 emu_ctl=$2
+export EMU_FABRIC=test-census-cli-$$
+trap 'rm -f "${EMU_SHM_DIR:-/dev/shm}/rdmaemu-$(id -u)-$EMU_FABRIC"' EXIT
+"$emu_run" ibv_devinfo -d emu0 >/dev/null
+"$emu_ctl" census --json | python3 -c '
+import json, os, sys
+c = json.load(sys.stdin)
+assert c["fabric"] == os.environ["EMU_FABRIC"], c["fabric"]
+for key in ("processes", "objects", "xrcds", "tgt_qps", "dead_owned"):
+    assert isinstance(c[key], list), key
+assert c["dead_owned"] == [], c["dead_owned"]
+assert all(o["owner_alive"] for o in c["objects"]), c["objects"]
+print("census json ok:", len(c["processes"]), "process records")
+'
+text=$("$emu_ctl" census)
+for section in "processes:" "objects:" "xrc domains:" "xrc tgt qps:" "owned by dead processes"; do
+  grep -q "^$section" <<<"$text" || { echo "FAIL: no '$section' in:"; echo "$text"; exit 1; }
+done
+echo PASS
