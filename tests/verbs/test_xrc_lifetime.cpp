@@ -413,4 +413,33 @@ TEST_F(XrcBadSrq, SrqOfAnotherDomainIsAnInvalidRequest) {
   EXPECT_EQ(r.val(0), 0) << "nothing landed in the other domain's SRQ: " << r.text;
 }
 
+// Events on a TGT QP go to every handle: an invalid request (a SEND naming no SRQ) puts the TGT QP
+// in ERR with IBV_EVENT_QP_REQ_ERR, which the creator's handle and the opener's both receive.
+TEST_F(XrcBadSrq, TgtQpEventsReachEveryHandle) {
+  ASSERT_TRUE(b.call("open_xrcd " + file.path + " " + std::to_string(O_CREAT)).ok());
+  Reply r = b.call("create_srq 1");
+  ASSERT_TRUE(r.ok()) << r.text;
+  uint32_t srqn = static_cast<uint32_t>(r.val(0));
+  // a creates the TGT QP (inside send_to); b opens a handle to it before the bad SEND goes.
+  ASSERT_TRUE(a.call("open_xrcd " + file.path + " " + std::to_string(O_CREAT)).ok());
+  r = a.call("create_tgt");
+  ASSERT_TRUE(r.ok()) << r.text;
+  long tgt = r.val(0);
+  ASSERT_TRUE(b.call("open_qp " + std::to_string(tgt)).ok());
+  r = a.call("create_ini");
+  ASSERT_TRUE(r.ok()) << r.text;
+  long ini = r.val(0), lid = r.val(1);
+  ASSERT_TRUE(a.call("connect_tgt " + std::to_string(lid) + " " + std::to_string(ini)).ok());
+  ASSERT_TRUE(a.call("connect_ini " + std::to_string(lid) + " " + std::to_string(tgt)).ok());
+  r = a.call("send " + std::to_string(srqn ^ 0x3) + " 5");
+  ASSERT_TRUE(r.ok()) << r.text;
+  EXPECT_EQ(r.val(0), IBV_WC_REM_INV_REQ_ERR);
+  for (Player* p : {&a, &b}) {
+    r = p->call("async_event 5000");
+    ASSERT_TRUE(r.ok()) << r.text;
+    EXPECT_EQ(r.val(0), IBV_EVENT_QP_REQ_ERR) << (p == &a ? "creator" : "opener") << ": " << r.text;
+    EXPECT_EQ(r.val(1), tgt) << "the event names the handle's QP";
+  }
+}
+
 }  // namespace vt

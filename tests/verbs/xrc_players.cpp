@@ -70,6 +70,20 @@ std::string player_step(PlayerState& p, const std::string& line) {
     return ok_reply();
   }
   if (cmd == "ping") return ok_reply({getpid()});
+  if (cmd == "async_event") {  // MS: the next async event within MS, acked: "ok type qpn" or "ok -1"
+    long ms = 0;
+    in >> ms;
+    ibv_async_event ev;
+    if (!get_async_event(p.ctx, &ev, std::chrono::milliseconds(ms))) return ok_reply({-1});
+    long type = ev.event_type;
+    long qpn = (type == IBV_EVENT_QP_FATAL || type == IBV_EVENT_QP_REQ_ERR ||
+                type == IBV_EVENT_QP_ACCESS_ERR || type == IBV_EVENT_COMM_EST)
+                   ? static_cast<long>(ev.element.qp->qp_num)
+                   : -1;
+    ibv_async_event copy = ev;
+    ibv_ack_async_event(&copy);
+    return ok_reply({type, qpn});
+  }
   if (cmd == "open_xrcd") {
     std::string path;
     int oflags = 0;
