@@ -2,6 +2,7 @@
 // port 3 on lo (this binary sets EMU_PORTS, EMU_LINK_LAYER and EMU_ROCE_NETDEV before the
 // provider reads them). The GID tables are checked against the interfaces' addresses as
 // getifaddrs reports them; QPs on RoCE ports connect by GID.
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -50,23 +51,30 @@ void expect_gid_table(ibv_context* ctx, uint8_t port, const testhost::HostNetdev
   ASSERT_EQ(ibv_query_port(ctx, port, &pa), 0);
   ASSERT_EQ(pa.gid_tbl_len, 16);
   size_t want = 2 * (1 + nd.ipv4.size() + nd.ipv6.size());
-  if (want > 16) GTEST_SKIP() << nd.name << " has more addresses than a 16-entry table holds";
+  // More addresses than 16 entries hold: the table is the head of the same order, full.
+  bool truncated = want > 16;
+  size_t filled = truncated ? 16 : want;
   std::vector<Gid> got;
   for (int i = 0; i < pa.gid_tbl_len; ++i) got.push_back(to_array(gid_of(ctx, port, i)));
   EXPECT_EQ(got[0], testhost::link_local_from_mac(nd.mac));
   EXPECT_EQ(got[1], got[0]);
   size_t i = 2;
   std::set<Gid> v4, v6;
-  for (; i < 2 + 2 * nd.ipv4.size(); i += 2) {
+  for (; i < std::min(filled, 2 + 2 * nd.ipv4.size()); i += 2) {
     EXPECT_EQ(got[i], got[i + 1]) << "GID " << i << " and " << i + 1 << " (v1, v2)";
     v4.insert(got[i]);
   }
-  for (; i < want; i += 2) {
+  for (; i < filled; i += 2) {
     EXPECT_EQ(got[i], got[i + 1]) << "GID " << i << " and " << i + 1 << " (v1, v2)";
     v6.insert(got[i]);
   }
-  EXPECT_EQ(v4, nd.ipv4);
-  EXPECT_EQ(v6, nd.ipv6);
+  if (truncated) {
+    for (const Gid& g : v4) EXPECT_TRUE(nd.ipv4.count(g)) << "a GID of no IPv4 address";
+    for (const Gid& g : v6) EXPECT_TRUE(nd.ipv6.count(g)) << "a GID of no IPv6 address";
+  } else {
+    EXPECT_EQ(v4, nd.ipv4);
+    EXPECT_EQ(v6, nd.ipv6);
+  }
   for (; i < 16; ++i) EXPECT_EQ(got[i], Gid{}) << "GID " << i << " should be empty";
 
   for (uint32_t k = 0; k < 16; ++k) {
@@ -303,12 +311,14 @@ TEST_F(Roce, AGidNoPortHoldsGoesNowhere) {
   expect_unreachable();
 }
 
+// b is on port 2, but a addresses lo's GID (port 3's). Where the default interface is lo itself,
+// ports 2 and 3 hold the same GIDs, so the GID reaches port 2 too and the QP number decides (the
+// documented consequence of binding two ports to one interface).
 TEST_F(Roce, TheGidOfAnotherInterfaceDoesNotReachThisPort) {
-  if (dflt.name == "lo") GTEST_SKIP() << "no interface besides lo: ports 2 and 3 share their GIDs";
-  // b is on port 2, but a addresses lo's GID (port 3's).
   connect(path(kRocePort, gid_of(ctx, kLoPort, kIpv4V2), kIpv4V2),
           path(kRocePort, gid_of(ctx, kRocePort, kIpv4V2), kIpv4V2), 1, 1);
-  expect_unreachable();
+  if (dflt.name == "lo") send_and_write();
+  else expect_unreachable();
 }
 
 TEST_F(Roce, InfiniBandPortDoesNotReachARocePort) {

@@ -33,20 +33,6 @@ bool is_msg(const uint8_t* p, uint32_t len, int* j, int* i) {
   return true;
 }
 
-int post_srq(ibv_srq* srq, uint64_t wr_id, ibv_sge* sg, int n = 1) {
-  ibv_recv_wr w;
-  std::memset(&w, 0, sizeof w);
-  w.wr_id = wr_id;
-  w.sg_list = sg;
-  w.num_sge = n;
-  ibv_recv_wr* bad = nullptr;
-  int rc = ibv_post_srq_recv(srq, &w, &bad);
-  if (rc) {
-    EXPECT_EQ(bad, &w) << "bad_wr of a failed ibv_post_srq_recv";
-  }
-  return rc;
-}
-
 class Srq : public VerbsTest {
  protected:
   // A sender (RC, its own CQ) connected to a receiver on srq completing into rcq.

@@ -232,12 +232,7 @@ TEST_F(Ud, QpsOnAnSrq) {
   }
   for (int k = 0; k < 2; ++k) {
     ibv_sge sg = rb.sge(4096 * k, 4096);
-    ibv_recv_wr w{};
-    w.wr_id = 300 + k;
-    w.sg_list = &sg;
-    w.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    ASSERT_EQ(ibv_post_srq_recv(srq, &w, &bad), 0);
+    ASSERT_EQ(post_srq(srq, 300 + k, &sg), 0);
   }
   ibv_ah* ah = make_ah(ah_attr(lid, 2));
   ASSERT_NE(ah, nullptr);

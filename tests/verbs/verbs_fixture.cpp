@@ -256,6 +256,20 @@ ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, uint64_t ra
   return wr;
 }
 
+int post_srq(ibv_srq* srq, uint64_t wr_id, ibv_sge* sg, int n) {
+  ibv_recv_wr w;
+  std::memset(&w, 0, sizeof w);
+  w.wr_id = wr_id;
+  w.sg_list = sg;
+  w.num_sge = n;
+  ibv_recv_wr* bad = nullptr;
+  int rc = ibv_post_srq_recv(srq, &w, &bad);
+  if (rc) {
+    EXPECT_EQ(bad, &w) << "bad_wr of a failed ibv_post_srq_recv";
+  }
+  return rc;
+}
+
 int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n) {
   ibv_recv_wr wr;
   std::memset(&wr, 0, sizeof wr);

@@ -105,6 +105,7 @@ ibv_send_wr rdma_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n, uint64
 ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, uint64_t raddr, uint32_t rkey,
                       uint64_t compare_add, uint64_t swap, unsigned flags = IBV_SEND_SIGNALED);
 int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n);
+int post_srq(ibv_srq* srq, uint64_t wr_id, ibv_sge* sg, int n = 1);  // ibv_post_srq_recv of one WR
 int post_one(ibv_qp* qp, ibv_send_wr* wr);  // ibv_post_send of one WR (checks bad_wr on error)
 
 // One device, one PD and whatever the test makes from them; everything is released in TearDown in
