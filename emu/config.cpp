@@ -20,6 +20,13 @@ const KnobDoc kKnobs[] = {
     {"EMU_PORTS", "1", "Ports per device (at most 4)."},
     {"EMU_UARS", "16",
      "Doorbell/BlueFlame registers per context; QPs beyond this number share registers."},
+    {"EMU_TD_UARS", "16",
+     "Registers per context kept for thread domains (ibv_alloc_td): each domain gets one of its "
+     "own; past this number ibv_alloc_td fails with ENOMEM."},
+    {"EMU_RACE_LOG", "0",
+     "1: print each race event the device records (torn BlueFlame WQE, doorbell record moving "
+     "backwards or ahead, double or stale WQE, lock-free QP entered by two threads) to stderr as "
+     "JSON. Events are recorded whether or not this is set (emu-ctl races)."},
     {"EMU_ENGINE", "inline",
      "Who drives the device engine: 'inline' (the posting thread, right after it rings the "
      "doorbell) or 'thread' (one device thread per process, woken by doorbells, asynchronous to the "
@@ -127,6 +134,7 @@ Config config_from_env() {
   c.num_devices = parse_u32("EMU_DEVICES", "1", 0, 8);
   c.ports_per_dev = parse_u32("EMU_PORTS", "1", 1, 4);
   c.uar_regs = parse_u32("EMU_UARS", "16", 1, 64);
+  c.td_uar_regs = parse_u32("EMU_TD_UARS", "16", 0, 64);
   std::string engine = env_or("EMU_ENGINE", "inline");
   c.engine = engine == "thread" ? EngineMode::progress_thread : EngineMode::inline_on_doorbell;
   c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;

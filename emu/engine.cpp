@@ -6,6 +6,7 @@
 #include <ctime>
 
 #include "barriers.h"
+#include "doorbell.h"
 #include "memory.h"
 #include "notify.h"
 #include "engine_internal.h"
@@ -32,6 +33,11 @@ const uint32_t kRnrUs[32] = {655360, 10,    20,    30,    40,    60,     80,    
 }  // namespace
 
 Engine::Engine(Segment* seg) : seg_(seg), h_(seg->hdr()), now_(monotonic_ns) {}
+
+Engine* Engine::process_engine() {
+  static Engine* e = new Engine(Segment::get());  // lives as long as the process
+  return e;
+}
 
 uint64_t Engine::rnr_delay_us(uint8_t code) { return kRnrUs[code & 31]; }
 
@@ -67,30 +73,46 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
     // A doorbell that arrived after the runner's last look found the lock taken: take it over.
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (qp.state.load(std::memory_order_acquire) != kSlotLive) return;
-    if (consumed == sq_producer(seg_, qp)) return;
+    uint32_t pending = (sq_producer(seg_, qp) - consumed) & 0xffff;
+    if (pending == 0 || pending > qp.sq_bbs) return;  // nothing new (or a record gone backwards)
     if (stalled && qp.qp_state.load() != kQpsErr && !qp.retry_now.load()) return;
   }
 }
 
-bool Engine::fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs) {
+Engine::Fetch Engine::fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs) {
   return fetch_wqe_at(qp, qp.sq_ci, buf, bbs);
 }
 
-bool Engine::fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs) {
-  const uint8_t* ring = seg_->at<uint8_t>(qp.sq_off);
-  uint32_t mask = qp.sq_bbs - 1;
-  uint32_t idx = pos & mask;
+// A NIC executes a WQE that came by BlueFlame from the copy it received, and fetches the others
+// from the ring.
+Engine::Fetch Engine::fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs) {
+  bool bad = false;
+  bool from_bf = take_bf_copy(qp, pos, buf, &bad);
+  if (from_bf && bad) {
+    note_fetch(seg_, qp, pos, true);
+    return Fetch::bad_bf;
+  }
   CtrlSeg ctrl;
-  std::memcpy(&ctrl, ring + idx * kSendWqeBB, sizeof ctrl);
-  uint32_t ds = be32(ctrl.qpn_ds) & 0x3f;
-  uint32_t size = ds * 16;
-  if (ds == 0 || size > kMaxWqeBBs * kSendWqeBB) return false;
+  uint32_t size;
+  if (from_bf) {
+    std::memcpy(&ctrl, buf, sizeof ctrl);
+    size = (be32(ctrl.qpn_ds) & 0x3f) * 16;  // fits the copy: checked when it arrived
+  } else {
+    const uint8_t* ring = seg_->at<uint8_t>(qp.sq_off);
+    uint32_t idx = pos & (qp.sq_bbs - 1);
+    std::memcpy(&ctrl, ring + idx * kSendWqeBB, sizeof ctrl);
+    uint32_t ds = be32(ctrl.qpn_ds) & 0x3f;
+    size = ds * 16;
+    if (ds == 0 || size > kMaxWqeBBs * kSendWqeBB) return Fetch::stale;
+    uint32_t first = std::min(size, (qp.sq_bbs - idx) * kSendWqeBB);
+    std::memcpy(buf, ring + idx * kSendWqeBB, first);
+    if (first < size) std::memcpy(buf + first, ring, size - first);
+  }
   *bbs = (size + kSendWqeBB - 1) / kSendWqeBB;
-  uint32_t first = std::min(size, (qp.sq_bbs - idx) * kSendWqeBB);
-  std::memcpy(buf, ring + idx * kSendWqeBB, first);
-  if (first < size) std::memcpy(buf + first, ring, size - first);
   uint32_t wqe_idx = (be32(ctrl.opmod_idx_opcode) >> 8) & 0xffff;
-  return wqe_idx == (pos & 0xffff) && (be32(ctrl.qpn_ds) >> 8) == qp.qpn;
+  if (wqe_idx != (pos & 0xffff) || (be32(ctrl.qpn_ds) >> 8) != qp.qpn) return Fetch::stale;
+  note_fetch(seg_, qp, pos, from_bf);
+  return Fetch::ok;
 }
 
 void Engine::set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us) {
@@ -121,13 +143,13 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
   alignas(64) uint8_t buf[kMaxWqeBBs * kSendWqeBB];
   for (;;) {
     if (qp.state.load(std::memory_order_acquire) != kSlotLive) return;  // destroyed meanwhile
-    uint32_t pi = sq_producer(seg_, qp);
+    uint32_t pi = dbrec_checked(seg_, qp, sq_producer(seg_, qp));
     if ((qp.sq_ci & 0xffff) == pi) return;
     uint32_t state = qp.qp_state.load(std::memory_order_acquire);
     uint32_t bbs = 1;
     if (state == kQpsErr || state == kQpsSqe) {  // flush what is left
       clear_stall(qp);
-      if (!fetch_wqe(qp, buf, &bbs)) {
+      if (fetch_wqe(qp, buf, &bbs) != Fetch::ok) {
         // Not a WQE start (behind a malformed WQE): step one block and look again, so every real
         // WQE after it still gets its flush completion.
         qp.sq_ci += 1;
@@ -154,7 +176,11 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     }
     // Several plain RDMA WRITEs waiting (the device thread falls behind a fast poster): one copy.
     if (qp.stall.load(std::memory_order_relaxed) == kStallNone && run_write_batch(qp, pi)) continue;
-    if (!fetch_wqe(qp, buf, &bbs)) {
+    Fetch got = fetch_wqe(qp, buf, &bbs);
+    if (got != Fetch::ok) {
+      // What hardware does with a slot that holds no valid WQE for this index (or a BlueFlame
+      // copy that does not parse): a local QP operation error, and the QP goes to ERR.
+      if (got == Fetch::stale) report_stale(seg_, qp, qp.sq_ci);
       CqeInfo info{};
       info.cqe_opcode = kCqeReqErr;
       info.syndrome = kSynLocalQpOp;

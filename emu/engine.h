@@ -45,6 +45,9 @@ class Engine {
 
   explicit Engine(Segment* seg);
 
+  // This process's engine over its attached segment (made on first use).
+  static Engine* process_engine();
+
   // A doorbell write reached the device: the 8-byte doorbell value, or the first 8 bytes of a
   // BlueFlame copy (both are the head of a control segment). The value is the write itself, as a
   // NIC receives it, not a later read of the register another QP may share.
@@ -71,8 +74,11 @@ class Engine {
 
  private:
   void run_sq(QpSlot& qp, bool force_retry);
-  bool fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs);
-  bool fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs);
+  // What fetching the WQE at a ring position gave: a WQE; a BlueFlame copy that did not parse
+  // (already reported as torn); or a slot holding no WQE for that position (stale).
+  enum class Fetch { ok, bad_bf, stale };
+  Fetch fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs);
+  Fetch fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs);
   // Executes a run of plain RDMA WRITEs at the head with one DMA call; returns how many (0: the
   // head is not such a run, or something in it needs the one-at-a-time path and its errors).
   uint32_t run_write_batch(QpSlot& qp, uint32_t producer);

@@ -15,6 +15,8 @@ uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
   constexpr uint32_t kBatch = 64;
   uint32_t pending = (producer - qp.sq_ci) & 0xffff;
   if (pending < 2) return 0;
+  // A WQE delivered by BlueFlame is executed from its copy: one at a time.
+  if (qp.bf_stash.index.load(std::memory_order_relaxed) != kStashEmpty) return 0;
   // Inline data sits in our copy of the WQE and SGEs in the requester's memory: one source address
   // space only when the requester is this process.
   if (h_->procs[qp.owner].pid != seg_->pid()) return 0;
@@ -36,7 +38,7 @@ uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
   while (n < kBatch && consumed < pending) {
     uint8_t* w = wqes[n];
     uint32_t bbs;
-    if (!fetch_wqe_at(qp, pos, w, &bbs)) break;
+    if (fetch_wqe_at(qp, pos, w, &bbs) != Fetch::ok) break;
     auto* ctrl = reinterpret_cast<const CtrlSeg*>(w);
     if ((be32(ctrl->opmod_idx_opcode) & 0xff) != kOpRdmaWrite) break;
     const uint8_t* p = w + sizeof(CtrlSeg);

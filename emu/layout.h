@@ -12,7 +12,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 17;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 18;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -35,7 +35,7 @@ constexpr uint32_t kMaxXrcHandles = 4096;
 constexpr uint32_t kMaxMcastPerQp = 8;   // multicast groups one UD QP can join
 constexpr uint16_t kMcastLidBase = 0xc000;  // IB multicast LIDs: 0xc000 .. 0xfffe
 constexpr uint32_t kMcastQpn = 0xffffff;    // the destination QPN of a multicast send
-constexpr uint32_t kUarRegsMax = 64;
+constexpr uint32_t kUarRegsMax = 128;  // shared + thread-domain registers per context
 constexpr uint32_t kBfBufSize = 256;  // each register has two BlueFlame buffers of this size
 // A destroyed object is dying until no engine can still be using it (see EngineSlot): it cannot be
 // found by number or key, and its slot is not handed out again.
@@ -116,12 +116,96 @@ struct ContextSlot {
   uint32_t rsvd;
 };
 
+constexpr uint32_t kBfChunks = kBfBufSize / 64;  // 64-byte write-combining chunks per buffer
+
+// A doorbell register (mlx5's UAR page: an 8-byte doorbell and two BlueFlame buffers), with what the
+// device recorded of the writes that reached it. A NIC sees only the bytes; the emulator also knows
+// which thread made each write (a tag: writer tid << 32 | that thread's burst number), which is what
+// lets it tell a torn BlueFlame WQE from a whole one (emu/doorbell.h, docs/doorbells.md).
 struct alignas(64) UarReg {
   uint64_t doorbell;                 // the 8-byte doorbell register
-  uint8_t pad[56];
+  std::atomic<uint32_t> device_busy; // the device takes one write to this register at a time
+  uint32_t ctx;                      // which register this is, for race reports: context slot,
+  uint16_t index;                    // index in the context (dedicated ones after the shared)
+  uint16_t dev;
+  std::atomic<uint32_t> db_writer;   // tid of the last 8-byte doorbell write
+  uint8_t pad[40];
+  std::atomic<uint64_t> bf_tag[2][kBfChunks];  // per chunk: the write that last filled it
+  uint64_t bf_taken[2][kBfChunks];   // per chunk: the tag the device last took (device only)
   uint8_t bf[2][kBfBufSize];         // BlueFlame buffers, alternated per post
 };
-static_assert(sizeof(UarReg) == 64 + 2 * kBfBufSize);
+static_assert(sizeof(UarReg) == 64 + 64 + 64 + 2 * kBfBufSize);
+static_assert(offsetof(UarReg, bf_tag) == 64 && offsetof(UarReg, bf) == 192);
+
+// The device's record of the stores to one send block (the driver's ring-copy helper writes it;
+// code posting on its own may, through emudv_sq_write). What lets the device name the threads
+// behind a double write and a doorbell record that runs ahead of the ring.
+struct WqeWriteRec {
+  std::atomic<uint32_t> pos;          // ring position (block counter) last written here
+  std::atomic<uint32_t> writer;       // tid of the last writer
+  std::atomic<uint32_t> prev_writer;  // tid of the writer before it
+  std::atomic<uint32_t> unfetched;    // WQE starts written here since the device last fetched it
+};
+static_assert(sizeof(WqeWriteRec) == 16);
+
+// The WQE a BlueFlame write delivered, kept until the device reaches its index: a NIC executes the
+// copy it received, not the ring (so a torn copy reaches the wire). Written only by the register's
+// intake (one at a time), read by the send queue's runner; `seq` is odd while it is being written.
+struct alignas(64) BfStash {
+  std::atomic<uint32_t> seq;
+  std::atomic<uint32_t> index;       // 0: empty; else kStashFull | the WQE index (16 bits) | kStashBad if
+  uint32_t writers[2];               // it did not parse; the threads whose chunks it holds
+  uint32_t torn;                     // 1: assembled from more than one write
+  uint32_t rsvd[11];
+  uint8_t bytes[kBfBufSize];
+};
+constexpr uint32_t kStashEmpty = 0;  // a zeroed slot is a valid empty one
+constexpr uint32_t kStashBad = 1u << 16;
+constexpr uint32_t kStashFull = 1u << 17;
+
+// Race events (emu/race_log.h): what the device saw that only concurrent, unordered or
+// unsynchronised driver stores produce.
+enum RaceKind : uint8_t {
+  kRaceNone = 0,
+  kRaceBfTorn = 1,         // a BlueFlame buffer's chunks came from more than one write
+  kRaceDbrecBackwards = 2, // the send doorbell record moved backwards
+  kRaceDbrecAhead = 3,     // the send doorbell record counts blocks the ring was not given
+  kRaceDoubleWrite = 4,    // two WQEs written into one slot before the device fetched it
+  kRaceStaleWqe = 5,       // the device reached a slot not written since the last wrap
+  kRaceOwner = 6,          // a lock-free (thread-domain / single-threaded) QP entered by two threads
+  kRaceKinds = 7,
+};
+// What the device did with what it saw.
+enum RaceAction : uint8_t {
+  kActNone = 0,            // nothing to do (the ownership checker reports; the post goes on)
+  kActExecutedBf = 1,      // executed the BlueFlame copy as the WQE at `slot`
+  kActExecutedRing = 2,    // executed the WQE in the ring at `slot`
+  kActLocalQpOpErr = 3,    // completed `slot` with a local QP operation error (QP to ERR)
+  kActIgnored = 4,         // took nothing from it (already fetched / stale copy / kept furthest)
+  kActDropped = 5,         // the write named no QP of this register's context
+};
+
+struct RaceEvent {
+  std::atomic<uint64_t> seq;       // 1 + its number in the log once complete; 0 while written
+  uint8_t kind;                    // RaceKind
+  uint8_t action;                  // RaceAction
+  uint16_t reg;                    // register index in its context (0xffff: none)
+  uint32_t dev;
+  uint32_t qpn;
+  uint32_t ctx;                    // context slot (0xffffffff: unknown)
+  uint32_t slot;                   // WQE index (16 bits), or the BlueFlame buffer for kRaceBfTorn
+  int32_t pid;                     // the process the writer threads belong to
+  uint32_t writers[2];             // writer thread ids (0: not known)
+  uint32_t value[2];               // kind-specific: doorbell record before/after; chunk mask
+  uint64_t time_ns;                // CLOCK_MONOTONIC when the device saw it
+};
+
+constexpr uint32_t kRaceLogLen = 1024;
+struct RaceLog {
+  std::atomic<uint64_t> next;                                // events ever recorded
+  std::atomic<uint64_t> counts[kMaxDevices][kRaceKinds];     // per device and kind
+  RaceEvent ring[kRaceLogLen];                               // the last kRaceLogLen events
+};
 
 struct PdSlot {
   std::atomic<uint32_t> state;
@@ -209,7 +293,7 @@ struct QpSlot {
   uint8_t dgid[16];
   uint32_t access;
   uint16_t pkey_index;
-  uint16_t rsvd1;
+  uint16_t uar_index;     // the doorbell register the QP's driver rings (for race reports)
   uint32_t qkey;
   // Rings.
   uint64_t sq_off;
@@ -219,6 +303,9 @@ struct QpSlot {
   uint32_t rq_stride;     // bytes per receive WQE (16 * max receive SGEs, power of two)
   uint32_t rsvd3;
   uint64_t dbrec_off;     // be32[2]: [0] receive counter, [1] send counter
+  uint64_t wrec_off;      // WqeWriteRec[sq_bbs]: the device's record of the driver's ring stores
+  std::atomic<uint32_t> wrec_tracked;   // 1 once a ring store was recorded (else: not checked)
+  std::atomic<uint32_t> dbrec_writer;   // tid of the last send doorbell record store
   std::atomic<uint32_t> incarnation;  // bumped by every move to RESET; stamped on each CQE
   // Device-side requester state (written per message by the requester's engine).
   alignas(64) ShmLock sq_engine;
@@ -230,6 +317,11 @@ struct QpSlot {
   uint64_t stall_delay_us;  // the wait before the stalled head WQE is tried again
   uint64_t stall_since_ns;
   uint64_t peer_checked_ns;  // when the responder's process was last seen alive (shared mappings)
+  // Race detection (emu/doorbell.h), the device's view of the driver's stores.
+  uint32_t dbrec_seen;      // furthest send doorbell record value read (16 bits)
+  uint32_t dbrec_seen_writer;
+  uint32_t dbrec_ahead_at;  // doorbell record value already reported as ahead
+  uint32_t dbrec_last_raw;   // the raw value read last (a backwards value is reported once)
   // Device-side responder state (written per message by the engine of whoever sends to us).
   alignas(64) ShmLock rq_lock;
   uint32_t rq_ci;
@@ -253,6 +345,7 @@ struct QpSlot {
     uint8_t gid[16];
     uint16_t lid;
   } mcast[kMaxMcastPerQp];
+  BfStash bf_stash;                   // the last BlueFlame WQE delivered, until the device uses it
 };
 
 // XRC domain lifetime policies (docs/xrc.md). kernel: today's Linux rule, a TGT QP lives while a
@@ -357,6 +450,7 @@ struct Header {
   XrcdSlot xrcds[kMaxXrcds];
   XrcHandle xrc_handles[kMaxXrcHandles];
   EngineSlots engines[kMaxProcs];
+  RaceLog races;
 };
 
 }  // namespace emu

@@ -385,6 +385,7 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
       free(x.sq_off);
       free(x.rq_off);
       free(x.dbrec_off);
+      free(x.wrec_off);
     });
   // An XRC SRQ leaves its domain also when its dead owner's destroy had begun (marked dying by
   // that destroy, not by us): its reference would otherwise keep the domain forever.

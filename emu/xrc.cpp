@@ -48,6 +48,7 @@ void destroy_tgt_qp(Segment* seg, uint32_t qi) {
   seg->free(q.sq_off);
   seg->free(q.rq_off);
   seg->free(q.dbrec_off);
+  seg->free(q.wrec_off);
   q.state.store(kSlotFree, std::memory_order_release);
 }
 

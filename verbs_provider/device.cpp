@@ -66,10 +66,7 @@ bool is_emu_device(const ibv_device* d) {
 
 Segment* segment() { return Segment::get(); }
 
-Engine* engine() {
-  static Engine* e = segment() ? new Engine(segment()) : nullptr;
-  return e;
-}
+Engine* engine() { return segment() ? Engine::process_engine() : nullptr; }
 
 void registry_put(uint64_t uid, void* obj) {
   std::lock_guard<std::mutex> g(g_reg_mu);
@@ -308,9 +305,11 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
   cs.dev = ctx->dev;
   cs.uid = seg->new_uid();
+  // The shared registers QPs are spread over, then the ones dedicated to thread domains.
   ctx->n_uars = config().uar_regs;
-  cs.uar_count = ctx->n_uars;
-  cs.uar_off = seg->alloc(sizeof(UarReg) * ctx->n_uars, 4096);
+  ctx->n_td_uars = config().td_uar_regs;
+  cs.uar_count = ctx->n_uars + ctx->n_td_uars;
+  cs.uar_off = seg->alloc(sizeof(UarReg) * cs.uar_count, 4096);
   int pfd[2] = {-1, -1};
   int cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
   if (!cs.uar_off || pipe2(pfd, O_CLOEXEC) != 0 || cmd_fd < 0) {
@@ -326,7 +325,14 @@ ibv_context* ibv_open_device(ibv_device* device) {
   // Published last: another process delivering a port event finds the pipe through it.
   std::atomic_ref<int32_t>(cs.async_wfd).store(pfd[1], std::memory_order_release);
   ctx->uars = seg->at<UarReg>(cs.uar_off);
-  for (uint32_t i = 0; i < ctx->n_uars; ++i) pthread_spin_init(&ctx->uar_use[i].lock, PTHREAD_PROCESS_PRIVATE);
+  for (uint32_t i = 0; i < cs.uar_count; ++i) {
+    UarReg& r = ctx->uars[i];
+    std::memset(static_cast<void*>(&r), 0, sizeof r);
+    r.ctx = ctx->slot;
+    r.index = static_cast<uint16_t>(i);
+    r.dev = static_cast<uint16_t>(ctx->dev);
+    pthread_spin_init(&ctx->uar_use[i].lock, PTHREAD_PROCESS_PRIVATE);
+  }
 
   verbs_context& v = ctx->vctx;
   std::memset(&v, 0, sizeof v);

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "barriers.h"
+#include "mmio.h"
 #include "progress.h"
 #include "reclaim.h"
 #include "provider.h"
@@ -35,32 +36,29 @@ void ring_copy(EmuQp* qp, uint32_t at, const uint8_t* src, uint32_t size) {
 
 // The doorbell: BlueFlame for a lone small WQE (the WQE itself goes through the register), else the
 // 8-byte doorbell. The register's lock covers the copy and the flush, as mlx5 does for shared
-// registers (without the flush inside, a later post's doorbell could overtake this one).
+// registers (without the flush inside, a later post's doorbell could overtake this one). The flush
+// is when the device receives the chunks (emu/mmio.h); the engine runs after the lock is dropped.
 void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
   EmuContext* ctx = qp->ctx;
   UarUse& use = ctx->uar_use[qp->uar_idx];
   UarReg& reg = ctx->uars[qp->uar_idx];
-  const uint8_t* ctrl = qp->sq + (ctrl_block & (qp->sq_bbs - 1)) * kSendWqeBB;
-  uint64_t head;
-  std::memcpy(&head, ctrl, 8);
+  uint64_t heads[kWcBuffers];
+  uint32_t n = 0;
   pthread_spin_lock(&use.lock);
   if (single && bbs * kSendWqeBB <= kBfBufSize) {
-    uint8_t* bf = reg.bf[use.bf_offset];
-    mmio_wc_start();
-    for (uint32_t i = 0; i < bbs; ++i) {
-      uint32_t blk = (ctrl_block + i) & (qp->sq_bbs - 1);
-      mmio_copy_chunk64(bf + i * kSendWqeBB, qp->sq + blk * kSendWqeBB);
-    }
-    mmio_flush_writes();
+    const uint8_t* blocks[kBfChunks];
+    for (uint32_t i = 0; i < bbs; ++i) blocks[i] = qp->sq + ((ctrl_block + i) & (qp->sq_bbs - 1)) * kSendWqeBB;
+    mmio_bf_copy(reg, use.bf_offset, blocks, bbs);
+    n = mmio_flush(heads, kWcBuffers);
     use.bf_offset ^= 1;
   } else {
-    mmio_write64(&reg.doorbell, head);
+    uint64_t head;
+    std::memcpy(&head, qp->sq + (ctrl_block & (qp->sq_bbs - 1)) * kSendWqeBB, 8);
+    heads[n++] = mmio_db64(reg, head);
   }
   pthread_spin_unlock(&use.lock);
-  if (config().engine == EngineMode::inline_on_doorbell) ctx->engine->on_doorbell(head);
-  else ProgressThread::get(ctx->engine)->doorbell(head);
+  for (uint32_t i = 0; i < n; ++i) device_doorbell(ctx->engine, heads[i]);
 }
-
 }  // namespace
 
 int wqe_begin(EmuQp* qp, uint8_t opcode, unsigned send_flags, uint32_t imm_be, uint64_t wr_id) {
@@ -162,6 +160,7 @@ int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs_out) {
   c->opmod_idx_opcode = be32(((qp->sq_head & 0xffff) << 8) | qp->stage_opcode);
   c->qpn_ds = be32((qp->qpx.qp_base.qp_num << 8) | (size / 16));
   ring_copy(qp, qp->sq_head, qp->stage, size);
+  sq_note_wqe_store(*qp->shm, qp->wrec, qp->sq_head, bbs);
   uint32_t slot = qp->sq_head & (qp->sq_bbs - 1);
   ++qp->sq_posted;
   qp->sq_wrid[slot] = qp->stage_wr_id;
@@ -176,8 +175,7 @@ int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs_out) {
 
 void sq_publish(EmuQp* qp, uint32_t last_block, uint32_t last_bbs, uint32_t nreq) {
   if (nreq == 0) return;  // nothing posted: no doorbell
-  to_device_barrier();
-  dbrec_store32(&qp->dbrec[1], be32(qp->sq_head & 0xffff));
+  sq_dbrec_store(*qp->shm, &qp->dbrec[1], qp->sq_head);
   ring_doorbell(qp, last_block, last_bbs, nreq == 1);
 }
 

@@ -38,7 +38,8 @@ struct EmuContext {
   uint32_t slot;
   uint32_t dev;
   UarReg* uars;
-  uint32_t n_uars;
+  uint32_t n_uars;                // shared registers (EMU_UARS): QPs take them round-robin
+  uint32_t n_td_uars;             // then registers for thread domains (EMU_TD_UARS), one each
   std::atomic<uint32_t> next_uar{0};
   UarUse uar_use[kUarRegsMax];
   int async_wfd = -1;
@@ -129,6 +130,7 @@ struct EmuQp {
   QpSlot* shm;
   EmuContext* ctx;
   uint32_t* dbrec;                // [0] receive, [1] send (big-endian counters)
+  WqeWriteRec* wrec;              // the device's record of our send ring stores (emu/mmio.h)
   // Send queue (driver side).
   uint8_t* sq;
   uint32_t sq_bbs;

@@ -8,6 +8,7 @@
 #include "barriers.h"
 #include "forward.h"
 #include "notify.h"
+#include "doorbell.h"
 #include "provider.h"
 #include "reclaim.h"
 
@@ -237,6 +238,7 @@ void reset_queues(EmuQp* qp) {
   dbrec_store32(&qp->dbrec[1], 0);
   s.sq_ci = 0;
   s.rq_ci = 0;
+  reset_race_state(seg, s);
   s.rnr_waiter.store(0);
   s.comm_est.store(0);
   s.last_wqe.store(0);
@@ -332,11 +334,13 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   s.sq_off = seg->alloc(size_t(sq_bbs) * kSendWqeBB, 4096);
   s.rq_off = seg->alloc(size_t(rq_cnt) * rq_stride, 4096);
   s.dbrec_off = seg->alloc(64, 64);
-  auto* qp = (s.sq_off && s.rq_off && s.dbrec_off) ? new (std::nothrow) EmuQp() : nullptr;
+  s.wrec_off = seg->alloc(size_t(sq_bbs) * sizeof(WqeWriteRec), 64);
+  auto* qp = (s.sq_off && s.rq_off && s.dbrec_off && s.wrec_off) ? new (std::nothrow) EmuQp() : nullptr;
   if (!qp) {
     seg->free(s.sq_off);
     seg->free(s.rq_off);
     seg->free(s.dbrec_off);
+    seg->free(s.wrec_off);
     s.state.store(kSlotFree);
     return fail_null<ibv_qp>(ENOMEM);
   }
@@ -364,6 +368,9 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->shm = &s;
   qp->ctx = ctx;
   qp->dbrec = seg->at<uint32_t>(s.dbrec_off);
+  qp->wrec = seg->at<WqeWriteRec>(s.wrec_off);
+  s.wrec_tracked.store(0);
+  reset_race_state(seg, s);
   qp->sq = seg->at<uint8_t>(s.sq_off);
   qp->sq_bbs = sq_bbs;
   qp->max_send_wr = sq_bbs / bbs_per_wqe;
@@ -387,6 +394,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->rq_shadow.assign(size_t(rq_cnt) * rq_stride, 0);
   qp->sig_all = attr->sq_sig_all != 0;
   qp->uar_idx = ctx->next_uar.fetch_add(1) % ctx->n_uars;
+  s.uar_index = static_cast<uint16_t>(qp->uar_idx);
   pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
   pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
 
@@ -638,6 +646,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   seg->free(s.sq_off);
   seg->free(s.rq_off);
   seg->free(s.dbrec_off);
+  seg->free(s.wrec_off);
   s.state.store(kSlotFree, std::memory_order_release);
   delete qp;
   return 0;

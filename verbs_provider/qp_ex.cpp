@@ -2,6 +2,7 @@
 // Between ibv_wr_start and ibv_wr_complete/abort the QP's send lock is held, as in mlx5.
 #include <cerrno>
 
+#include "mmio.h"
 #include "provider.h"
 
 using namespace emu;
@@ -56,6 +57,10 @@ void wr_start(ibv_qp_ex* x) {
 }
 
 void rollback(EmuQp* qp) {
+  // The WQEs written since ibv_wr_start were never published: the device must not count their
+  // slots as written when the next WQEs go there.
+  for (uint32_t pos = qp->wr_start_head; pos != qp->sq_head; pos += qp->sq_wqe_bbs[pos & (qp->sq_bbs - 1)])
+    sq_note_wqe_unstore(qp->wrec, qp->sq_bbs - 1, pos);
   qp->sq_head = qp->wr_start_head;
   qp->sq_posted = qp->wr_start_posted;
   qp->stage_size = 0;

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <new>
 
+#include "doorbell.h"
 #include "provider.h"
 #include "xrc.h"
 
@@ -125,6 +126,7 @@ ibv_qp* create_tgt_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   s.send_cq = s.recv_cq = 0;
   s.uid = seg->new_uid();
   s.sq_bbs = 1;
+  reset_race_state(seg, s);
   s.rq_wqe_cnt = 1;
   s.rq_stride = sizeof(DataSeg);
   s.path_mtu = IBV_MTU_1024;
