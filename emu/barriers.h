@@ -4,6 +4,7 @@
 #pragma once
 #include <atomic>
 #include <cstdint>
+#include <cstddef>
 #include <cstring>
 
 namespace emu {
@@ -26,9 +27,29 @@ inline void mmio_write64(volatile uint64_t* reg, uint64_t value) {
       ->store(value, std::memory_order_release);
 }
 
+// Register memory (BlueFlame buffers, the device's copy of a WQE) is written and read as 8-byte
+// words with relaxed atomics: plain moves on x86, and what device memory is — concurrent writers
+// interleave word by word instead of being undefined behaviour, so a torn WQE is data the device
+// reports, and ThreadSanitizer stays quiet about the emulator itself.
+inline void mmio_words_store(void* dst, const void* src, size_t bytes) {
+  auto* d = static_cast<uint64_t*>(dst);
+  for (size_t i = 0; i < bytes / 8; ++i) {
+    uint64_t w;
+    std::memcpy(&w, static_cast<const uint8_t*>(src) + i * 8, 8);
+    std::atomic_ref<uint64_t>(d[i]).store(w, std::memory_order_relaxed);
+  }
+}
+inline void mmio_words_load(void* dst, const void* src, size_t bytes) {
+  auto* s = static_cast<uint64_t*>(const_cast<void*>(src));
+  for (size_t i = 0; i < bytes / 8; ++i) {
+    uint64_t w = std::atomic_ref<uint64_t>(s[i]).load(std::memory_order_relaxed);
+    std::memcpy(static_cast<uint8_t*>(dst) + i * 8, &w, 8);
+  }
+}
+
 // One 64-byte BlueFlame chunk. Real WC memory may tear a chunk into smaller bursts; the device model
 // treats a chunk as the unit it receives.
-inline void mmio_copy_chunk64(void* dst, const void* src) { std::memcpy(dst, src, 64); }
+inline void mmio_copy_chunk64(void* dst, const void* src) { mmio_words_store(dst, src, 64); }
 
 // Device side: read a doorbell record / doorbell register written by the driver.
 inline uint32_t device_load32(const uint32_t* p) {

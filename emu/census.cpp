@@ -173,6 +173,12 @@ Census take_census(Segment* seg) {
   // every other object has no business outliving its process once the sweep has seen it die.
   for (const CensusObject& o : c.objects)
     if (!o.owner_alive && !(o.kind == "qp" && o.type == "XRC_RECV")) c.dead_owned.push_back(o);
+  c.races_total = races_recorded(seg);
+  for (uint32_t d = 0; d < h->num_devices; ++d) {
+    std::vector<uint64_t>& row = c.race_counts.emplace_back(kRaceKinds, 0);
+    for (uint32_t k = 0; k < kRaceKinds; ++k) row[k] = h->races.counts[d][k].load();
+  }
+  c.races = read_races(seg);
   return c;
 }
 
@@ -226,6 +232,15 @@ std::string census_text(const Census& c) {
   std::snprintf(b, sizeof b, "owned by dead processes (not kept by a policy): %zu\n",
                 c.dead_owned.size());
   o += b;
+  std::snprintf(b, sizeof b, "race events: %llu\n", static_cast<unsigned long long>(c.races_total));
+  o += b;
+  for (size_t d = 0; d < c.race_counts.size(); ++d)
+    for (uint32_t k = 1; k < kRaceKinds; ++k)
+      if (c.race_counts[d][k]) {
+        std::snprintf(b, sizeof b, "  emu%zu %s %llu\n", d, race_kind_name(k),
+                      static_cast<unsigned long long>(c.race_counts[d][k]));
+        o += b;
+      }
   return o;
 }
 
@@ -264,7 +279,16 @@ std::string census_json(const Census& c) {
   }
   o += "],\"dead_owned\":[";
   for (size_t i = 0; i < c.dead_owned.size(); ++i) o += (i ? "," : "") + object_json(c.dead_owned[i]);
-  return o + "]}\n";
+  o += "],\"races\":{\"total\":" + std::to_string(c.races_total) + ",\"by_device\":[";
+  for (size_t d = 0; d < c.race_counts.size(); ++d) {
+    o += d ? ",{" : "{";
+    for (uint32_t k = 1; k < kRaceKinds; ++k)
+      o += std::string(k > 1 ? "," : "") + "\"" + race_kind_name(k) + "\":" + std::to_string(c.race_counts[d][k]);
+    o += "}";
+  }
+  o += "],\"events\":[";
+  for (size_t i = 0; i < c.races.size(); ++i) o += (i ? "," : "") + race_json(c.races[i]);
+  return o + "]}}\n";
 }
 
 }  // namespace emu

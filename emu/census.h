@@ -7,6 +7,7 @@
 #include <string>
 #include <vector>
 
+#include "race_log.h"
 #include "segment.h"
 
 namespace emu {
@@ -72,6 +73,11 @@ struct Census {
   // Objects whose owner is dead and that no policy keeps (a TGT QP alive through a handle or its
   // domain is kept on purpose): what the kill tests require to be empty after a sweep.
   std::vector<CensusObject> dead_owned;
+  // Race events the devices recorded (docs/doorbells.md): counts per device and kind since the
+  // segment was made, and the last events still in the log (at most kRaceLogLen).
+  uint64_t races_total = 0;
+  std::vector<std::vector<uint64_t>> race_counts;  // [device][RaceKind]
+  std::vector<RaceRecord> races;
 };
 
 // A snapshot read without taking the object locks: objects changing meanwhile may show in either

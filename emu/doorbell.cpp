@@ -115,10 +115,11 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher) {
   uint64_t tags[kBfChunks], again[kBfChunks];
   alignas(64) uint8_t copy[kBfBufSize];
   for (uint32_t i = 0; i < kBfChunks; ++i) tags[i] = reg.bf_tag[buf][i].load(std::memory_order_acquire);
-  std::memcpy(copy, reg.bf[buf], kBfBufSize);
+  mmio_words_load(copy, reg.bf[buf], kSendWqeBB);
+  uint32_t n = bf_chunks_needed(copy);
+  if (n > 1) mmio_words_load(copy + kSendWqeBB, reg.bf[buf] + kSendWqeBB, (n - 1) * kSendWqeBB);
   std::atomic_thread_fence(std::memory_order_acquire);
   for (uint32_t i = 0; i < kBfChunks; ++i) again[i] = reg.bf_tag[buf][i].load(std::memory_order_relaxed);
-  uint32_t n = bf_chunks_needed(copy);
   BfVerdict v = inspect_bf(tags, reg.bf_taken[buf], flusher, n);
   // A chunk rewritten while the device read it came from a writer still copying: torn too.
   for (uint32_t i = 0; i < (n ? n : 1); ++i) {
@@ -146,7 +147,7 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher) {
       BfStash& s = qp->bf_stash;
       s.seq.store(s.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_release);
-      std::memcpy(s.bytes, copy, n ? n * kSendWqeBB : kSendWqeBB);
+      mmio_words_store(s.bytes, copy, n ? n * kSendWqeBB : kSendWqeBB);
       s.writers[0] = v.writers[0];
       s.writers[1] = v.torn ? v.writers[1] : 0;
       s.torn = v.torn;
@@ -232,7 +233,10 @@ bool take_bf_copy(QpSlot& qp, uint32_t pos, uint8_t* buf, bool* bad) {
       continue;
     }
     si = s.index.load(std::memory_order_relaxed);
-    std::memcpy(buf, s.bytes, kBfBufSize);
+    // Only the blocks the WQE spans (a bad copy: its first block, for the report).
+    mmio_words_load(buf, s.bytes, kSendWqeBB);
+    uint32_t n = (si & kStashBad) ? 1 : bf_chunks_needed(buf);
+    if (n > 1) mmio_words_load(buf + kSendWqeBB, s.bytes + kSendWqeBB, (n - 1) * kSendWqeBB);
     std::atomic_thread_fence(std::memory_order_acquire);
     if (s.seq.load(std::memory_order_relaxed) == s1) break;
   }

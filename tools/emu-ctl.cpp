@@ -5,6 +5,7 @@
 //   emu-ctl port DEV PORT           print the port's state
 //   emu-ctl port DEV PORT down|up   take the port down (a cable pull) or bring it back up
 //   emu-ctl census [--json]         every object, its owner process, XRC domains and TGT QPs
+//   emu-ctl races [--json] [--from N]  the race events the devices recorded
 //   emu-ctl help
 #include <cerrno>
 #include <cstdio>
@@ -15,6 +16,7 @@
 #include <unistd.h>
 
 #include "census.h"
+#include "race_log.h"
 #include "config.h"
 #include "control.h"
 #include "segment.h"
@@ -33,6 +35,7 @@ struct Command {
 
 int cmd_port(int argc, char** argv);
 int cmd_census(int argc, char** argv);
+int cmd_races(int argc, char** argv);
 int cmd_help(int argc, char** argv);
 
 const Command kCommands[] = {
@@ -47,6 +50,12 @@ const Command kCommands[] = {
      "TGT QPs (creator gone), and the count of objects owned by dead processes that no policy "
      "keeps; as text or JSON. Attaching runs the sweep first: dead processes' objects go",
      cmd_census},
+    {"races", "[--json] [--from N]",
+     "the race events the devices recorded (torn BlueFlame WQEs, doorbell records going "
+     "backwards or ahead, double and stale WQEs, lock-free QPs entered by two threads: "
+     "docs/doorbells.md), oldest first, each with its kind, device, QP, register, slot, writer "
+     "threads and what the device executed; --from N: events numbered N and later",
+     cmd_races},
     {"help", "", "this text", cmd_help},
 };
 
@@ -143,6 +152,39 @@ int cmd_census(int argc, char** argv) {
   if (!seg) return kExitFailed;
   emu::Census c = emu::take_census(seg);
   std::fputs((json ? emu::census_json(c) : emu::census_text(c)).c_str(), stdout);
+  return 0;
+}
+
+int cmd_races(int argc, char** argv) {
+  bool json = false;
+  uint64_t from = 0;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--json") == 0) {
+      json = true;
+    } else if (std::strcmp(argv[i], "--from") == 0 && i + 1 < argc) {
+      from = std::strtoull(argv[++i], nullptr, 10);
+    } else {
+      std::fprintf(stderr, "usage: emu-ctl races [--json] [--from N]\n");
+      return kExitUsage;
+    }
+  }
+  emu::Segment* seg = attach();
+  if (!seg) return kExitFailed;
+  std::vector<emu::RaceRecord> ev = emu::read_races(seg, from ? from - 1 : 0);
+  if (json) {
+    std::string o = "[";
+    for (size_t i = 0; i < ev.size(); ++i) o += (i ? ",\n " : "") + emu::race_json(ev[i]);
+    std::printf("%s]\n", o.c_str());
+    return 0;
+  }
+  std::printf("%llu race events recorded on fabric '%s'\n",
+              static_cast<unsigned long long>(emu::races_recorded(seg)), emu::config().fabric.c_str());
+  for (const emu::RaceRecord& e : ev)
+    std::printf("#%llu %s emu%u qp 0x%06x ctx %d reg %d slot %u threads %u,%u (pid %d) values %u,%u: %s\n",
+                static_cast<unsigned long long>(e.seq), emu::race_kind_name(e.kind), e.dev, e.qpn,
+                e.ctx == 0xffffffffu ? -1 : static_cast<int>(e.ctx),
+                e.reg == 0xffff ? -1 : static_cast<int>(e.reg), e.slot, e.writers[0], e.writers[1],
+                e.pid, e.value[0], e.value[1], emu::race_action_name(e.action));
   return 0;
 }
 

@@ -1,0 +1,372 @@
+// The device's race detectors fed crafted sequences: BlueFlame chunk tags, doorbell-record values
+// and ring stores, each with the legal sequences it must pass; then the same through the engine,
+// checking what the device executes and what it logs.
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "engine_rig.h"
+#include "mmio.h"
+#include "race_log.h"
+
+using namespace emu;
+using namespace emu::test;
+
+namespace {
+
+const uint64_t A1 = bf_tag(111, 1), A2 = bf_tag(111, 2), B1 = bf_tag(222, 1);
+
+}  // namespace
+
+// ---- BlueFlame buffers ----
+
+TEST(BfDetector, OneWriteFillingTheChunksItNeedsIsWhole) {
+  uint64_t tags[4] = {A1, A1, A1, 0}, taken[4] = {};
+  BfVerdict v = inspect_bf(tags, taken, A1, 3);
+  EXPECT_FALSE(v.torn);
+  EXPECT_FALSE(v.nothing_new);
+}
+
+TEST(BfDetector, ChunksFromTwoWritersAreTornAndNameBoth) {
+  uint64_t tags[4] = {A1, B1, A1, 0}, taken[4] = {};
+  BfVerdict v = inspect_bf(tags, taken, A1, 3);
+  EXPECT_TRUE(v.torn);
+  EXPECT_EQ(v.writers[0], 111u);
+  EXPECT_EQ(v.writers[1], 222u);
+  EXPECT_EQ(v.foreign_mask, 0b010u);
+}
+
+TEST(BfDetector, AnOlderBurstOfTheSameThreadIsTornToo) {
+  uint64_t tags[4] = {A2, A1, 0, 0}, taken[4] = {};
+  EXPECT_TRUE(inspect_bf(tags, taken, A2, 2).torn);  // chunk 1 is left over from burst 1
+}
+
+TEST(BfDetector, ChunksBeyondTheWqeDoNotCount) {
+  uint64_t tags[4] = {A2, B1, B1, B1}, taken[4] = {};
+  EXPECT_FALSE(inspect_bf(tags, taken, A2, 1).torn);  // a one-block WQE after a longer one
+}
+
+TEST(BfDetector, ABufferAlreadyTakenBringsNothingNew) {
+  uint64_t tags[4] = {A1, A1, 0, 0}, taken[4] = {A1, A1, 0, 0};
+  BfVerdict v = inspect_bf(tags, taken, A1, 2);
+  EXPECT_TRUE(v.nothing_new);
+  EXPECT_FALSE(v.torn);  // the same write drained twice
+}
+
+TEST(BfDetector, AWriteReplacedBeforeItsFlushIsTorn) {
+  // B overwrote all of A's chunks and the device took B's at B's flush; A's flush finds them.
+  uint64_t tags[4] = {B1, B1, 0, 0}, taken[4] = {B1, B1, 0, 0};
+  BfVerdict v = inspect_bf(tags, taken, A1, 2);
+  EXPECT_TRUE(v.nothing_new);
+  EXPECT_TRUE(v.torn);
+  EXPECT_EQ(v.writers[1], 222u);
+}
+
+TEST(BfDetector, AnUnparseableFirstChunkIsJudgedAlone) {
+  uint64_t tags[4] = {A1, B1, B1, B1}, taken[4] = {};
+  EXPECT_FALSE(inspect_bf(tags, taken, A1, 0).torn);
+  uint64_t tags2[4] = {B1, A1, 0, 0};
+  EXPECT_TRUE(inspect_bf(tags2, taken, A1, 0).torn);
+}
+
+TEST(BfDetector, ChunksNeededFollowsTheControlSegment) {
+  uint8_t chunk[64] = {};
+  CtrlSeg c{};
+  c.qpn_ds = be32(0x1234 << 8 | 4);  // 64 bytes
+  std::memcpy(chunk, &c, sizeof c);
+  EXPECT_EQ(bf_chunks_needed(chunk), 1u);
+  c.qpn_ds = be32(0x1234 << 8 | 13);  // 208 bytes
+  std::memcpy(chunk, &c, sizeof c);
+  EXPECT_EQ(bf_chunks_needed(chunk), 4u);
+  c.qpn_ds = be32(0x1234 << 8 | 17);  // more than a BlueFlame buffer holds
+  std::memcpy(chunk, &c, sizeof c);
+  EXPECT_EQ(bf_chunks_needed(chunk), 0u);
+  c.qpn_ds = be32(0x1234 << 8);
+  std::memcpy(chunk, &c, sizeof c);
+  EXPECT_EQ(bf_chunks_needed(chunk), 0u);
+}
+
+// ---- The send doorbell record ----
+
+TEST(DbrecDetector, ForwardSameAndWrapAreLegal) {
+  EXPECT_FALSE(inspect_dbrec(5, 7, 5, 16, 6, true).backwards);
+  EXPECT_FALSE(inspect_dbrec(7, 7, 5, 16, 6, true).backwards);
+  DbrecVerdict w = inspect_dbrec(0xfffe, 0x0002, 0x1fffc, 16, 0x20001, true);
+  EXPECT_FALSE(w.backwards);
+  EXPECT_FALSE(w.ahead);
+  EXPECT_EQ(w.producer, 2u);
+  // A full ring is legal.
+  EXPECT_FALSE(inspect_dbrec(0, 16, 0, 16, 15, true).ahead);
+}
+
+TEST(DbrecDetector, BackwardsKeepsTheFurthest) {
+  DbrecVerdict v = inspect_dbrec(9, 7, 5, 16, 6, true);
+  EXPECT_TRUE(v.backwards);
+  EXPECT_EQ(v.producer, 9u);
+  DbrecVerdict w = inspect_dbrec(0x0001, 0xffff, 0xfffe, 16, 0, true);  // across the wrap
+  EXPECT_TRUE(w.backwards);
+  EXPECT_EQ(w.producer, 1u);
+}
+
+TEST(DbrecDetector, PastTheRingOrPastTheRecordedStoresIsAhead) {
+  DbrecVerdict v = inspect_dbrec(0, 17, 0, 16, 16, true);
+  EXPECT_TRUE(v.ahead);
+  EXPECT_EQ(v.producer, 0u);  // nothing a device can fetch
+  EXPECT_TRUE(inspect_dbrec(0, 3, 0, 16, 1, true).ahead);  // block 2 never written
+  EXPECT_FALSE(inspect_dbrec(0, 3, 0, 16, 2, true).ahead);
+  EXPECT_FALSE(inspect_dbrec(0, 3, 0, 16, ~0u, false).ahead);  // stores not recorded: no claim
+}
+
+// ---- Through the engine ----
+
+namespace {
+
+// A register of the rig's context, and helpers to post RDMA WRITEs with inline data.
+struct BfRig : Rig {
+  UarReg* reg;
+  char dst[256] = {};
+  uint32_t rk;
+  uint64_t first_race;
+  BfRig() {
+    uint64_t off = s->alloc(sizeof(UarReg), 64);
+    reg = s->at<UarReg>(off);
+    std::memset(static_cast<void*>(reg), 0, sizeof *reg);
+    reg->ctx = kMaxContexts;
+    reg->index = 3;
+    rk = this->reg_mr(dst, sizeof dst);
+    first_race = races_recorded(s);
+  }
+  uint32_t reg_mr(void* p, size_t len) {
+    return Rig::reg(p, len, kAccessLocalWrite | kAccessRemoteWrite);
+  }
+  // An RDMA WRITE of `data` inline at dst + off, as its blocks (ctrl index idx).
+  std::vector<uint8_t> write_wqe(uint32_t idx, uint32_t off, const std::string& data) {
+    std::vector<uint8_t> w(((16 + 16 + 4 + data.size() + 15) / 16 * 16 + 63) / 64 * 64, 0);
+    uint32_t ds = static_cast<uint32_t>((16 + 16 + 4 + data.size() + 15) / 16);
+    CtrlSeg c{};
+    c.opmod_idx_opcode = be32(idx << 8 | kOpRdmaWrite);
+    c.qpn_ds = be32(h->qps[a].qpn << 8 | ds);
+    c.fm_ce_se = kCtrlCqUpdate;
+    RaddrSeg ra{be64(reinterpret_cast<uint64_t>(dst) + off), be32(rk), 0};
+    uint32_t hdr = be32(static_cast<uint32_t>(data.size()) | kInlineSegFlag);
+    std::memcpy(w.data(), &c, 16);
+    std::memcpy(w.data() + 16, &ra, 16);
+    std::memcpy(w.data() + 32, &hdr, 4);
+    std::memcpy(w.data() + 36, data.data(), data.size());
+    return w;
+  }
+  void ring_store(uint32_t pos, const std::vector<uint8_t>& w, bool record = true) {
+    QpSlot& q = h->qps[a];
+    for (size_t i = 0; i < w.size() / 64; ++i)
+      std::memcpy(s->at<uint8_t>(q.sq_off) + ((pos + i) & 15) * 64, w.data() + i * 64, 64);
+    if (record) sq_note_wqe_store(q, s->at<WqeWriteRec>(q.wrec_off), pos, static_cast<uint32_t>(w.size() / 64));
+  }
+  void dbrec(uint32_t producer) {
+    QpSlot& q = h->qps[a];
+    sq_dbrec_store(q, &s->at<uint32_t>(q.dbrec_off)[1], producer);
+  }
+  // Chunk i of buffer buf, as the write `tag` made it.
+  void chunk(uint32_t buf, uint32_t i, const uint8_t* src, uint64_t tag) {
+    std::memcpy(reg->bf[buf] + i * 64, src, 64);
+    reg->bf_tag[buf][i].store(tag);
+  }
+  void drain(uint32_t buf, uint64_t flusher) {
+    uint64_t head = bf_intake(s, *reg, buf, flusher);
+    if (head) eng.on_doorbell(head);
+    else eng.kick_sq(h->qps[a]);
+  }
+  std::vector<RaceRecord> races() const { return read_races(s, first_race); }
+};
+
+}  // namespace
+
+TEST(DoorbellDevice, TheDeviceExecutesTheBlueFlameCopyItReceived) {
+  BfRig r;
+  r.ring_store(0, r.write_wqe(0, 0, "from the ring"));
+  r.dbrec(1);
+  std::vector<uint8_t> bf = r.write_wqe(0, 0, "from BlueFlame");
+  r.chunk(0, 0, bf.data(), A1);
+  r.drain(0, A1);
+  EXPECT_STREQ(r.dst, "from BlueFlame");
+  const Cqe64* c = r.poll();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(c->op_own >> 4, kCqeReq);
+  EXPECT_TRUE(r.races().empty()) << "one whole write: no race";
+}
+
+TEST(DoorbellDevice, ATornBlueFlameWqeIsExecutedAsTornAndReported) {
+  BfRig r;
+  std::string a(100, 'a'), b(100, 'b');
+  std::vector<uint8_t> wa = r.write_wqe(0, 0, a), wb = r.write_wqe(0, 0, b);
+  ASSERT_EQ(wa.size(), 192u);  // three chunks
+  r.ring_store(0, wa);
+  r.dbrec(3);
+  r.chunk(0, 0, wa.data(), A1);
+  r.chunk(0, 1, wb.data() + 64, B1);  // another thread's second chunk lands in between
+  r.chunk(0, 2, wa.data() + 128, A1);
+  r.drain(0, A1);
+  std::string got(r.dst, 100);
+  EXPECT_EQ(got.substr(0, 28), a.substr(0, 28));   // bytes 36..63 of the WQE: chunk 0
+  EXPECT_EQ(got.substr(28, 64), b.substr(28, 64));  // chunk 1 came from the other write
+  EXPECT_EQ(got.substr(92), a.substr(92));
+  auto ev = r.races();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, kRaceBfTorn);
+  EXPECT_EQ(ev[0].action, kActExecutedBf);
+  EXPECT_EQ(ev[0].writers[0], 111u);
+  EXPECT_EQ(ev[0].writers[1], 222u);
+  EXPECT_EQ(ev[0].reg, 3);
+  EXPECT_EQ(ev[0].qpn, r.h->qps[r.a].qpn);
+  EXPECT_EQ(ev[0].value[1], 0b010u) << "chunk 1 was foreign";
+  EXPECT_NE(race_json(ev[0]).find("\"kind\":\"bf_torn\""), std::string::npos);
+}
+
+TEST(DoorbellDevice, ATornCopyThatDoesNotParseIsALocalQpOperationError) {
+  BfRig r;
+  std::vector<uint8_t> wa = r.write_wqe(0, 0, std::string(40, 'a'));
+  r.ring_store(0, wa);
+  r.dbrec(2);
+  // Chunk 0 from another write whose control segment claims more than a buffer holds.
+  std::vector<uint8_t> junk = wa;
+  CtrlSeg c;
+  std::memcpy(&c, junk.data(), 16);
+  c.qpn_ds = be32(r.h->qps[r.a].qpn << 8 | 40);
+  std::memcpy(junk.data(), &c, 16);
+  r.chunk(0, 0, junk.data(), B1);
+  r.chunk(0, 1, wa.data() + 64, A1);
+  r.drain(0, A1);
+  const Cqe64* e = r.poll();
+  ASSERT_NE(e, nullptr);
+  EXPECT_EQ(e->op_own >> 4, kCqeReqErr);
+  EXPECT_EQ(reinterpret_cast<const ErrCqe*>(e)->syndrome, kSynLocalQpOp);
+  auto ev = r.races();
+  ASSERT_FALSE(ev.empty());
+  EXPECT_EQ(ev[0].kind, kRaceBfTorn);
+  EXPECT_EQ(ev[0].action, kActLocalQpOpErr);
+}
+
+TEST(DoorbellDevice, TwoWqesWrittenIntoOneSlotBeforeTheFetchAreADoubleWrite) {
+  BfRig r;
+  r.ring_store(0, r.write_wqe(0, 0, "first"));
+  uint32_t other = 0;
+  std::thread t([&] {
+    other = writer_tid();
+    r.ring_store(0, r.write_wqe(0, 0, "second"));
+  });
+  t.join();
+  r.dbrec(1);
+  r.eng.kick_sq(r.h->qps[r.a]);
+  EXPECT_STREQ(r.dst, "second");
+  auto ev = r.races();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, kRaceDoubleWrite);
+  EXPECT_EQ(ev[0].action, kActExecutedRing);
+  EXPECT_EQ(ev[0].writers[0], writer_tid());
+  EXPECT_EQ(ev[0].writers[1], other);
+}
+
+TEST(DoorbellDevice, ADoorbellRecordGoingBackwardsIsReportedAndIgnored) {
+  BfRig r;
+  r.ring_store(0, r.write_wqe(0, 0, "x"));
+  r.ring_store(1, r.write_wqe(1, 8, "y"));
+  r.dbrec(2);
+  r.eng.kick_sq(r.h->qps[r.a]);
+  ASSERT_NE(r.poll(), nullptr);
+  ASSERT_NE(r.poll(), nullptr);
+  r.dbrec(1);  // a late store of an older value
+  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(r.h->qps[r.a]);
+  EXPECT_EQ(r.poll(), nullptr) << "nothing executed again";
+  auto ev = r.races();
+  ASSERT_EQ(ev.size(), 1u) << "reported once";
+  EXPECT_EQ(ev[0].kind, kRaceDbrecBackwards);
+  EXPECT_EQ(ev[0].value[0], 2u);
+  EXPECT_EQ(ev[0].value[1], 1u);
+  // The next legal post goes on from the furthest value.
+  r.ring_store(2, r.write_wqe(2, 16, "z"));
+  r.dbrec(3);
+  r.eng.kick_sq(r.h->qps[r.a]);
+  ASSERT_NE(r.poll(), nullptr);
+  EXPECT_EQ(r.dst[16], 'z');
+  EXPECT_EQ(r.races().size(), 1u);
+}
+
+TEST(DoorbellDevice, ARecordPastTheStoresIsAheadAndTheStaleSlotFails) {
+  BfRig r;
+  r.ring_store(0, r.write_wqe(0, 0, "x"));
+  r.dbrec(2);  // block 1 was never written
+  r.eng.kick_sq(r.h->qps[r.a]);
+  const Cqe64* c1 = r.poll();
+  ASSERT_NE(c1, nullptr);
+  EXPECT_EQ(c1->op_own >> 4, kCqeReq);
+  const Cqe64* c2 = r.poll();
+  ASSERT_NE(c2, nullptr);
+  EXPECT_EQ(reinterpret_cast<const ErrCqe*>(c2)->syndrome, kSynLocalQpOp);
+  auto ev = r.races();
+  ASSERT_EQ(ev.size(), 2u);
+  EXPECT_EQ(ev[0].kind, kRaceDbrecAhead);
+  EXPECT_EQ(ev[1].kind, kRaceStaleWqe);
+  EXPECT_EQ(ev[1].slot, 1u);
+  EXPECT_EQ(ev[1].action, kActLocalQpOpErr);
+}
+
+TEST(DoorbellDevice, AStaleWqeFromTheLastLapIsReported) {
+  BfRig r;
+  for (uint32_t i = 0; i < 16; ++i) {
+    r.ring_store(i, r.write_wqe(i, 0, "lap"));
+    r.dbrec(i + 1);
+    r.eng.kick_sq(r.h->qps[r.a]);
+    ASSERT_NE(r.poll(), nullptr);
+  }
+  // Without recorded stores only the ring's content tells: slot 0 still holds index 0.
+  r.h->qps[r.a].wrec_tracked.store(0);
+  r.dbrec(17);
+  r.eng.kick_sq(r.h->qps[r.a]);
+  const Cqe64* c = r.poll();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(reinterpret_cast<const ErrCqe*>(c)->syndrome, kSynLocalQpOp);
+  auto ev = r.races();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, kRaceStaleWqe);
+  EXPECT_EQ(ev[0].slot, 16u);
+}
+
+TEST(DoorbellDevice, LegalPostingOverManyLapsRaisesNothing) {
+  BfRig r;
+  uint32_t pos = 0;
+  for (uint32_t i = 0; i < 100; ++i) {
+    std::vector<uint8_t> w = r.write_wqe(pos & 0xffff, (i % 2) * 128, std::string(i % 3 == 0 ? 100 : 8, char('a' + i % 26)));
+    uint32_t n = static_cast<uint32_t>(w.size() / 64);
+    if ((pos & 15) + n > 16) {  // keep each WQE contiguous for the BlueFlame copy: pad with NOPs
+      while (pos & 15) {
+        std::vector<uint8_t> nop(64, 0);
+        CtrlSeg c{};
+        c.opmod_idx_opcode = be32((pos & 0xffff) << 8 | kOpNop);
+        c.qpn_ds = be32(r.h->qps[r.a].qpn << 8 | 1);
+        std::memcpy(nop.data(), &c, 16);
+        r.ring_store(pos, nop);
+        ++pos;
+      }
+      w = r.write_wqe(pos & 0xffff, (i % 2) * 128, std::string(i % 3 == 0 ? 100 : 8, char('a' + i % 26)));
+    }
+    r.ring_store(pos, w);
+    pos += n;
+    r.dbrec(pos);
+    if (i % 2) {
+      const uint8_t* blocks[4];
+      for (uint32_t k = 0; k < n; ++k) blocks[k] = w.data() + k * 64;
+      mmio_bf_copy(*r.reg, i % 4 / 2, blocks, n);
+      uint64_t heads[kWcBuffers];
+      uint32_t got = mmio_flush(heads, kWcBuffers);
+      ASSERT_EQ(got, 1u);
+      r.eng.on_doorbell(heads[0]);
+    } else {
+      uint64_t head;
+      std::memcpy(&head, w.data(), 8);
+      r.eng.on_doorbell(mmio_db64(*r.reg, head));  // the 8-byte doorbell
+    }
+    while (const Cqe64* c = r.poll()) ASSERT_NE(c->op_own >> 4, kCqeReqErr);
+  }
+  EXPECT_EQ(r.h->qps[r.a].sq_ci, pos);
+  EXPECT_TRUE(r.races().empty()) << race_json(r.races().front());
+}
