@@ -13,6 +13,10 @@ c = json.load(sys.stdin)
 assert c["fabric"] == os.environ["EMU_FABRIC"], c["fabric"]
 for key in ("processes", "objects", "xrcds", "tgt_qps", "dead_owned"):
     assert isinstance(c[key], list), key
+races = c["races"]
+assert races["total"] == 0 and races["events"] == [], races  # a pingpong-free devinfo races nothing
+assert set(races["by_device"][0]) == {"bf_torn", "dbrec_backwards", "dbrec_ahead", "double_write",
+                                      "stale_wqe", "owner_conflict"}, races
 assert c["dead_owned"] == [], c["dead_owned"]
 assert all(o["owner_alive"] for o in c["objects"]), c["objects"]
 print("census json ok:", len(c["processes"]), "process records")
@@ -21,4 +25,8 @@ text=$("$emu_ctl" census)
 for section in "processes:" "objects:" "xrc domains:" "xrc tgt qps:" "owned by dead processes"; do
   grep -q "^$section" <<<"$text" || { echo "FAIL: no '$section' in:"; echo "$text"; exit 1; }
 done
+grep -q "^race events: 0" <<<"$text" || { echo "FAIL: no race count in:"; echo "$text"; exit 1; }
+races=$("$emu_ctl" races)
+grep -q "^0 race events recorded on fabric '$EMU_FABRIC'" <<<"$races" || { echo "FAIL: $races"; exit 1; }
+"$emu_ctl" races --json | python3 -c 'import json, sys; assert json.load(sys.stdin) == []'
 echo PASS

@@ -144,3 +144,53 @@ TEST(Census, XrcdOpenErrors) {
   xrcd_close(s, h2);
   xrcd_close(s, h1);
 }
+
+// Race events reach the census (counts per device and kind, and the events) and its JSON.
+TEST(CensusRaces, RecordedEventsAreCountedAndListed) {
+  Segment* s = Segment::get();
+  Census before = take_census(s);
+  RaceReport r;
+  r.kind = kRaceBfTorn;
+  r.action = kActExecutedBf;
+  r.reg = 16;
+  r.dev = 0;
+  r.qpn = 0x1234;
+  r.ctx = 2;
+  r.slot = 41;
+  r.writers[0] = 1001;
+  r.writers[1] = 1002;
+  record_race(s, r);
+  Census c = take_census(s);
+  EXPECT_EQ(c.races_total, before.races_total + 1);
+  ASSERT_FALSE(c.race_counts.empty());
+  EXPECT_EQ(c.race_counts[0][kRaceBfTorn], before.race_counts[0][kRaceBfTorn] + 1);
+  ASSERT_FALSE(c.races.empty());
+  const RaceRecord& e = c.races.back();
+  EXPECT_EQ(e.kind, kRaceBfTorn);
+  EXPECT_EQ(e.qpn, 0x1234u);
+  EXPECT_EQ(e.writers[1], 1002u);
+  std::string j = census_json(c);
+  EXPECT_NE(j.find("\"races\":{\"total\":"), std::string::npos);
+  EXPECT_NE(j.find("\"writer_threads\":[1001,1002]"), std::string::npos) << j;
+  EXPECT_NE(j.find("\"executed\":\"executed_bf_copy\""), std::string::npos);
+  EXPECT_NE(census_text(c).find("emu0 bf_torn"), std::string::npos);
+}
+
+// The log keeps the last kRaceLogLen events, numbered; a reader asking from N gets N onwards.
+TEST(CensusRaces, TheLogKeepsTheLastEventsInOrder) {
+  Segment* s = Segment::get();
+  uint64_t first = races_recorded(s);
+  RaceReport r;
+  r.kind = kRaceDoubleWrite;
+  for (uint32_t i = 0; i < kRaceLogLen + 10; ++i) {
+    r.slot = i;
+    record_race(s, r);
+  }
+  std::vector<RaceRecord> all = read_races(s);
+  ASSERT_EQ(all.size(), kRaceLogLen);
+  EXPECT_EQ(all.back().slot, kRaceLogLen + 9);
+  for (size_t i = 1; i < all.size(); ++i) EXPECT_EQ(all[i].seq, all[i - 1].seq + 1);
+  std::vector<RaceRecord> tail = read_races(s, first + kRaceLogLen + 5);
+  ASSERT_EQ(tail.size(), 5u);
+  EXPECT_EQ(tail.front().slot, kRaceLogLen + 5);
+}
