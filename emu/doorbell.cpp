@@ -141,9 +141,9 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher) {
     if (!qp || qp->ctx != reg.ctx) {
       act = kActDropped;  // names no QP of this register's context: a NIC drops it
       if (config().log) log("BlueFlame write for QP 0x%x on a register of context %u dropped", qpn, reg.ctx);
-    } else if (dist16(idx, qp->sq_ci) < 0) {
-      act = kActIgnored;  // the device already fetched that index from the ring
     } else {
+      // Kept until the device reaches idx; a copy for an index it has already fetched from the
+      // ring is dropped then (take_bf_copy), not here: the consumer position is the runner's.
       BfStash& s = qp->bf_stash;
       s.seq.store(s.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_release);
