@@ -151,14 +151,21 @@ Overlap overlap_on(ibv_qp* qp, uint64_t raddr, uint32_t rkey, uint8_t fill) {
   return o;
 }
 
-// Thread 1 then thread 2 (each joined before the next starts): a session, a post and a receive
-// each. Nobody is inside the queue when the next one comes.
+// Thread 1 then thread 2 (each joined before the next starts): an aborted session, a session, a
+// post and a receive each. Nobody is inside the queue when the next one comes (an abort leaves it
+// as a complete does).
 void sequential_on(ibv_qp* qp, uint64_t raddr, uint32_t rkey, const ibv_sge& recv_sge, int* errors) {
   for (int k = 0; k < 2; ++k) {
     std::thread t([&, k] {
       uint8_t src[kMsg];
       std::memset(src, 0x40 + k, kMsg);
       ibv_qp_ex* x = ibv_qp_to_qp_ex(qp);
+      ibv_wr_start(x);
+      x->wr_id = 99;
+      x->wr_flags = IBV_SEND_SIGNALED;
+      ibv_wr_rdma_write(x, rkey, raddr);
+      ibv_wr_set_inline_data(x, src, kMsg);
+      ibv_wr_abort(x);
       ibv_wr_start(x);
       x->wr_id = 10 + k;
       x->wr_flags = IBV_SEND_SIGNALED;
