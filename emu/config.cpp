@@ -23,6 +23,10 @@ const KnobDoc kKnobs[] = {
     {"EMU_TD_UARS", "16",
      "Registers per context kept for thread domains (ibv_alloc_td): each domain gets one of its "
      "own; past this number ibv_alloc_td fails with ENOMEM."},
+    {"EMU_SINGLE_THREADED", "0",
+     "1: the provider takes none of its locks (QP send and receive, doorbell register, CQ, SRQ), "
+     "as MLX5_SINGLE_THREADED does: for programs that use each context from one thread. Every QP "
+     "is then checked for entry by two threads at once (a race event, the post goes on)."},
     {"EMU_RACE_LOG", "0",
      "1: print each race event the device records (torn BlueFlame WQE, doorbell record moving "
      "backwards or ahead, double or stale WQE, lock-free QP entered by two threads) to stderr as "
@@ -135,6 +139,7 @@ Config config_from_env() {
   c.ports_per_dev = parse_u32("EMU_PORTS", "1", 1, 4);
   c.uar_regs = parse_u32("EMU_UARS", "16", 1, 64);
   c.td_uar_regs = parse_u32("EMU_TD_UARS", "16", 0, 64);
+  c.single_threaded = std::atoi(env_or("EMU_SINGLE_THREADED", "0")) != 0;
   std::string engine = env_or("EMU_ENGINE", "inline");
   c.engine = engine == "thread" ? EngineMode::progress_thread : EngineMode::inline_on_doorbell;
   c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;

@@ -20,6 +20,7 @@ struct Config {
   uint32_t ports_per_dev;   // EMU_PORTS
   uint32_t uar_regs;        // EMU_UARS
   uint32_t td_uar_regs;     // EMU_TD_UARS
+  bool single_threaded;     // EMU_SINGLE_THREADED
   EngineMode engine;        // EMU_ENGINE
   bool log;                 // EMU_LOG
   uint32_t vendor_part_id;  // EMU_VENDOR_PART_ID

@@ -118,7 +118,8 @@ bool xrc_recv_wc(const Cqe64& c, uint8_t opcode, ibv_wc* wc) {
   return true;
 }
 
-// Takes the next completion, if the device has published one. Caller holds cq->lock.
+// Takes the next completion, if the device has published one. Caller holds cq->lock (unless the
+// CQ's mode has none).
 bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
   for (;;) {
     Cqe64& c = cq->ring[cq->ci & (cq->shm->cqe_cnt - 1)];
@@ -267,10 +268,10 @@ void maybe_progress(EmuCq* cq) {
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   if (attr->comp_mask) return EINVAL;
   EmuCq* cq = to_cq(cqx);
-  pthread_spin_lock(&cq->lock);
+  if (!cq->poll_ex_lockless) pthread_spin_lock(&cq->lock.spin);
   maybe_progress(cq);
   if (!next_cqe(cq, &cq->cur_wc, &cq->cur_ts)) {
-    pthread_spin_unlock(&cq->lock);
+    if (!cq->poll_ex_lockless) pthread_spin_unlock(&cq->lock.spin);
     return ENOENT;
   }
   cqx->status = cq->cur_wc.status;
@@ -286,7 +287,10 @@ int next_poll(ibv_cq_ex* cqx) {
   return 0;
 }
 
-void end_poll(ibv_cq_ex* cqx) { pthread_spin_unlock(&to_cq(cqx)->lock); }
+void end_poll(ibv_cq_ex* cqx) {
+  EmuCq* cq = to_cq(cqx);
+  if (!cq->poll_ex_lockless) pthread_spin_unlock(&cq->lock.spin);
+}
 
 ibv_wc_opcode read_opcode(ibv_cq_ex* c) { return to_cq(c)->cur_wc.opcode; }
 uint32_t read_vendor_err(ibv_cq_ex* c) { return to_cq(c)->cur_wc.vendor_err; }
@@ -338,7 +342,8 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
   cq->shm = &cs;
   cq->uid = cs.uid;
   cq->ci = 0;
-  pthread_spin_init(&cq->lock, PTHREAD_PROCESS_PRIVATE);
+  cq->lock.init(config().single_threaded);
+  cq->poll_ex_lockless = cq->lock.off;
   ibv_cq_ex& x = cq->cqx;
   x.context = context;
   x.channel = channel;
@@ -368,12 +373,12 @@ void cq_progress(EmuCq* cq) {
 int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   EmuCq* cq = to_cq(ibcq);
   if (n < 0) return -1;
-  pthread_spin_lock(&cq->lock);
+  cq->lock.lock();
   maybe_progress(cq);
   int i = 0;
   uint64_t ts;
   while (i < n && next_cqe(cq, &wc[i], &ts)) ++i;
-  pthread_spin_unlock(&cq->lock);
+  cq->lock.unlock();
   // With EMU_ENGINE=thread, a poller that busy-polls an empty CQ while this process's device
   // thread has doorbells queued would keep that thread off a shared core for a whole time slice.
   if (i == 0 && config().engine == EngineMode::progress_thread &&
@@ -390,11 +395,11 @@ int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
       std::memory_order_seq_cst);  // arm, then look (the device: CQE, then arm)
   // A completion the device wrote before the arm but that is still unpolled fires at once, as
   // hardware compares the armed consumer index with its producer index.
-  pthread_spin_lock(&cq->lock);
+  cq->lock.lock();
   Cqe64& c = cq->ring[cq->ci & (cs.cqe_cnt - 1)];
   uint8_t op_own = cqe_owner_load(&c.op_own);
   bool pending = (op_own >> 4) != kCqeInvalid && (op_own & 1) == ((cq->ci >> cs.log_cqe_cnt) & 1);
-  pthread_spin_unlock(&cq->lock);
+  cq->lock.unlock();
   if (pending && !solicited_only && cs.arm.exchange(0) != 0) notify_comp(cs);
   return 0;
 }
@@ -407,9 +412,27 @@ ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
       (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))
     return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  // IBV_CQ_INIT_ATTR_MASK_PD names a parent domain (mlx5: anything else is EINVAL), which the CQ
+  // holds. Its thread domain does not unlock the CQ: mlx5 keeps the CQ lock there too.
+  EmuPd* parent = nullptr;
+  if (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_PD) {
+    if (!attr->parent_domain || attr->parent_domain->context != context ||
+        !to_pd(attr->parent_domain)->is_parent())
+      return fail_null<ibv_cq_ex>(EINVAL);
+    parent = to_pd(attr->parent_domain);
+  }
   EmuCq* cq = create_cq_common(context, static_cast<int>(attr->cqe), attr->cq_context,
                                attr->channel, static_cast<int>(attr->comp_vector));
   if (!cq) return nullptr;
+  if (parent) {
+    cq->parent_domain = parent;
+    parent->refs.fetch_add(1);
+  }
+  // A CQ its user polls from one thread: ibv_start_poll..ibv_end_poll take no lock (mlx5 picks
+  // its unlocked poll functions; ibv_poll_cq keeps the lock there too).
+  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
+      (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED))
+    cq->poll_ex_lockless = true;
   cq->wc_flags_mask = attr->wc_flags;
   ibv_cq_ex& x = cq->cqx;
   x.start_poll = start_poll;
@@ -512,6 +535,7 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
   wait_for_engines(seg);  // no engine still writes into the ring
   seg->free(cq->shm->buf_off);
   cq->shm->state.store(kSlotFree, std::memory_order_release);
+  if (cq->parent_domain) cq->parent_domain->refs.fetch_sub(1);
   if (ibcq->channel) {
     pthread_mutex_lock(&ibcq->context->mutex);
     --ibcq->channel->refcnt;

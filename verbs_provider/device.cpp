@@ -331,7 +331,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
     r.ctx = ctx->slot;
     r.index = static_cast<uint16_t>(i);
     r.dev = static_cast<uint16_t>(ctx->dev);
-    pthread_spin_init(&ctx->uar_use[i].lock, PTHREAD_PROCESS_PRIVATE);
+    // A thread domain's register has one domain's QPs on it, which its user keeps to one thread
+    // at a time: no lock (mlx5's need_lock = 0). The shared ones lock unless single-threaded.
+    ctx->uar_use[i].lock.init(i >= ctx->n_uars || config().single_threaded);
   }
 
   verbs_context& v = ctx->vctx;
@@ -347,6 +349,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.create_srq_ex = emu_create_srq_ex;
   v.get_srq_num = emu_get_srq_num;
   v.query_rt_values = emu_query_rt_values;
+  v.alloc_td = emu_alloc_td;
+  v.dealloc_td = emu_dealloc_td;
+  v.alloc_parent_domain = emu_alloc_parent_domain;
   ibv_context& c = v.context;
   c.device = device;
   c.cmd_fd = cmd_fd;

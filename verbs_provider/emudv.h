@@ -82,7 +82,10 @@ enum emudv_race_kind {
   EMUDV_RACE_DBREC_AHEAD = 3,
   EMUDV_RACE_DOUBLE_WRITE = 4,
   EMUDV_RACE_STALE_WQE = 5,
-  EMUDV_RACE_OWNER = 6,
+  EMUDV_RACE_OWNER = 6,   /* a queue without a lock (thread domain, EMU_SINGLE_THREADED) entered
+                             by a second thread while another was inside: writer_tids = {the
+                             thread inside, the one entering}; slot = the queue's producer index
+                             (16 bits), for an SRQ its number (qpn 0, reg -1) */
   EMUDV_RACE_KINDS = 7,
 };
 
@@ -96,7 +99,8 @@ struct emudv_race {
   uint32_t slot;          /* WQE index (BlueFlame: the WQE the buffer's first chunk names) */
   int32_t pid;
   uint32_t writer_tids[2];
-  uint32_t values[2];     /* kind-specific (doorbell record before/after; buffer and chunk mask) */
+  uint32_t values[2];     /* kind-specific (doorbell record before/after; buffer and chunk mask;
+                             EMUDV_RACE_OWNER: values[0] = the queue, 0 send, 1 receive, 2 SRQ) */
   const char *kind_name;  /* "bf_torn", ... */
   const char *executed;   /* what the device did: "executed_bf_copy", "local_qp_op_error", ... */
 };

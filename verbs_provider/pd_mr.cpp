@@ -85,6 +85,10 @@ int ibv_dealloc_pd(ibv_pd* pd) {
     auto fn = REAL(ibv_dealloc_pd, "IBVERBS_1.1");
     return fn ? fn(pd) : EINVAL;
   }
+  // A parent domain goes as mlx5's does: EBUSY while its QPs and CQs are there; the protection
+  // domain it names stays.
+  if (to_pd(pd)->is_parent()) return dealloc_parent_domain(to_pd(pd));
+  if (to_pd(pd)->refs.load()) return EBUSY;  // parent domains made on it (mlx5's refcount)
   Header* h = segment()->hdr();
   uint32_t slot = to_pd(pd)->slot;
   // The kernel refuses while MRs or QPs still use the PD.

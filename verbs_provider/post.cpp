@@ -38,13 +38,15 @@ void ring_copy(EmuQp* qp, uint32_t at, const uint8_t* src, uint32_t size) {
 // 8-byte doorbell. The register's lock covers the copy and the flush, as mlx5 does for shared
 // registers (without the flush inside, a later post's doorbell could overtake this one). The flush
 // is when the device receives the chunks (emu/mmio.h); the engine runs after the lock is dropped.
+// A thread domain's own register, and every register under EMU_SINGLE_THREADED, has no lock: its
+// users promise one thread at a time.
 void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
   EmuContext* ctx = qp->ctx;
   UarUse& use = ctx->uar_use[qp->uar_idx];
   UarReg& reg = ctx->uars[qp->uar_idx];
   uint64_t heads[kWcBuffers];
   uint32_t n = 0;
-  pthread_spin_lock(&use.lock);
+  use.lock.lock();
   if (single && bbs * kSendWqeBB <= kBfBufSize) {
     const uint8_t* blocks[kBfChunks];
     for (uint32_t i = 0; i < bbs; ++i) blocks[i] = qp->sq + ((ctrl_block + i) & (qp->sq_bbs - 1)) * kSendWqeBB;
@@ -56,7 +58,7 @@ void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
     std::memcpy(&head, qp->sq + (ctrl_block & (qp->sq_bbs - 1)) * kSendWqeBB, 8);
     heads[n++] = mmio_db64(reg, head);
   }
-  pthread_spin_unlock(&use.lock);
+  use.lock.unlock();
   for (uint32_t i = 0; i < n; ++i) device_doorbell(ctx->engine, heads[i]);
 }
 }  // namespace
@@ -181,7 +183,7 @@ void sq_publish(EmuQp* qp, uint32_t last_block, uint32_t last_bbs, uint32_t nreq
 
 int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   EmuQp* qp = to_qp(ibqp);
-  pthread_spin_lock(&qp->sq_lock);
+  bool owned = queue_enter(qp, kOwnerSend);
   uint32_t state = qp->shm->qp_state.load(std::memory_order_relaxed);
   int err = 0;
   uint32_t nreq = 0, last_block = 0, last_bbs = 0;
@@ -239,13 +241,13 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     ++nreq;
   }
   sq_publish(qp, last_block, last_bbs, nreq);
-  pthread_spin_unlock(&qp->sq_lock);
+  queue_leave(qp, kOwnerSend, owned);
   return err;
 }
 
 int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   EmuQp* qp = to_qp(ibqp);
-  pthread_spin_lock(&qp->rq_lock);
+  bool owned = queue_enter(qp, kOwnerRecv);
   int err = 0;
   uint32_t nreq = 0;
   // A QP on an SRQ (or of an XRC type) has no receive queue of its own; a QP in RESET takes none.
@@ -288,7 +290,7 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     to_device_barrier();
     dbrec_store32(&qp->dbrec[0], be32(qp->rq_head & 0xffff));
   }
-  pthread_spin_unlock(&qp->rq_lock);
+  queue_leave(qp, kOwnerRecv, owned);
   if (nreq) {
     // The device's side of a receive doorbell: flush in ERR, or wake a requester parked on RNR.
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the record before the waiter (see rq_empty_wait)

@@ -6,6 +6,7 @@
 #include <pthread.h>
 
 #include <atomic>
+#include <bitset>
 #include <cstdint>
 #include <mutex>
 #include <string>
@@ -13,6 +14,7 @@
 
 #include "engine.h"
 #include "layout.h"
+#include "race_log.h"
 #include "segment.h"
 #include "wqe.h"
 
@@ -27,10 +29,41 @@ struct EmuQp;
 struct EmuCq;
 struct EmuXrcd;
 
+// A driver lock that a thread mode turns off, as mlx5's spinlock with need_lock: objects made
+// under a thread domain and everything under EMU_SINGLE_THREADED are unlocked. The mode is fixed
+// when the object is made, so the default path pays one predictable branch on a line it touches
+// anyway.
+struct ModeLock {
+  pthread_spinlock_t spin;
+  bool off = false;
+  void init(bool lockless) {
+    off = lockless;
+    pthread_spin_init(&spin, PTHREAD_PROCESS_PRIVATE);
+  }
+  void lock() {
+    if (!off) pthread_spin_lock(&spin);
+  }
+  void unlock() {
+    if (!off) pthread_spin_unlock(&spin);
+  }
+};
+
+// The ownership checker's word for one queue that has no lock (the thread inside it, 0: none).
+// Process-local: only this process's threads post on its queues. A line of its own, so that the
+// compare-and-swap of each post does not share a line with the ring state the poller writes.
+struct alignas(64) OwnerWord {
+  std::atomic<uint32_t> tid{0};
+};
+static_assert(sizeof(OwnerWord) == 64);
+
+// What a kRaceOwner event names in value[0] (emudv.h): which queue two threads were inside.
+enum OwnerQueue : uint32_t { kOwnerSend = 0, kOwnerRecv = 1, kOwnerSrq = 2 };
+
 // A context's doorbell register as the driver uses it: the lock that mlx5 takes around a shared
-// BlueFlame register, and the buffer toggle.
+// BlueFlame register (off for a thread domain's own register and under EMU_SINGLE_THREADED), and
+// the buffer toggle.
 struct UarUse {
-  pthread_spinlock_t lock;
+  ModeLock lock;
   uint32_t bf_offset;  // 0 or 1: which of the two BlueFlame buffers the next post uses
 };
 
@@ -44,15 +77,33 @@ struct EmuContext {
   UarUse uar_use[kUarRegsMax];
   int async_wfd = -1;
   Engine* engine;
-  std::mutex mu;                  // QP list (slow path)
+  std::mutex mu;                  // QP list and thread-domain registers (slow path)
   std::vector<EmuQp*> qps;
+  std::bitset<kUarRegsMax> td_uar_used;  // by index from 0: register n_uars + i has a domain
   std::atomic<uint32_t> n_ahs{0};  // address handles made on this context (max_ah)
   verbs_context vctx;             // must be last: libibverbs finds it from &vctx.context
 };
 
+// A thread domain (td.cpp): a doorbell register of its own for the QPs made under it.
+struct EmuTd {
+  ibv_td td;
+  uint32_t uar_idx;               // >= the context's n_uars
+  std::atomic<uint32_t> refs{0};  // parent domains naming it: ibv_dealloc_td is EBUSY meanwhile
+};
+
+// A protection domain, or a parent domain (ibv_alloc_parent_domain: the protection domain `parent`
+// stands for, plus an optional thread domain). Both carry the protection domain's slot, so every
+// key check sees one PD, whichever of the two an object was made with.
 struct EmuPd {
   ibv_pd pd;
-  uint32_t slot;
+  uint32_t slot;                  // PdSlot (a parent domain: its protection domain's)
+  EmuPd* parent = nullptr;        // a parent domain: the ibv_pd it was made on; nullptr: a PD
+  EmuTd* td = nullptr;            // a parent domain's thread domain, or nullptr
+  void* pd_context = nullptr;     // IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT
+  // Objects holding this ibv_pd (ibv_dealloc_pd is EBUSY meanwhile, as mlx5's refcount): the
+  // parent domains made on it, and for a parent domain the QPs and CQs made with it.
+  std::atomic<uint32_t> refs{0};
+  bool is_parent() const { return parent != nullptr; }
 };
 
 struct EmuMr {
@@ -72,7 +123,10 @@ struct EmuCq {
   CqSlot* shm;
   Cqe64* ring;
   uint32_t ci;                    // consumer index (driver copy; published to shm->ci)
-  pthread_spinlock_t lock;
+  ModeLock lock;                  // off under EMU_SINGLE_THREADED
+  bool poll_ex_lockless = false;  // ibv_start_poll..ibv_end_poll unlocked: lock.off, or the CQ was
+                                  // made IBV_CREATE_CQ_ATTR_SINGLE_THREADED (mlx5 drops it there)
+  EmuPd* parent_domain = nullptr; // IBV_CQ_INIT_ATTR_MASK_PD: held until the CQ goes
   uint64_t uid;
   std::atomic<uint32_t> events_read{0};  // completion events handed to the user (ack target)
   std::atomic<uint32_t> async_events_read{0};  // IBV_EVENT_CQ_ERR handed out (ack target)
@@ -103,7 +157,10 @@ struct EmuSrq {
   uint32_t outstanding = 0;       // posted and not yet completed
   std::vector<uint64_t> wrid;
   std::vector<uint8_t> shadow;    // the WQEs' data segments as posted (private: see EmuQp)
-  pthread_spinlock_t lock;
+  // Covers the free list: posts, and completions giving WQEs back (polls). Off for an SRQ made
+  // under a thread domain or under EMU_SINGLE_THREADED; the owner word checks it instead.
+  ModeLock lock;
+  OwnerWord owner;
   std::atomic<uint32_t> async_events_read{0};
   EmuXrcd* xrcd = nullptr;        // XRC SRQs: the domain
 };
@@ -144,7 +201,11 @@ struct EmuQp {
   std::vector<uint64_t> sq_wrid;  // by start block
   std::vector<uint64_t> sq_seq;   // by start block: sq_posted after this WQE
   std::vector<uint8_t> sq_wqe_bbs;
-  pthread_spinlock_t sq_lock;
+  // The send lock: ibv_post_send, and an ibv_wr_start..ibv_wr_complete session. Off (with
+  // rq_lock and the register's lock) for a QP made under a thread domain or under
+  // EMU_SINGLE_THREADED: then sq_owner/rq_owner check what the locks would have serialised.
+  ModeLock sq_lock;
+  bool lockless = false;
   // Receive queue.
   uint8_t* rq;
   uint32_t rq_cnt;
@@ -162,7 +223,8 @@ struct EmuQp {
   EmuXrcd* xrcd = nullptr;
   uint32_t xrc_handle = 0;
   uint64_t handle_uid = 0;        // names this handle in event records
-  pthread_spinlock_t rq_lock;
+  ModeLock rq_lock;
+  EmuPd* parent_domain = nullptr; // made with a parent domain: held until the QP goes
   uint32_t incarnation = 0;       // CQEs stamped with another one are stale (before a reset)
   std::atomic<uint32_t> async_events_read{0};  // events handed out on this QP (ack target)
   // Doorbell register.
@@ -182,9 +244,13 @@ struct EmuQp {
   uint32_t wr_last_bbs = 0;
   uint32_t wr_count = 0;
   uint32_t send_ops_flags = 0;
+  // The ownership checker (lockless QPs only), one word per lock it stands for.
+  OwnerWord sq_owner;
+  OwnerWord rq_owner;
 };
 
-// WQE building (post.cpp), shared by ibv_post_send and the ibv_wr_* API. Caller holds sq_lock.
+// WQE building (post.cpp), shared by ibv_post_send and the ibv_wr_* API. The caller is inside the
+// send queue (queue_enter).
 int wqe_begin(EmuQp* qp, uint8_t opcode, unsigned send_flags, uint32_t imm_be, uint64_t wr_id);
 int wqe_set_av(EmuQp* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey);
 bool opcode_allowed(ibv_qp_type type, uint8_t opcode);
@@ -196,12 +262,59 @@ int wqe_add_inline(EmuQp* qp, const ibv_data_buf* bufs, size_t n);
 int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs);
 void sq_publish(EmuQp* qp, uint32_t last_block, uint32_t last_bbs, uint32_t nreq);
 
+// ---- Thread modes (td.cpp) ----
+// Whether objects made with pd take no internal locks: pd is a parent domain with a thread domain,
+// or EMU_SINGLE_THREADED is on.
+bool lockless_under(ibv_pd* pd);
+ibv_td* emu_alloc_td(ibv_context* context, ibv_td_init_attr* attr);
+int emu_dealloc_td(ibv_td* td);
+ibv_pd* emu_alloc_parent_domain(ibv_context* context, ibv_parent_domain_init_attr* attr);
+int dealloc_parent_domain(EmuPd* pd);  // ibv_dealloc_pd of a parent domain
+
+// The ownership checker. A queue without a lock has an owner word instead: entering the queue
+// takes it (0 -> the caller's tid); if another thread holds it, that is the race the dropped lock
+// would have prevented: a race event, and the caller goes on without the word, as an unlocked
+// post does on hardware. Leaving gives the word back only if this entry took it.
+inline bool owner_take(OwnerWord& w, uint32_t me, uint32_t* other) {
+  uint32_t cur = 0;
+  if (w.tid.compare_exchange_strong(cur, me, std::memory_order_acquire)) return true;
+  *other = cur == me ? 0 : cur;  // the caller's own thread already inside: not a race
+  return false;
+}
+inline void owner_give(OwnerWord& w) { w.tid.store(0, std::memory_order_release); }
+// Slow path: records the kRaceOwner event (emu/race_log.h).
+void report_owner_conflict(EmuQp* qp, OwnerQueue q, uint32_t holder, uint32_t me);
+void report_owner_conflict(EmuSrq* srq, uint32_t holder, uint32_t me);
+
+// Entering a QP's send or receive queue: its lock, or for a lockless QP its owner word. Returns
+// whether the caller took the owner word (pass it to queue_leave).
+inline bool queue_enter(EmuQp* qp, OwnerQueue q) {
+  ModeLock& l = q == kOwnerSend ? qp->sq_lock : qp->rq_lock;
+  if (!qp->lockless) {
+    pthread_spin_lock(&l.spin);
+    return false;
+  }
+  OwnerWord& w = q == kOwnerSend ? qp->sq_owner : qp->rq_owner;
+  uint32_t me = writer_tid(), other = 0;
+  if (owner_take(w, me, &other)) return true;
+  if (other) report_owner_conflict(qp, q, other, me);
+  return false;
+}
+inline void queue_leave(EmuQp* qp, OwnerQueue q, bool owned) {
+  if (!qp->lockless) {
+    pthread_spin_unlock(&(q == kOwnerSend ? qp->sq_lock : qp->rq_lock).spin);
+    return;
+  }
+  if (owned) owner_give(q == kOwnerSend ? qp->sq_owner : qp->rq_owner);
+}
+
 // Conversions.
 inline EmuContext* to_ctx(ibv_context* c) {
   return reinterpret_cast<EmuContext*>(reinterpret_cast<char*>(c) -
                                        offsetof(EmuContext, vctx.context));
 }
 inline EmuPd* to_pd(ibv_pd* p) { return reinterpret_cast<EmuPd*>(p); }
+inline EmuTd* to_td(ibv_td* t) { return reinterpret_cast<EmuTd*>(t); }
 inline EmuMr* to_mr(ibv_mr* m) { return reinterpret_cast<EmuMr*>(m); }
 inline EmuCq* to_cq(ibv_cq* c) { return reinterpret_cast<EmuCq*>(c); }
 inline EmuCq* to_cq(ibv_cq_ex* c) { return reinterpret_cast<EmuCq*>(c); }

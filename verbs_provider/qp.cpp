@@ -226,8 +226,8 @@ int check_values(EmuQp* qp, const ibv_qp_attr* a, int mask) {
 void reset_queues(EmuQp* qp) {
   QpSlot& s = *qp->shm;
   Segment* seg = segment();
-  pthread_spin_lock(&qp->sq_lock);
-  pthread_spin_lock(&qp->rq_lock);
+  qp->sq_lock.lock();  // (a lockless QP: its user promises no post meanwhile)
+  qp->rq_lock.lock();
   // The device side too: no engine (any thread, any process) may be inside this QP meanwhile.
   s.sq_engine.lock(seg->self());
   s.rq_lock.lock(seg->self());
@@ -251,8 +251,8 @@ void reset_queues(EmuQp* qp) {
   qp->incarnation = s.incarnation.fetch_add(1) + 1;
   s.rq_lock.unlock();
   s.sq_engine.unlock();
-  pthread_spin_unlock(&qp->rq_lock);
-  pthread_spin_unlock(&qp->sq_lock);
+  qp->rq_lock.unlock();
+  qp->sq_lock.unlock();
 }
 
 }  // namespace
@@ -393,10 +393,17 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->rq_wrid.assign(rq_cnt, 0);
   qp->rq_shadow.assign(size_t(rq_cnt) * rq_stride, 0);
   qp->sig_all = attr->sq_sig_all != 0;
-  qp->uar_idx = ctx->next_uar.fetch_add(1) % ctx->n_uars;
+  // A thread domain's QPs ring its own register; the others share the context's round-robin.
+  EmuPd* epd = to_pd(attr->pd);
+  qp->uar_idx = epd->td ? epd->td->uar_idx : ctx->next_uar.fetch_add(1) % ctx->n_uars;
   s.uar_index = static_cast<uint16_t>(qp->uar_idx);
-  pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
-  pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+  qp->lockless = lockless_under(attr->pd);
+  qp->sq_lock.init(qp->lockless);
+  qp->rq_lock.init(qp->lockless);
+  if (epd->is_parent()) {
+    qp->parent_domain = epd;
+    epd->refs.fetch_add(1);
+  }
 
   ibv_qp& q = qp->qpx.qp_base;
   q.context = context;
@@ -635,14 +642,15 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     EmuCq* a = to_cq(ibqp->send_cq);
     EmuCq* b = to_cq(ibqp->recv_cq);
     if (a > b) std::swap(a, b);
-    pthread_spin_lock(&a->lock);
-    if (b != a) pthread_spin_lock(&b->lock);
+    a->lock.lock();
+    if (b != a) b->lock.lock();
     if (qp->srq) srq_reclaim_cqes(qp);
     qp_table_set(ibqp->qp_num, nullptr);
-    if (b != a) pthread_spin_unlock(&b->lock);
-    pthread_spin_unlock(&a->lock);
+    if (b != a) b->lock.unlock();
+    a->lock.unlock();
   }
   if (qp->srq) qp->srq->shm->attached_qps.fetch_sub(1);
+  if (qp->parent_domain) qp->parent_domain->refs.fetch_sub(1);
   seg->free(s.sq_off);
   seg->free(s.rq_off);
   seg->free(s.dbrec_off);

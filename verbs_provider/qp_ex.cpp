@@ -1,5 +1,6 @@
 // The ibv_wr_* API (ibv_qp_ex): the same WQE builder as ibv_post_send, driven one call per field.
-// Between ibv_wr_start and ibv_wr_complete/abort the QP's send lock is held, as in mlx5.
+// Between ibv_wr_start and ibv_wr_complete/abort the QP's send lock is held, as in mlx5 (a
+// lockless QP: its send owner word, taken by ibv_wr_start).
 #include <cerrno>
 
 #include "mmio.h"
@@ -47,13 +48,23 @@ void begin(ibv_qp_ex* x, uint8_t opcode, uint64_t flag, uint32_t imm_be) {
 
 void wr_start(ibv_qp_ex* x) {
   EmuQp* qp = to_qp(x);
-  pthread_spin_lock(&qp->sq_lock);
+  queue_enter(qp, kOwnerSend);
   uint32_t state = qp->shm->qp_state.load(std::memory_order_relaxed);
   qp->wr_error = (state == kQpsReset || state == kQpsInit || state == kQpsRtr) ? EINVAL : 0;
   qp->wr_start_head = qp->sq_head;
   qp->wr_start_posted = qp->sq_posted;
   qp->wr_count = 0;
   qp->stage_size = 0;
+}
+
+// The session's end. The owner word goes back only if this thread took it at ibv_wr_start: a
+// session's start and end are in one thread, and only that thread can have stored its tid there.
+void session_leave(EmuQp* qp) {
+  if (!qp->lockless) {
+    pthread_spin_unlock(&qp->sq_lock.spin);
+    return;
+  }
+  if (qp->sq_owner.tid.load(std::memory_order_relaxed) == writer_tid()) owner_give(qp->sq_owner);
 }
 
 void rollback(EmuQp* qp) {
@@ -73,14 +84,14 @@ int wr_complete(ibv_qp_ex* x) {
   int err = qp->wr_error;
   if (err) rollback(qp);  // none of the session's WRs is posted
   else sq_publish(qp, qp->wr_last_ctrl, qp->wr_last_bbs, qp->wr_count);
-  pthread_spin_unlock(&qp->sq_lock);
+  session_leave(qp);
   return err;
 }
 
 void wr_abort(ibv_qp_ex* x) {
   EmuQp* qp = to_qp(x);
   rollback(qp);
-  pthread_spin_unlock(&qp->sq_lock);
+  session_leave(qp);
 }
 
 void wr_send(ibv_qp_ex* x) { begin(x, kOpSend, IBV_QP_EX_WITH_SEND, 0); }

@@ -33,6 +33,25 @@ uint32_t next_of(const EmuSrq* s, uint32_t idx) {
   return be16(n.next_wqe_index);
 }
 
+// Entering the free list: the SRQ's lock, or for a lockless SRQ its owner word (see queue_enter
+// in provider.h). Posts and the completions that give WQEs back both enter: they are what the
+// lock serialises, so a poll in one thread beside a post in another is the race it prevents.
+bool srq_enter(EmuSrq* s) {
+  if (!s->lock.off) {
+    pthread_spin_lock(&s->lock.spin);
+    return false;
+  }
+  uint32_t me = writer_tid(), other = 0;
+  if (owner_take(s->owner, me, &other)) return true;
+  if (other) report_owner_conflict(s, other, me);
+  return false;
+}
+
+void srq_leave(EmuSrq* s, bool owned) {
+  if (!s->lock.off) pthread_spin_unlock(&s->lock.spin);
+  else if (owned) owner_give(s->owner);
+}
+
 }  // namespace
 
 namespace emu::prov {
@@ -40,12 +59,12 @@ namespace emu::prov {
 uint64_t srq_complete(EmuSrq* s, uint16_t idx) {
   uint32_t i = idx & (s->wqe_cnt - 1);
   uint64_t wr_id = s->wrid[i];
-  pthread_spin_lock(&s->lock);
+  bool owned = srq_enter(s);
   // The device has passed this WQE: it becomes the free list's new tail.
   set_next(s, s->tail, i);
   s->tail = i;
   --s->outstanding;
-  pthread_spin_unlock(&s->lock);
+  srq_leave(s, owned);
   return wr_id;
 }
 
@@ -56,7 +75,7 @@ const uint8_t* srq_shadow_wqe(EmuSrq* s, uint16_t idx) {
 int emu_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   EmuSrq* s = to_srq(ibsrq);
   uint32_t seg_bytes = s->stride - sizeof(SrqNextSeg);
-  pthread_spin_lock(&s->lock);
+  bool owned = srq_enter(s);
   int err = 0;
   uint32_t nreq = 0;
   for (; wr; wr = wr->next) {
@@ -91,7 +110,7 @@ int emu_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     to_device_barrier();
     dbrec_store32(s->dbrec, be32(s->posted & 0xffff));
   }
-  pthread_spin_unlock(&s->lock);
+  srq_leave(s, owned);
   if (nreq) {
     // Wake a requester parked on the empty SRQ (see Engine::recv_empty_wait).
     std::atomic_thread_fence(std::memory_order_seq_cst);
@@ -152,7 +171,7 @@ EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context) {
   s->tail = cnt - 1;
   s->wrid.assign(cnt, 0);
   s->shadow.assign(size_t(cnt) * (stride - sizeof(SrqNextSeg)), 0);
-  pthread_spin_init(&s->lock, PTHREAD_PROCESS_PRIVATE);
+  s->lock.init(lockless_under(pd));  // a thread domain's SRQ takes no lock, as mlx5's
   ibv_srq& q = s->srq;
   q.context = pd->context;
   q.srq_context = srq_context;

@@ -39,8 +39,9 @@ EmuQp* new_tgt_handle(ibv_context* context, EmuXrcd* xrcd, QpSlot& s, void* qp_c
   qp->handle_uid = seg->new_uid();
   qp->incarnation = s.incarnation.load();
   qp->uar_idx = 0;
-  pthread_spin_init(&qp->sq_lock, PTHREAD_PROCESS_PRIVATE);
-  pthread_spin_init(&qp->rq_lock, PTHREAD_PROCESS_PRIVATE);
+  qp->lockless = lockless_under(nullptr);  // no queues of its own; the mode for completeness
+  qp->sq_lock.init(qp->lockless);
+  qp->rq_lock.init(qp->lockless);
   ibv_qp& q = qp->qpx.qp_base;
   q.context = context;
   q.qp_context = qp_context;

@@ -411,8 +411,11 @@ TEST_F(Errno, CreateAhBeyondMaxAh) {
   EXPECT_EQ(ibv_destroy_ah(ahs.back()), 0);
   ahs.back() = ibv_create_ah(pd, &a);
   EXPECT_NE(ahs.back(), nullptr);
-  for (ibv_ah* ah : ahs)
-    if (ah) EXPECT_EQ(ibv_destroy_ah(ah), 0);
+  for (ibv_ah* ah : ahs) {
+    if (ah) {
+      EXPECT_EQ(ibv_destroy_ah(ah), 0);
+    }
+  }
 }
 
 }  // namespace

@@ -141,8 +141,11 @@ TEST_F(Limits, MaxQpQpsExistAtOnce) {
     qps.back() = ibv_create_qp(pd, &ia);
     EXPECT_NE(qps.back(), nullptr);
   }
-  for (ibv_qp* qp : qps)
-    if (qp) EXPECT_EQ(ibv_destroy_qp(qp), 0);
+  for (ibv_qp* qp : qps) {
+    if (qp) {
+      EXPECT_EQ(ibv_destroy_qp(qp), 0);
+    }
+  }
 }
 
 }  // namespace
