@@ -313,11 +313,12 @@ void Run::receiver() {
 // Polls every QP until it is done: every posted WQE completed (a device that cannot say more), or
 // the device has taken everything its doorbell record names and a poll after that found nothing
 // (emulated devices: the rest was lost). --drain-ms without any completion ends it regardless.
-DrainResult Run::drain() {
+DrainResult Run::drain(const std::function<void()>& meanwhile) {
   DrainResult d;
   auto t0 = Clock::now(), last_progress = t0;
   std::vector<bool> done(pairs_.size(), false);
-  for (size_t left = pairs_.size(); left;) {
+  for (size_t left = pairs_.size(), round = 0; left; ++round) {
+    if (round % 64 == 0) meanwhile();
     bool progressed = false;
     for (size_t p = 0; p < pairs_.size(); ++p) {
       if (done[p]) continue;

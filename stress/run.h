@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -93,7 +94,8 @@ class Run {
   void receiver();               // body of the receiving thread (SEND)
   void stop_posting() { stop_.store(true); }
   void stop_receiving() { recv_stop_.store(true); }
-  DrainResult drain();           // after the posters are joined
+  // After the posters are joined; between poll rounds, now and then, calls `meanwhile`.
+  DrainResult drain(const std::function<void()>& meanwhile);
   void sweep();                  // RDMA WRITE: slots whose message never completed
   Tally tally() const;
 

@@ -100,8 +100,9 @@ class Ep {
   int poll(Completion* out, int max);
 
   virtual uint32_t max_inline() const = 0;
-  // The device has taken everything the doorbell record names and waits on no retry timer
-  // (emulated devices; nullopt when the device cannot say).
+  // The device has taken everything the doorbell record names (or more: a record stored out of
+  // order lags behind) and waits on no retry timer (emulated devices; nullopt when the device
+  // cannot say).
   virtual std::optional<bool> device_idle() const = 0;
   // The doorbell register this endpoint rings (direct), -1 when not known.
   virtual int register_index() const { return -1; }
