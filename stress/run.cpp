@@ -203,7 +203,9 @@ void Run::poster(uint32_t t) {
   }
 }
 
-// Posts, waiting for room when the send queue is full. Gives up on the QP when it went to ERR,
+// Posts, waiting for room when the send queue is full. A QP in ERR still takes posts (they
+// complete flushed), as a SINGLE worker goes on posting until it handles the error; a full queue
+// on it ends that. Gives up on the QP when it went to ERR,
 // when the device has taken everything the doorbell record names and yet no completion frees
 // room (twice in a row: the software's count of free room and the device disagree for good, as
 // after two threads raced on the producer index), or after --drain-ms without a completion.
@@ -373,6 +375,8 @@ Tally Run::tally() const {
     }
     for (size_t k = 0; k < o_.sizes.size(); ++k) t.posted_per_size[k] += posted_per_size_[th][k];
   }
+  // With --count, messages a thread never got to (its QPs were given up) are not posted either.
+  if (o_.count) t.unposted = o_.count * o_.threads - t.posted;
   return t;
 }
 
