@@ -212,6 +212,9 @@ void Run::poster(uint32_t t) {
 bool Run::post_one(PairState& ps, const uctlite::PostArgs& a) {
   auto waiting_since = Clock::now();
   int idle_rounds = 0;
+  // Completions polled by any thread sharing this QP count as progress: room freed by another
+  // poller is room for us too (8 threads on one QP would otherwise give it up).
+  uint64_t cqes_seen = ps.cqes.load(std::memory_order_relaxed);
   for (;;) {
     if (ps.abandoned.load(std::memory_order_relaxed)) return false;
     uctlite::PostStatus st = ps.ep->post(a);
@@ -228,7 +231,8 @@ bool Run::post_one(PairState& ps, const uctlite::PostArgs& a) {
       return false;
     }
     std::optional<bool> idle = ps.ep->device_idle();
-    if (progress(ps, true)) {
+    if (progress(ps, true) || ps.cqes.load(std::memory_order_relaxed) != cqes_seen) {
+      cqes_seen = ps.cqes.load(std::memory_order_relaxed);
       waiting_since = Clock::now();
       idle_rounds = 0;
       continue;
