@@ -7,6 +7,7 @@
 #include "barriers.h"
 #include "config.h"
 #include "race_log.h"
+#include "reclaim.h"
 #include "wqe.h"
 
 namespace emu {
@@ -111,6 +112,7 @@ DbrecVerdict inspect_dbrec(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ri
 }
 
 uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher) {
+  EngineSection in_engine(seg);  // the QP slot found below stays what it is until we are done
   reg_lock(reg);
   uint64_t tags[kBfChunks], again[kBfChunks];
   alignas(64) uint8_t copy[kBfBufSize];
@@ -158,6 +160,19 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher) {
     }
   }
   reg_unlock(reg);
+  if (v.torn && qp && (v.writers[1] == 0 || v.writers[1] == v.writers[0])) {
+    // Only one thread's chunks, yet torn (a leftover chunk: the flusher copied fewer blocks than
+    // the control segment it copied claims): the other writer is whoever rewrote the ring slot
+    // the flusher copied from.
+    if (WqeWriteRec* rec = wrec_of(seg, *qp)) {
+      WqeWriteRec& w = rec[idx & (qp->sq_bbs - 1)];
+      for (uint32_t t : {w.writer.load(std::memory_order_relaxed), w.prev_writer.load(std::memory_order_relaxed)})
+        if (t && t != v.writers[0]) {
+          v.writers[1] = t;
+          break;
+        }
+    }
+  }
   if (v.torn) {
     RaceReport r;
     r.kind = kRaceBfTorn;
