@@ -116,9 +116,9 @@ def case_direct_single_racy(args):
             return f"no bf_torn/double_write/dbrec_backwards: {kinds}"
         if not any(e["kind"] in WRITER_KINDS and two_posters(e, tids) for e in events_of(s)):
             return "no event names both posting threads"
-        c, comp = s["corruption"], s["completions"]
-        if not (c["corrupt_bytes"] or comp["messages_missing"] or comp["messages_more_than_once"]):
-            return f"no corrupt bytes, lost or duplicate completions: {c} {comp}"
+        c = s["corruption"]
+        if not c["corrupt_bytes"]:  # the torn WQE's bytes reach the target, as on hardware
+            return f"no corrupt bytes at the target: {c}"
         return None
 
     racy_until_found(args, "direct-single", extra, found, args.runs)
