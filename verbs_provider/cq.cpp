@@ -178,8 +178,10 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
         wc->wr_id = qp->sq_wrid[slot];
         // The device completes in order: every block up to the end of this WQE is free again. The
         // 16-bit distance from the tail (the ring is at most 32768 blocks) gives the full index.
-        qp->sq_tail += static_cast<uint16_t>(idx + qp->sq_wqe_bbs[slot] - qp->sq_tail);
-        qp->sq_retired = qp->sq_seq[slot];
+        uint32_t tail = qp->sq_tail.load(std::memory_order_relaxed);
+        qp->sq_tail.store(tail + static_cast<uint16_t>(idx + qp->sq_wqe_bbs[slot] - tail),
+                          std::memory_order_release);
+        qp->sq_retired.store(qp->sq_seq[slot], std::memory_order_release);
       }
     } else {
       wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;

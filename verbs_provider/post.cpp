@@ -21,8 +21,8 @@ constexpr uint32_t kMaxSendWqeBytes = kMaxWqeBBs * kSendWqeBB;
 CtrlSeg* stage_ctrl(EmuQp* qp) { return reinterpret_cast<CtrlSeg*>(qp->stage); }
 
 bool sq_full(const EmuQp* qp, uint32_t more_blocks) {
-  return qp->sq_posted - qp->sq_retired >= qp->max_send_wr ||
-         qp->sq_head + more_blocks - qp->sq_tail > qp->sq_bbs;
+  return qp->sq_posted - qp->sq_retired.load(std::memory_order_acquire) >= qp->max_send_wr ||
+         qp->sq_head + more_blocks - qp->sq_tail.load(std::memory_order_acquire) > qp->sq_bbs;
 }
 
 // Copies a staged WQE into the ring at block `at`, wrapping at the end.

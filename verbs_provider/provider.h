@@ -192,12 +192,14 @@ struct EmuQp {
   uint8_t* sq;
   uint32_t sq_bbs;
   uint32_t sq_head = 0;           // next free block
-  uint32_t sq_tail = 0;           // oldest block not yet completed
+  // Written by the poller (under the CQ's lock), read by posters (under the QP's): release/acquire
+  // orders the poller's last read of a slot's wr_id before a poster reuses the slot.
+  std::atomic<uint32_t> sq_tail{0};  // oldest block not yet completed
   uint32_t max_send_wr;
   uint32_t max_send_sge;
   uint32_t max_inline;
   uint64_t sq_posted = 0;         // WQEs posted since creation
-  uint64_t sq_retired = 0;        // WQEs known complete (a CQE retires every WQE before it too)
+  std::atomic<uint64_t> sq_retired{0};  // WQEs known complete (a CQE retires every WQE before it too)
   std::vector<uint64_t> sq_wrid;  // by start block
   std::vector<uint64_t> sq_seq;   // by start block: sq_posted after this WQE
   std::vector<uint8_t> sq_wqe_bbs;

@@ -231,8 +231,10 @@ void reset_queues(EmuQp* qp) {
   // The device side too: no engine (any thread, any process) may be inside this QP meanwhile.
   s.sq_engine.lock(seg->self());
   s.rq_lock.lock(seg->self());
-  qp->sq_head = qp->sq_tail = 0;
-  qp->sq_posted = qp->sq_retired = 0;
+  qp->sq_head = 0;
+  qp->sq_tail.store(0);
+  qp->sq_posted = 0;
+  qp->sq_retired.store(0);
   qp->rq_head = qp->rq_tail = 0;
   dbrec_store32(&qp->dbrec[0], 0);  // the device reads these at any time
   dbrec_store32(&qp->dbrec[1], 0);
