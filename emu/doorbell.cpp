@@ -265,8 +265,9 @@ void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf) {
   WqeWriteRec* rec = wrec_of(seg, qp);
   if (!rec || !qp.wrec_tracked.load(std::memory_order_relaxed)) return;
   WqeWriteRec& r = rec[pos & (qp.sq_bbs - 1)];
-  if (r.unfetched.load(std::memory_order_relaxed) == 0) return;
-  uint32_t n = r.unfetched.exchange(0);
+  uint32_t n = r.unfetched.load(std::memory_order_relaxed);
+  if (n == 0) return;
+  r.unfetched.store(0, std::memory_order_relaxed);
   if (n > 1)
     report(seg, kRaceDoubleWrite, from_bf ? kActExecutedBf : kActExecutedRing, &qp, qp.uar_index,
            pos & 0xffff, r.prev_writer.load(std::memory_order_relaxed),

@@ -15,8 +15,13 @@ uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
   constexpr uint32_t kBatch = 64;
   uint32_t pending = (producer - qp.sq_ci) & 0xffff;
   if (pending < 2) return 0;
-  // A WQE delivered by BlueFlame is executed from its copy: one at a time.
-  if (qp.bf_stash.index.load(std::memory_order_relaxed) != kStashEmpty) return 0;
+  // A WQE delivered by BlueFlame is executed from its copy, one at a time: the run stops before it.
+  uint32_t stash = qp.bf_stash.index.load(std::memory_order_relaxed);
+  if (stash != kStashEmpty) {
+    uint32_t before = ((stash & 0xffff) - qp.sq_ci) & 0xffff;
+    if (before < pending) pending = before;
+    if (pending < 2) return 0;
+  }
   // Inline data sits in our copy of the WQE and SGEs in the requester's memory: one source address
   // space only when the requester is this process.
   if (h_->procs[qp.owner].pid != seg_->pid()) return 0;

@@ -12,7 +12,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 18;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 19;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -304,8 +304,6 @@ struct QpSlot {
   uint32_t rsvd3;
   uint64_t dbrec_off;     // be32[2]: [0] receive counter, [1] send counter
   uint64_t wrec_off;      // WqeWriteRec[sq_bbs]: the device's record of the driver's ring stores
-  std::atomic<uint32_t> wrec_tracked;   // 1 once a ring store was recorded (else: not checked)
-  std::atomic<uint32_t> dbrec_writer;   // tid of the last send doorbell record store
   std::atomic<uint32_t> incarnation;  // bumped by every move to RESET; stamped on each CQE
   // Device-side requester state (written per message by the requester's engine).
   alignas(64) ShmLock sq_engine;
@@ -317,7 +315,11 @@ struct QpSlot {
   uint64_t stall_delay_us;  // the wait before the stalled head WQE is tried again
   uint64_t stall_since_ns;
   uint64_t peer_checked_ns;  // when the responder's process was last seen alive (shared mappings)
-  // Race detection (emu/doorbell.h), the device's view of the driver's stores.
+  // Race detection (emu/doorbell.h), the device's view of the driver's stores. The first two are
+  // written by the driver per post: here, on the line its own engine uses, not among the
+  // attributes above that a peer's engine reads per message.
+  std::atomic<uint32_t> wrec_tracked;   // 1 once a ring store was recorded (else: not checked)
+  std::atomic<uint32_t> dbrec_writer;   // tid of the last send doorbell record store
   uint32_t dbrec_seen;      // furthest send doorbell record value read (16 bits)
   uint32_t dbrec_seen_writer;
   uint32_t dbrec_ahead_at;  // doorbell record value already reported as ahead

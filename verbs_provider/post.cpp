@@ -41,6 +41,7 @@ void ring_copy(EmuQp* qp, uint32_t at, const uint8_t* src, uint32_t size) {
 // A thread domain's own register, and every register under EMU_SINGLE_THREADED, has no lock: its
 // users promise one thread at a time.
 void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
+  EngineSection in_engine(segment());  // one section for the intake and the run that follows
   EmuContext* ctx = qp->ctx;
   UarUse& use = ctx->uar_use[qp->uar_idx];
   UarReg& reg = ctx->uars[qp->uar_idx];

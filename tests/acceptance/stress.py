@@ -185,6 +185,28 @@ def case_verbs_engine_thread(args):
                  {"EMU_ENGINE": "thread"})
 
 
+class Skipped(Exception):
+    pass
+
+
+def case_real_device(args):
+    """The same locked verbs run on a real device (rxe, mlx5) where the machine has one, without
+    the emulator: the comparison run. Skipped, with the reason, where there is none."""
+    p = subprocess.run(["ibv_devices"], stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    names = [l.split()[0] for l in p.stdout.splitlines()[2:] if l.split()]
+    if not names:
+        first = (p.stdout.splitlines() or ["(no output)"])[0]
+        raise Skipped(f"no real RDMA device on this machine (ibv_devices says: {first})")
+    with tempfile.TemporaryDirectory(prefix="emu-stress-") as tmp:
+        path = os.path.join(tmp, "summary.json")
+        cmd = [args.emu_stress, "--api", "verbs", "--device", names[0], "--threads", "8", "--qps", "8",
+               "--sizes", "8," + SIZES, "--count", "1000", "--expect-clean", "--json", path]
+        r = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        print("$ " + " ".join(cmd) + "\n" + r.stdout)
+        if r.returncode != 0:
+            raise Failed(f"exit status {r.returncode} on {names[0]}, expected a clean run")
+
+
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
@@ -202,6 +224,9 @@ def main():
     except Failed as e:
         print(f"FAIL {a.case}: {e}")
         return 1
+    except Skipped as e:
+        print(f"SKIP {a.case}: {e}")
+        return 77
     finally:
         prefix = f"rdmaemu-{os.getuid()}-stress-"
         for f in set(os.listdir(shm)) - before:
