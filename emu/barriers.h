@@ -74,4 +74,9 @@ inline uint8_t cqe_owner_load(const uint8_t* op_own) {
 
 inline void cpu_relax() { __builtin_ia32_pause(); }
 
+// Thread-local state on the post path: initial-exec, so an access is one %fs-relative load and
+// not a __tls_get_addr call (the provider is a shared library, loaded at start by LD_PRELOAD).
+// Only for small variables: a library dlopen()ed later has little static TLS to take them from.
+#define EMU_FAST_TLS __attribute__((tls_model("initial-exec"))) thread_local
+
 }  // namespace emu

@@ -111,9 +111,9 @@ DbrecVerdict inspect_dbrec(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ri
   return v;
 }
 
-uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher) {
+uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bool reg_locked) {
   EngineSection in_engine(seg);  // the QP slot found below stays what it is until we are done
-  reg_lock(reg);
+  if (!reg_locked) reg_lock(reg);
   uint64_t tags[kBfChunks], again[kBfChunks];
   alignas(64) uint8_t copy[kBfBufSize];
   for (uint32_t i = 0; i < kBfChunks; ++i) tags[i] = reg.bf_tag[buf][i].load(std::memory_order_acquire);
@@ -147,19 +147,20 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher) {
       // Kept until the device reaches idx; a copy for an index it has already fetched from the
       // ring is dropped then (take_bf_copy), not here: the consumer position is the runner's.
       BfStash& s = qp->bf_stash;
-      s.seq.store(s.seq.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+      uint32_t seq = s.seq.load(std::memory_order_relaxed) | 1;  // odd: being written
+      s.seq.store(seq, std::memory_order_relaxed);
       std::atomic_thread_fence(std::memory_order_release);
       mmio_words_store(s.bytes, copy, n ? n * kSendWqeBB : kSendWqeBB);
       s.writers[0] = v.writers[0];
       s.writers[1] = v.torn ? v.writers[1] : 0;
       s.torn = v.torn;
-      s.index.store(kStashFull | idx | (n ? 0 : kStashBad), std::memory_order_relaxed);
-      s.seq.store(s.seq.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      s.index.store(idx | (n ? 0 : kStashBad), std::memory_order_relaxed);
+      s.seq.store(seq + 1, std::memory_order_release);
       act = n ? kActExecutedBf : kActLocalQpOpErr;
       std::memcpy(&head, copy, 8);
     }
   }
-  reg_unlock(reg);
+  if (!reg_locked) reg_unlock(reg);
   if (v.torn && qp && (v.writers[1] == 0 || v.writers[1] == v.writers[0])) {
     // Only one thread's chunks, yet torn (a leftover chunk: the flusher copied fewer blocks than
     // the control segment it copied claims): the other writer is whoever rewrote the ring slot
@@ -235,30 +236,31 @@ uint32_t dbrec_checked(Segment* seg, QpSlot& qp, uint32_t raw) {
 
 bool take_bf_copy(QpSlot& qp, uint32_t pos, uint8_t* buf, bool* bad) {
   BfStash& s = qp.bf_stash;
-  uint32_t si = s.index.load(std::memory_order_acquire);
-  if (si == kStashEmpty) return false;
-  if ((si & 0xffff) != (pos & 0xffff)) {
-    if (dist16(si & 0xffff, pos) < 0) s.index.compare_exchange_strong(si, kStashEmpty);  // passed
-    return false;
-  }
   for (;;) {
     uint32_t s1 = s.seq.load(std::memory_order_acquire);
-    if (s1 & 1) {
+    if (s1 == s.consumed.load(std::memory_order_relaxed)) return false;  // nothing new
+    if (s1 & 1) {  // the intake is writing it
       cpu_relax();
       continue;
     }
-    si = s.index.load(std::memory_order_relaxed);
+    uint32_t si = s.index.load(std::memory_order_relaxed);
+    if ((si & 0xffff) != (pos & 0xffff)) {
+      // A copy for an index the device has passed (it fetched that WQE from the ring first) is
+      // dropped; one for a later index waits.
+      if (dist16(si & 0xffff, pos) < 0 && s.seq.load(std::memory_order_acquire) == s1)
+        s.consumed.store(s1, std::memory_order_relaxed);
+      return false;
+    }
     // Only the blocks the WQE spans (a bad copy: its first block, for the report).
     mmio_words_load(buf, s.bytes, kSendWqeBB);
     uint32_t n = (si & kStashBad) ? 1 : bf_chunks_needed(buf);
     if (n > 1) mmio_words_load(buf + kSendWqeBB, s.bytes + kSendWqeBB, (n - 1) * kSendWqeBB);
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (s.seq.load(std::memory_order_relaxed) == s1) break;
+    if (s.seq.load(std::memory_order_relaxed) != s1) continue;  // rewritten meanwhile: again
+    s.consumed.store(s1, std::memory_order_relaxed);
+    *bad = (si & kStashBad) != 0;
+    return true;
   }
-  if ((si & 0xffff) != (pos & 0xffff)) return false;
-  s.index.compare_exchange_strong(si, kStashEmpty);
-  *bad = (si & kStashBad) != 0;
-  return true;
 }
 
 void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf) {
@@ -291,7 +293,7 @@ void reset_race_state(Segment* seg, QpSlot& qp) {
   qp.dbrec_seen_writer = 0;
   qp.dbrec_ahead_at = 0;
   qp.dbrec_last_raw = 0;
-  qp.bf_stash.index.store(kStashEmpty);
+  qp.bf_stash.consumed.store(qp.bf_stash.seq.load() & ~1u);  // nothing to take
   if (WqeWriteRec* rec = wrec_of(seg, qp)) {
     for (uint32_t i = 0; i < qp.sq_bbs; ++i) {
       rec[i].pos.store(~0u, std::memory_order_relaxed);

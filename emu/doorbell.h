@@ -49,7 +49,8 @@ DbrecVerdict inspect_dbrec(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ri
 // WQE in it (a copy, kept on the QP its control segment names until the device reaches that index)
 // and reports a torn buffer. Returns the control segment's first 8 bytes, for the doorbell that
 // follows (0: nothing to run).
-uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher);
+// reg_locked: the caller's lock already serialises this register's writers (and intakes).
+uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bool reg_locked = false);
 
 // An 8-byte doorbell write: recorded with its writer; returns the value for the engine.
 uint64_t db_intake(UarReg& reg, uint64_t value, uint32_t writer);

@@ -16,8 +16,8 @@ uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
   uint32_t pending = (producer - qp.sq_ci) & 0xffff;
   if (pending < 2) return 0;
   // A WQE delivered by BlueFlame is executed from its copy, one at a time: the run stops before it.
-  uint32_t stash = qp.bf_stash.index.load(std::memory_order_relaxed);
-  if (stash != kStashEmpty) {
+  if (stash_pending(qp.bf_stash)) {
+    uint32_t stash = qp.bf_stash.index.load(std::memory_order_relaxed);
     uint32_t before = ((stash & 0xffff) - qp.sq_ci) & 0xffff;
     if (before < pending) pending = before;
     if (pending < 2) return 0;

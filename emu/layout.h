@@ -12,7 +12,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 19;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 20;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -150,18 +150,23 @@ static_assert(sizeof(WqeWriteRec) == 16);
 
 // The WQE a BlueFlame write delivered, kept until the device reaches its index: a NIC executes the
 // copy it received, not the ring (so a torn copy reaches the wire). Written only by the register's
-// intake (one at a time), read by the send queue's runner; `seq` is odd while it is being written.
+// intake (one at a time; `seq` odd while it writes, +2 per copy), taken by the send queue's runner,
+// which marks the copy's seq `consumed` (a plain store: no read-modify-write per message). There
+// is a copy to take while seq != consumed.
 struct alignas(64) BfStash {
   std::atomic<uint32_t> seq;
-  std::atomic<uint32_t> index;       // 0: empty; else kStashFull | the WQE index (16 bits) | kStashBad if
-  uint32_t writers[2];               // it did not parse; the threads whose chunks it holds
+  std::atomic<uint32_t> consumed;
+  std::atomic<uint32_t> index;       // the WQE index (16 bits) | kStashBad if it did not parse
+  uint32_t writers[2];               // the threads whose chunks it holds
   uint32_t torn;                     // 1: assembled from more than one write
-  uint32_t rsvd[11];
+  uint32_t rsvd[10];
   uint8_t bytes[kBfBufSize];
 };
-constexpr uint32_t kStashEmpty = 0;  // a zeroed slot is a valid empty one
 constexpr uint32_t kStashBad = 1u << 16;
-constexpr uint32_t kStashFull = 1u << 17;
+// Whether the device has a BlueFlame copy it has not taken yet (a zeroed slot has none).
+inline bool stash_pending(const BfStash& s) {
+  return s.seq.load(std::memory_order_acquire) != s.consumed.load(std::memory_order_relaxed);
+}
 
 // Race events (emu/race_log.h): what the device saw that only concurrent, unordered or
 // unsynchronised driver stores produce.

@@ -23,12 +23,12 @@ struct WcState {
   uint32_t n = 0;
   PendingBf pending[kWcBuffers];
 };
-thread_local WcState t_wc;
+EMU_FAST_TLS WcState t_wc;
 
 // One pending buffer reaches the device.
-uint64_t drain_one(const PendingBf& p) {
+uint64_t drain_one(const PendingBf& p, bool reg_locked = false) {
   Segment* seg = Segment::get();
-  return bf_intake(seg, *p.reg, p.buf, p.tag);
+  return bf_intake(seg, *p.reg, p.buf, p.tag, reg_locked);
 }
 
 }  // namespace
@@ -58,12 +58,12 @@ void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint3
   for (uint32_t i = 0; i < nbbs && i < kBfChunks; ++i) mmio_bf_chunk(reg, buf, i, blocks[i], tag);
 }
 
-uint32_t mmio_flush(uint64_t* heads, uint32_t max) {
+uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
   mmio_flush_writes();
   WcState& wc = t_wc;
   uint32_t out = 0;
   for (uint32_t k = 0; k < wc.n; ++k) {
-    uint64_t head = drain_one(wc.pending[k]);
+    uint64_t head = drain_one(wc.pending[k], reg_locked);
     if (!head) continue;
     if (out < max) heads[out++] = head;
     else device_doorbell(nullptr, head);

@@ -27,7 +27,9 @@ void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint3
 // Drains the calling thread's pending BlueFlame buffers to the device. Each one's WQE head is
 // written to heads[] (up to max; returns how many) for the caller to pass to device_doorbell()
 // once it has dropped its own locks.
-uint32_t mmio_flush(uint64_t* heads, uint32_t max);
+// reg_locked: the caller holds a lock that serialises every writer of the registers it flushes
+// (the provider's register lock), so the device need not serialise its intake itself.
+uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked = false);
 // The 8-byte doorbell write: recorded with the writer; returns the value for device_doorbell().
 uint64_t mmio_db64(UarReg& reg, uint64_t head);
 // The device runs the QP a doorbell names: now, in this thread (EMU_ENGINE=inline), or on the

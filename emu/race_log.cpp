@@ -7,13 +7,18 @@
 #include <ctime>
 #include <cstdlib>
 
+#include "barriers.h"
 #include "config.h"
 
 namespace emu {
 
+namespace {
+EMU_FAST_TLS uint32_t t_tid = 0;
+}
+
 uint32_t writer_tid() {
-  static thread_local uint32_t tid = static_cast<uint32_t>(syscall(SYS_gettid));
-  return tid;
+  if (__builtin_expect(t_tid == 0, 0)) t_tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  return t_tid;
 }
 
 namespace {

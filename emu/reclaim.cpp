@@ -11,8 +11,8 @@ namespace emu {
 namespace {
 
 // This thread's slot in its process's EngineSlots: an index, or kEngineSlots for the overflow count.
-thread_local uint32_t t_slot = ~0u;
-thread_local uint32_t t_depth = 0;
+EMU_FAST_TLS uint32_t t_slot = ~0u;
+EMU_FAST_TLS uint32_t t_depth = 0;
 
 uint32_t my_slot(EngineSlots& es) {
   if (t_slot == ~0u) {

@@ -29,6 +29,7 @@ namespace {
 
 std::string g_error;
 Segment* g_segment = nullptr;
+std::atomic<Segment*> g_segment_ready{nullptr};  // g_segment, once attached
 std::atomic<Header*> g_header{nullptr};
 std::once_flag g_once;
 
@@ -141,6 +142,9 @@ bool proc_slot_alive(uint32_t slot) {
 }
 
 Segment* Segment::get() {
+  // Called on the post path: once attached, one load (call_once costs a TLS lookup per call in a
+  // shared library).
+  if (Segment* s = g_segment_ready.load(std::memory_order_acquire)) return s;
   std::call_once(g_once, [] {
     auto* s = new Segment();
     Status st = s->attach(config());
@@ -150,6 +154,7 @@ Segment* Segment::get() {
       return;
     }
     g_segment = s;
+    g_segment_ready.store(s, std::memory_order_release);
   });
   return g_segment;
 }

@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "barriers.h"
 #include "doorbell.h"
 #include "engine_internal.h"
 #include "mmio.h"
@@ -28,7 +29,7 @@ struct BfBurst {
   uint32_t next_chunk = 0;
   uint64_t tag = 0;
 };
-thread_local BfBurst t_burst;
+EMU_FAST_TLS BfBurst t_burst;
 
 }  // namespace
 

@@ -52,7 +52,7 @@ void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
     const uint8_t* blocks[kBfChunks];
     for (uint32_t i = 0; i < bbs; ++i) blocks[i] = qp->sq + ((ctrl_block + i) & (qp->sq_bbs - 1)) * kSendWqeBB;
     mmio_bf_copy(reg, use.bf_offset, blocks, bbs);
-    n = mmio_flush(heads, kWcBuffers);
+    n = mmio_flush(heads, kWcBuffers, !use.lock.off);
     use.bf_offset ^= 1;
   } else {
     uint64_t head;
