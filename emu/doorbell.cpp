@@ -45,6 +45,15 @@ void report(Segment* seg, RaceKind kind, RaceAction act, const QpSlot* qp, uint1
     r.ctx = qp->ctx;
   }
   r.slot = slot;
+  // Where the stores the device saw were one thread's, the race is with the thread that last
+  // stored this QP's doorbell record besides it (two posters of one QP: after their first
+  // collision each one's stores go wrong on its own, the cause being the other's earlier store).
+  if (qp && (w1 == 0 || w1 == w0)) {
+    uint32_t other = qp->dbrec_other.load(std::memory_order_relaxed);
+    uint32_t last = qp->dbrec_writer.load(std::memory_order_relaxed);
+    uint32_t pick = other && other != w0 ? other : (last && last != w0 ? last : 0);
+    if (pick) w1 = pick;
+  }
   r.writers[0] = w0;
   r.writers[1] = w1;
   r.value[0] = v0;
@@ -173,6 +182,9 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
           break;
         }
     }
+    uint32_t other = qp->dbrec_other.load(std::memory_order_relaxed);
+    if ((v.writers[1] == 0 || v.writers[1] == v.writers[0]) && other && other != v.writers[0])
+      v.writers[1] = other;  // as report(): the QP's other poster
   }
   if (v.torn) {
     RaceReport r;
@@ -291,6 +303,8 @@ void reset_race_state(Segment* seg, QpSlot& qp) {
   // The driver's counters restart at 0 (a zeroed slot is this state too).
   qp.dbrec_seen = 0;
   qp.dbrec_seen_writer = 0;
+  qp.dbrec_writer.store(0);
+  qp.dbrec_other.store(0);
   qp.dbrec_ahead_at = 0;
   qp.dbrec_last_raw = 0;
   qp.bf_stash.consumed.store(qp.bf_stash.seq.load() & ~1u);  // nothing to take

@@ -12,7 +12,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 20;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 21;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -325,6 +325,7 @@ struct QpSlot {
   // attributes above that a peer's engine reads per message.
   std::atomic<uint32_t> wrec_tracked;   // 1 once a ring store was recorded (else: not checked)
   std::atomic<uint32_t> dbrec_writer;   // tid of the last send doorbell record store
+  std::atomic<uint32_t> dbrec_other;    // the last other thread that stored it (0: none yet)
   uint32_t dbrec_seen;      // furthest send doorbell record value read (16 bits)
   uint32_t dbrec_seen_writer;
   uint32_t dbrec_ahead_at;  // doorbell record value already reported as ahead

@@ -110,7 +110,12 @@ void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos) {
 }
 
 void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
-  qp.dbrec_writer.store(writer_tid(), std::memory_order_relaxed);
+  // A store only when the writer changes: one thread posting pays a load.
+  uint32_t me = writer_tid(), last = qp.dbrec_writer.load(std::memory_order_relaxed);
+  if (last != me) {
+    qp.dbrec_other.store(last, std::memory_order_relaxed);
+    qp.dbrec_writer.store(me, std::memory_order_relaxed);
+  }
   to_device_barrier();
   dbrec_store32(dbrec_send, be32(producer & 0xffff));
 }

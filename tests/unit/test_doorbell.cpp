@@ -370,3 +370,25 @@ TEST(DoorbellDevice, LegalPostingOverManyLapsRaisesNothing) {
   EXPECT_EQ(r.h->qps[r.a].sq_ci, pos);
   EXPECT_TRUE(r.races().empty()) << race_json(r.races().front());
 }
+
+TEST(DoorbellDevice, AnEventFromOneThreadsStoresNamesTheQpsOtherPoster) {
+  BfRig r;
+  r.ring_store(0, r.write_wqe(0, 0, "x"));
+  uint32_t other = 0;
+  std::thread t([&] {
+    other = writer_tid();
+    r.dbrec(1);  // the other poster stores the record once
+  });
+  t.join();
+  r.eng.kick_sq(r.h->qps[r.a]);
+  r.ring_store(1, r.write_wqe(1, 8, "y"));
+  r.dbrec(2);
+  r.eng.kick_sq(r.h->qps[r.a]);
+  r.dbrec(1);  // this thread stores an older value than its own last one
+  r.eng.kick_sq(r.h->qps[r.a]);
+  auto ev = r.races();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, kRaceDbrecBackwards);
+  EXPECT_EQ(ev[0].writers[0], writer_tid());
+  EXPECT_EQ(ev[0].writers[1], other) << "the QP's other poster";
+}
