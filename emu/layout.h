@@ -12,7 +12,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 21;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 22;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -190,8 +190,7 @@ enum RaceAction : uint8_t {
   kActDropped = 5,         // the write named no QP of this register's context
 };
 
-struct RaceEvent {
-  std::atomic<uint64_t> seq;       // 1 + its number in the log once complete; 0 while written
+struct RaceBody {
   uint8_t kind;                    // RaceKind
   uint8_t action;                  // RaceAction
   uint16_t reg;                    // register index in its context (0xffff: none)
@@ -203,6 +202,11 @@ struct RaceEvent {
   uint32_t writers[2];             // writer thread ids (0: not known)
   uint32_t value[2];               // kind-specific: doorbell record before/after; chunk mask
   uint64_t time_ns;                // CLOCK_MONOTONIC when the device saw it
+};
+
+struct RaceEvent {
+  std::atomic<uint64_t> seq;       // 1 + its number in the log once complete; 0 while written
+  RaceBody body;
 };
 
 constexpr uint32_t kRaceLogLen = 1024;

@@ -16,6 +16,7 @@ struct PendingBf {
   UarReg* reg;
   uint32_t buf;
   uint64_t tag;
+  uint32_t next_chunk;  // the chunk after the last one written
 };
 
 struct WcState {
@@ -41,15 +42,27 @@ void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint6
   // Remember the buffer as pending (once per burst).
   WcState& wc = t_wc;
   if (wc.n && wc.pending[wc.n - 1].reg == &reg && wc.pending[wc.n - 1].buf == buf &&
-      wc.pending[wc.n - 1].tag == tag)
+      wc.pending[wc.n - 1].tag == tag) {
+    wc.pending[wc.n - 1].next_chunk = i + 1;
     return;
+  }
   if (wc.n == kWcBuffers) {  // eviction: the oldest buffer drains now
     uint64_t head = drain_one(wc.pending[0]);
     for (uint32_t k = 1; k < wc.n; ++k) wc.pending[k - 1] = wc.pending[k];
     --wc.n;
     if (head) device_doorbell(nullptr, head);
   }
-  wc.pending[wc.n++] = PendingBf{&reg, buf, tag};
+  wc.pending[wc.n++] = PendingBf{&reg, buf, tag, i + 1};
+}
+
+uint64_t mmio_bf_continue(UarReg& reg, uint32_t buf, uint32_t first) {
+  const WcState& wc = t_wc;
+  if (first != 0 && wc.n) {
+    const PendingBf& last = wc.pending[wc.n - 1];
+    if (last.reg == &reg && last.buf == buf && last.next_chunk == first) return last.tag;
+  }
+  mmio_wc_start();
+  return mmio_bf_begin();
 }
 
 void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint32_t nbbs) {

@@ -20,6 +20,10 @@ constexpr uint32_t kWcBuffers = 4;
 
 // Starts a BlueFlame burst by the calling thread: the tag its chunks carry.
 uint64_t mmio_bf_begin();
+// The tag for chunks from `first` on in buffer `buf` of reg: the same write as the thread's last,
+// unflushed chunks if they ended just before `first` in that buffer (a WQE that wraps the send ring
+// is copied in two pieces), else a new burst.
+uint64_t mmio_bf_continue(UarReg& reg, uint32_t buf, uint32_t first);
 // One 64-byte chunk into BlueFlame buffer `buf` of reg, chunk index i: the data, then its tag.
 void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint64_t tag);
 // Whole-WQE helper: begin, chunks from `blocks` (nbbs 64-byte blocks, each at blocks[i]), pending.

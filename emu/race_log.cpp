@@ -63,29 +63,21 @@ const char* race_action_name(uint32_t action) {
 }
 
 void record_race(Segment* seg, const RaceReport& r) {
+  RaceBody body{r.kind,     r.action,    r.reg,         r.dev,
+                r.qpn,      r.ctx,       r.slot,        static_cast<int32_t>(getpid()),
+                {r.writers[0], r.writers[1]}, {r.value[0], r.value[1]}, now_ns()};
   RaceLog& log = seg->hdr()->races;
   uint64_t n = log.next.fetch_add(1);
   RaceEvent& e = log.ring[n % kRaceLogLen];
   e.seq.store(0, std::memory_order_relaxed);
   std::atomic_thread_fence(std::memory_order_release);
-  e.kind = r.kind;
-  e.action = r.action;
-  e.reg = r.reg;
-  e.dev = r.dev;
-  e.qpn = r.qpn;
-  e.ctx = r.ctx;
-  e.slot = r.slot;
-  e.pid = static_cast<int32_t>(getpid());
-  e.writers[0] = r.writers[0];
-  e.writers[1] = r.writers[1];
-  e.value[0] = r.value[0];
-  e.value[1] = r.value[1];
-  e.time_ns = now_ns();
+  e.body = body;
   e.seq.store(n + 1, std::memory_order_release);
   if (r.dev < kMaxDevices && r.kind < kRaceKinds) log.counts[r.dev][r.kind].fetch_add(1);
   if (log_on()) {
-    RaceRecord c{n + 1,       r.kind,  r.action, r.reg, r.dev, r.qpn, r.ctx, r.slot, e.pid,
-                 {r.writers[0], r.writers[1]}, {r.value[0], r.value[1]}, e.time_ns};
+    RaceRecord c;
+    static_cast<RaceBody&>(c) = body;
+    c.seq = n + 1;
     std::fprintf(stderr, "rdmaemu race: %s\n", race_json(c).c_str());
   }
 }
@@ -101,26 +93,12 @@ std::vector<RaceRecord> read_races(Segment* seg, uint64_t from) {
   for (uint64_t n = begin; n < end; ++n) {
     const RaceEvent& src = log.ring[n % kRaceLogLen];
     if (src.seq.load(std::memory_order_acquire) != n + 1) continue;  // being written, or reused
-    RaceRecord& e = out.emplace_back();
-    e.kind = src.kind;
-    e.action = src.action;
-    e.reg = src.reg;
-    e.dev = src.dev;
-    e.qpn = src.qpn;
-    e.ctx = src.ctx;
-    e.slot = src.slot;
-    e.pid = src.pid;
-    e.writers[0] = src.writers[0];
-    e.writers[1] = src.writers[1];
-    e.value[0] = src.value[0];
-    e.value[1] = src.value[1];
-    e.time_ns = src.time_ns;
+    RaceRecord e;
+    static_cast<RaceBody&>(e) = src.body;
     std::atomic_thread_fence(std::memory_order_acquire);
-    if (src.seq.load(std::memory_order_relaxed) != n + 1) {  // overwritten while copied
-      out.pop_back();
-      continue;
-    }
+    if (src.seq.load(std::memory_order_relaxed) != n + 1) continue;  // overwritten while copied
     e.seq = n + 1;
+    out.push_back(e);
   }
   return out;
 }

@@ -31,15 +31,8 @@ const char* race_kind_name(uint32_t kind);      // "bf_torn", ...
 const char* race_action_name(uint32_t action);  // "executed_bf", ...
 
 // A copy of a logged event, as readers get it.
-struct RaceRecord {
+struct RaceRecord : RaceBody {
   uint64_t seq;
-  uint8_t kind, action;
-  uint16_t reg;
-  uint32_t dev, qpn, ctx, slot;
-  int32_t pid;
-  uint32_t writers[2];
-  uint32_t value[2];
-  uint64_t time_ns;
 };
 
 // Events in the log with a number >= from (0: all still in the ring), oldest first.

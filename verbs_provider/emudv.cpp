@@ -19,18 +19,6 @@ namespace {
 
 UarReg* reg_of(emudv_uar* uar) { return static_cast<UarReg*>(uar->opaque); }
 
-// The calling thread's BlueFlame write in progress: a WQE that wraps the send ring reaches the
-// buffer in two emudv_bf_copy calls (emudv.h), and the second, which starts at the chunk where the
-// first ended, continues the same write. With a burst of its own each, the device would see the
-// WQE's chunks come from two writes and report it torn. Ended by the flush.
-struct BfBurst {
-  UarReg* reg = nullptr;
-  uint32_t buf = 0;
-  uint32_t next_chunk = 0;
-  uint64_t tag = 0;
-};
-EMU_FAST_TLS BfBurst t_burst;
-
 }  // namespace
 
 extern "C" {
@@ -81,20 +69,14 @@ void emudv_bf_copy(emudv_uar* uar, void* dst, const void* src, unsigned nblocks)
   if (off >= 2 * kBfBufSize) return;  // not this register's BlueFlame buffers: no device write
   uint32_t buf = static_cast<uint32_t>(off / kBfBufSize);
   uint32_t first = static_cast<uint32_t>((off % kBfBufSize) / kSendWqeBB);
-  BfBurst& b = t_burst;
-  bool continues = b.tag && first != 0 && b.reg == &reg && b.buf == buf && b.next_chunk == first;
-  if (!continues) {
-    b = BfBurst{&reg, buf, first, mmio_bf_begin()};
-    mmio_wc_start();
-  }
+  // A WQE that wraps the send ring comes in two calls; the second continues the first's write.
+  uint64_t tag = mmio_bf_continue(reg, buf, first);
   auto* s = static_cast<const uint8_t*>(src);
   for (uint32_t i = 0; i < nblocks && first + i < kBfChunks; ++i)
-    mmio_bf_chunk(reg, buf, first + i, s + i * kSendWqeBB, b.tag);
-  b.next_chunk = first + nblocks;
+    mmio_bf_chunk(reg, buf, first + i, s + i * kSendWqeBB, tag);
 }
 
 void emudv_mmio_flush(void) {
-  t_burst = BfBurst{};
   uint64_t heads[kWcBuffers];
   uint32_t n = mmio_flush(heads, kWcBuffers);
   for (uint32_t i = 0; i < n; ++i) device_doorbell(engine(), heads[i]);

@@ -16,6 +16,18 @@ namespace {
 
 const uint64_t A1 = bf_tag(111, 1), A2 = bf_tag(111, 2), B1 = bf_tag(222, 1);
 
+// Runs f in a thread of its own (a second writer); returns that thread's id as the device records it.
+template <class F>
+uint32_t in_another_thread(F f) {
+  uint32_t tid = 0;
+  std::thread t([&] {
+    tid = writer_tid();
+    f();
+  });
+  t.join();
+  return tid;
+}
+
 }  // namespace
 
 // ---- BlueFlame buffers ----
@@ -248,12 +260,7 @@ TEST(DoorbellDevice, ATornCopyThatDoesNotParseIsALocalQpOperationError) {
 TEST(DoorbellDevice, TwoWqesWrittenIntoOneSlotBeforeTheFetchAreADoubleWrite) {
   BfRig r;
   r.ring_store(0, r.write_wqe(0, 0, "first"));
-  uint32_t other = 0;
-  std::thread t([&] {
-    other = writer_tid();
-    r.ring_store(0, r.write_wqe(0, 0, "second"));
-  });
-  t.join();
+  uint32_t other = in_another_thread([&] { r.ring_store(0, r.write_wqe(0, 0, "second")); });
   r.dbrec(1);
   r.eng.kick_sq(r.h->qps[r.a]);
   EXPECT_STREQ(r.dst, "second");
@@ -374,12 +381,7 @@ TEST(DoorbellDevice, LegalPostingOverManyLapsRaisesNothing) {
 TEST(DoorbellDevice, AnEventFromOneThreadsStoresNamesTheQpsOtherPoster) {
   BfRig r;
   r.ring_store(0, r.write_wqe(0, 0, "x"));
-  uint32_t other = 0;
-  std::thread t([&] {
-    other = writer_tid();
-    r.dbrec(1);  // the other poster stores the record once
-  });
-  t.join();
+  uint32_t other = in_another_thread([&] { r.dbrec(1); });  // the other poster stores it once
   r.eng.kick_sq(r.h->qps[r.a]);
   r.ring_store(1, r.write_wqe(1, 8, "y"));
   r.dbrec(2);

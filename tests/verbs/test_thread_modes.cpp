@@ -245,6 +245,7 @@ class ThreadModes : public VerbsTest {
   std::vector<ibv_td*> tds;
   std::vector<ibv_pd*> parents;
   std::vector<ibv_mr*> parent_mrs;
+  void td_qp_with_peer(ibv_qp** a, ibv_cq** cq);
 };
 
 // ---- thread and parent domains: lifetimes and errnos ----
@@ -427,21 +428,28 @@ TEST_F(ThreadModes, ParentDomainObjectsUseTheProtectionDomainsKeys) {
 
 // ---- the ownership checker ----
 
-TEST_F(ThreadModes, OwnerCheckerNamesBothThreads) {
+// A QP under a thread domain of its own (the ibv_wr_* API on), connected to a plain peer QP.
+void ThreadModes::td_qp_with_peer(ibv_qp** a, ibv_cq** cq) {
   ibv_td* td = make_td();
   ASSERT_NE(td, nullptr);
   ibv_pd* par = make_parent(td);
   ASSERT_NE(par, nullptr);
-  ibv_cq* cq = make_cq(64);
+  *cq = make_cq(64);
   ibv_cq* rcq = make_cq(64);
-  ASSERT_TRUE(cq && rcq);
-  ibv_qp* a = create_wr_qp(ctx, par, cq);
-  ASSERT_NE(a, nullptr) << "errno " << errno;
-  qps.push_back(a);
+  ASSERT_TRUE(*cq && rcq);
+  *a = create_wr_qp(ctx, par, *cq);
+  ASSERT_NE(*a, nullptr) << "errno " << errno;
+  qps.push_back(*a);
   ibv_qp* b = make_qp(rcq, rcq);
   ASSERT_NE(b, nullptr);
-  ASSERT_EQ(connect_qp(a, lid, b->qp_num, 1, 2), 0);
-  ASSERT_EQ(connect_qp(b, lid, a->qp_num, 2, 1), 0);
+  ASSERT_EQ(connect_qp(*a, lid, b->qp_num, 1, 2), 0);
+  ASSERT_EQ(connect_qp(b, lid, (*a)->qp_num, 2, 1), 0);
+}
+
+TEST_F(ThreadModes, OwnerCheckerNamesBothThreads) {
+  ibv_qp* a = nullptr;
+  ibv_cq* cq = nullptr;
+  ASSERT_NO_FATAL_FAILURE(td_qp_with_peer(&a, &cq));
   Buf target = make_buf(4096);
 
   uint64_t before = dv().races_recorded();
@@ -468,20 +476,9 @@ TEST_F(ThreadModes, OwnerCheckerNamesBothThreads) {
 }
 
 TEST_F(ThreadModes, OwnerCheckerQuietForSequentialUse) {
-  ibv_td* td = make_td();
-  ASSERT_NE(td, nullptr);
-  ibv_pd* par = make_parent(td);
-  ASSERT_NE(par, nullptr);
-  ibv_cq* cq = make_cq(64);
-  ibv_cq* rcq = make_cq(64);
-  ASSERT_TRUE(cq && rcq);
-  ibv_qp* a = create_wr_qp(ctx, par, cq);
-  ASSERT_NE(a, nullptr) << "errno " << errno;
-  qps.push_back(a);
-  ibv_qp* b = make_qp(rcq, rcq);
-  ASSERT_NE(b, nullptr);
-  ASSERT_EQ(connect_qp(a, lid, b->qp_num, 1, 2), 0);
-  ASSERT_EQ(connect_qp(b, lid, a->qp_num, 2, 1), 0);
+  ibv_qp* a = nullptr;
+  ibv_cq* cq = nullptr;
+  ASSERT_NO_FATAL_FAILURE(td_qp_with_peer(&a, &cq));
   Buf target = make_buf(4096);
 
   uint64_t before = dv().races_recorded();
