@@ -66,7 +66,8 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
   EngineSection in_engine(seg_);
   for (;;) {
     if (!qp.sq_engine.try_lock_or_recover(seg_->self())) return;  // the runner re-checks for us
-    run_sq(qp, qp.retry_now.exchange(0) != 0);
+    // A load first: an exchange per doorbell would be one more full barrier per post.
+    run_sq(qp, qp.retry_now.load(std::memory_order_relaxed) != 0 && qp.retry_now.exchange(0) != 0);
     uint32_t consumed = qp.sq_ci & 0xffff;  // read under the lock: sq_ci changes only there
     bool stalled = qp.stall.load() != kStallNone;
     qp.sq_engine.unlock();
@@ -127,7 +128,9 @@ void Engine::set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us) {
 }
 
 void Engine::clear_stall(QpSlot& qp) {
-  if (qp.stall.exchange(kStallNone) != kStallNone) {
+  // A load first: this runs for every WQE, and an exchange is a full barrier each time.
+  if (qp.stall.load(std::memory_order_relaxed) != kStallNone &&
+      qp.stall.exchange(kStallNone) != kStallNone) {
     h_->cqs[qp.send_cq].stalled_qps.fetch_sub(1);
     h_->procs[qp.owner].stalled_qps.fetch_sub(1);
     qp.stall_attempts = 0;
@@ -585,31 +588,33 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
   Cqe64* ring = seg_->at<Cqe64>(cq.buf_off);
   Cqe64& c = ring[pi & (cq.cqe_cnt - 1)];
   bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;
-  Cqe64 v{};
-  v.emu_flags = info.emu_flags;
+  // Written field by field into the ring (the owner byte last): composing the CQE on the stack and
+  // copying it reads back narrow stores as wide loads, a store-forwarding stall per CQE.
+  std::memset(&c, 0, offsetof(Cqe64, op_own));
+  c.emu_flags = info.emu_flags;
   if (info.inline_scatter) {
-    std::memcpy(&v, info.inline_data, info.byte_cnt);
+    std::memcpy(&c, info.inline_data, info.byte_cnt);
   } else {
-    v.slid = be16(info.slid);
-    v.flags_rqpn = be32(info.src_qpn);
+    c.slid = be16(info.slid);
+    c.flags_rqpn = be32(info.src_qpn);
   }
-  v.imm_inval_pkey = info.imm_be;
-  v.srqn_uidx = be32(info.srqn);
-  v.byte_cnt = be32(info.byte_cnt);
-  v.timestamp = be64(now_());
-  v.sop_drop_qpn = be32((uint32_t(info.wqe_opcode) << 24) | (info.qpn & 0xffffff));
-  v.wqe_counter = be16(info.wqe_counter);
-  v.qp_gen = static_cast<uint16_t>(
+  c.imm_inval_pkey = info.imm_be;
+  c.srqn_uidx = be32(info.srqn);
+  c.byte_cnt = be32(info.byte_cnt);
+  if (cq.stamp) c.timestamp = be64(now_());
+  c.sop_drop_qpn = be32((uint32_t(info.wqe_opcode) << 24) | (info.qpn & 0xffffff));
+  c.wqe_counter = be16(info.wqe_counter);
+  c.qp_gen = static_cast<uint16_t>(
       h_->qps[info.qpn & (kMaxQps - 1)].incarnation.load(std::memory_order_relaxed));
   if (err) {
-    auto* e = reinterpret_cast<ErrCqe*>(&v);
+    auto* e = reinterpret_cast<ErrCqe*>(&c);
     e->syndrome = info.syndrome;
     e->vendor_err_synd = info.syndrome;
   }
-  std::memcpy(&c, &v, sizeof(Cqe64) - 1);
   uint8_t owner = (pi >> cq.log_cqe_cnt) & 1;
   uint8_t inline_bit = info.inline_scatter ? kCqeInlineScatter32 : 0;
   cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | inline_bit | owner));
+  if (cq.chan_wfd < 0) return;  // no completion channel: an armed CQ has nowhere to signal
   // Store CQE, then load the arm state; the driver stores the arm state, then loads the CQE. Without a
   // full fence on both sides each could miss the other and the event would be lost.
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -102,7 +102,7 @@ class Engine {
   CqSlot& recv_cq(const RecvRef& q);
   void recv_lock(RecvRef& q);
   void recv_unlock(RecvRef& q);
-  bool recv_empty(const RecvRef& q);
+  bool recv_empty(RecvRef& q);
   bool recv_empty_wait(const QpSlot& requester, RecvRef& q);
   // The data segments of the next receive WQE, their size in bytes and the index the CQE names.
   const uint8_t* recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index);

@@ -45,13 +45,16 @@ void Engine::recv_unlock(RecvRef& q) {
   else q.qp->rq_lock.unlock();
 }
 
-bool Engine::recv_empty(const RecvRef& q) {
+bool Engine::recv_empty(RecvRef& q) {
   if (q.srq) {
     if (q.srq->state.load(std::memory_order_acquire) != kSlotLive) return true;
     uint32_t pi = be32(device_load32(seg_->at<uint32_t>(q.srq->dbrec_off))) & 0xffff;
     return (q.srq->ci & 0xffff) == pi;
   }
-  return (q.qp->rq_ci & 0xffff) == rq_producer(seg_, *q.qp);
+  QpSlot& r = *q.qp;
+  if (((r.rq_ci ^ r.rq_pi_seen) & 0xffff) != 0) return false;
+  r.rq_pi_seen = rq_producer(seg_, r);
+  return (r.rq_ci & 0xffff) == r.rq_pi_seen;
 }
 
 // Whether the receive queue is empty; if so the requester is registered to be woken by the next

@@ -12,7 +12,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 22;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 23;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -255,7 +255,7 @@ struct CqSlot {
   uint64_t buf_off;                 // Cqe64[cqe_cnt]
   uint64_t uid;                     // names the CQ in event records
   int32_t chan_wfd;                 // write end of the completion channel in the owner, -1 if none
-  uint32_t rsvd;
+  uint32_t stamp;                   // 1: CQEs carry a timestamp (a CQ made to report one)
   uint64_t chan_uid;
   // Producers (engines, any process).
   alignas(64) std::atomic<uint32_t> pi;  // next CQE to produce (reserved by fetch_add)
@@ -338,6 +338,10 @@ struct QpSlot {
   alignas(64) ShmLock rq_lock;
   uint32_t rq_ci;
   uint32_t rq_psn;
+  // The receive doorbell record's value when the device last read it: WQEs below it are known
+  // posted, so the record (a line the receiver writes per post) is read again only when rq_ci
+  // reaches it, as a NIC caches the producer index it fetched.
+  uint32_t rq_pi_seen;
   // Written only when a requester parks on our empty receive queue; read by every post_recv, so
   // it has a line of its own (beside rq_lock, each receive would pull the line the sender writes).
   alignas(64) std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty RQ

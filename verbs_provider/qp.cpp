@@ -240,6 +240,7 @@ void reset_queues(EmuQp* qp) {
   dbrec_store32(&qp->dbrec[1], 0);
   s.sq_ci = 0;
   s.rq_ci = 0;
+  s.rq_pi_seen = 0;
   reset_race_state(seg, s);
   s.rnr_waiter.store(0);
   s.comm_est.store(0);
@@ -325,9 +326,13 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   // A QP on an SRQ has no receive queue of its own (its receive capacities are ignored).
   EmuSrq* srq = attr->srq ? to_srq(attr->srq) : nullptr;
   bool no_rq = srq || attr->qp_type == IBV_QPT_XRC_SEND;
-  uint32_t rq_cnt = no_rq ? 1 : pow2_at_least(cap.max_recv_wr ? cap.max_recv_wr : 1);
+  uint32_t rq_cap = no_rq ? 0 : pow2_at_least(cap.max_recv_wr ? cap.max_recv_wr : 1);
   uint32_t recv_sge = no_rq ? 1 : pow2_at_least(cap.max_recv_sge ? cap.max_recv_sge : 1);
   uint32_t rq_stride = recv_sge * sizeof(DataSeg);
+  // The ring keeps two cache lines more than the queue can hold: a full queue then re-posts into
+  // a line the device is not about to read, so the receiver's store and the device's next fetch
+  // do not pull one line back and forth per message.
+  uint32_t rq_cnt = no_rq ? 1 : pow2_at_least(rq_cap + 2 * std::max<uint32_t>(1, 64 / rq_stride));
 
   Segment* seg = segment();
   uint32_t slot;
@@ -388,7 +393,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->rq = seg->at<uint8_t>(s.rq_off);
   qp->rq_cnt = rq_cnt;
   qp->rq_stride = rq_stride;
-  qp->max_recv_wr = no_rq ? 0 : rq_cnt;
+  qp->max_recv_wr = rq_cap;
   qp->max_recv_sge = no_rq ? 0 : recv_sge;
   qp->srq = srq;
   if (srq) srq->shm->attached_qps.fetch_add(1);

@@ -503,5 +503,42 @@ TEST_F(Loopback, RnrRetryInfiniteWaitsForReceive) {
   EXPECT_EQ(std::memcmp(lb.p, la.p, 48), 0);
 }
 
+// A CQ made to report completion timestamps gets them (the device stamps only such CQs' CQEs).
+TEST_F(Loopback, CqExCompletionTimestamps) {
+  ibv_cq_init_attr_ex ca;
+  std::memset(&ca, 0, sizeof ca);
+  ca.cqe = 16;
+  ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
+  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
+  ASSERT_NE(cqx, nullptr) << "errno " << errno;
+  ibv_cq* rcq = ibv_cq_ex_to_cq(cqx);
+  cqs.push_back(rcq);
+  ibv_qp* qb = make_qp(p.cqb, rcq);
+  ibv_qp* qa = make_qp(p.cqa, p.cqa);
+  ASSERT_TRUE(qa && qb);
+  ASSERT_EQ(connect_qp(qa, lid, qb->qp_num, 1, 2), 0);
+  ASSERT_EQ(connect_qp(qb, lid, qa->qp_num, 2, 1), 0);
+  uint64_t stamps[2] = {};
+  for (int i = 0; i < 2; ++i) {
+    ibv_sge r = lb.sge(0, 128);
+    ASSERT_EQ(post_recv(qb, 60 + i, &r, 1), 0);
+    ibv_sge s = la.sge(0, 8);
+    ibv_send_wr w = send_wr(70 + i, IBV_WR_SEND, &s, 1);
+    ASSERT_EQ(post_one(qa, &w), 0);
+    ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 70 + i));
+    ibv_poll_cq_attr pa = {};
+    int rc = ENOENT;
+    auto end = std::chrono::steady_clock::now() + kDeadline;
+    while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT && std::chrono::steady_clock::now() < end) {
+    }
+    ASSERT_EQ(rc, 0) << "no completion on the extended CQ";
+    EXPECT_EQ(cqx->wr_id, 60u + i);
+    stamps[i] = ibv_wc_read_completion_ts(cqx);
+    ibv_end_poll(cqx);
+  }
+  EXPECT_NE(stamps[0], 0u) << "no timestamp on a CQ made to report one";
+  EXPECT_GT(stamps[1], stamps[0]) << "the clock did not advance between two completions";
+}
+
 }  // namespace
 }  // namespace vt
