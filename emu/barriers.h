@@ -19,7 +19,9 @@ inline void from_device_barrier() { std::atomic_thread_fence(std::memory_order_a
 inline void mmio_wc_start() { std::atomic_thread_fence(std::memory_order_release); }
 
 // Drains write-combining buffers: after this the device sees every BlueFlame chunk written so far.
-inline void mmio_flush_writes() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+// The device takes them in this same thread (emu/mmio.h), so program order delivers them; other
+// threads meet them through the chunk tags' release stores. No full fence (one per post).
+inline void mmio_flush_writes() { std::atomic_thread_fence(std::memory_order_release); }
 
 // The 8-byte doorbell: one store the device observes whole.
 inline void mmio_write64(volatile uint64_t* reg, uint64_t value) {
@@ -73,6 +75,17 @@ inline uint8_t cqe_owner_load(const uint8_t* op_own) {
 }
 
 inline void cpu_relax() { __builtin_ia32_pause(); }
+
+// Takes a line this thread will soon store into, ahead of time: the ownership transfer from a
+// core that read it then happens off the path that waits for it. prefetchw is a NOP on x86 CPUs
+// without it, and the compiler's own builtin emits a read prefetch for the baseline target.
+inline void prefetch_for_store(const void* p) {
+#if defined(__x86_64__)
+  asm volatile("prefetchw %0" : : "m"(*static_cast<const char*>(p)));
+#else
+  __builtin_prefetch(p, 1);
+#endif
+}
 
 // Thread-local state on the post path: initial-exec, so an access is one %fs-relative load and
 // not a __tls_get_addr call (the provider is a shared library, loaded at start by LD_PRELOAD).

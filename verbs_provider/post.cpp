@@ -288,6 +288,9 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     ++nreq;
   }
   if (nreq) {
+    // The line the next receives go to, taken for writing now: the device last read it a ring
+    // ago, and fetching it here keeps that transfer out of the fence below on the next post.
+    prefetch_for_store(qp->rq + ((qp->rq_head + 64 / qp->rq_stride) & (qp->rq_cnt - 1)) * qp->rq_stride);
     to_device_barrier();
     dbrec_store32(&qp->dbrec[0], be32(qp->rq_head & 0xffff));
   }
