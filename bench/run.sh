@@ -36,8 +36,8 @@ emu_write_bw() { pair "env $3 $B/emu-run ib_write_bw -d emu0 -F -s $1 -n $2 -p @
   "env $3 $B/emu-run ib_write_bw -d emu0 -F -s $1 -n $2 -p @P localhost" | awk -v s="$1" '$1==s {print $4}'; }
 # With EMU_ENGINE=thread the client's device thread shares the client's core (taskset pins every
 # thread of the process); the poster yields to it when its CQ is empty and doorbells are queued.
-emu_write_rate() { pair "env $1 $B/emu-run ib_write_bw -d emu0 -F -s 8 -n 2000000 -p @P" \
-  "env $1 $B/emu-run ib_write_bw -d emu0 -F -s 8 -n 2000000 -p @P localhost" | awk '$1==8 {print $5}'; }
+emu_write_rate() { pair "env $1 $B/emu-run ib_write_bw -d emu0 -F -s 8 -n ${2:-2000000} -p @P" \
+  "env $1 $B/emu-run ib_write_bw -d emu0 -F -s 8 -n ${2:-2000000} -p @P localhost" | awk '$1==8 {print $5}'; }
 ucx() { pair "env UCX_TLS=$1 ucx_perftest -p @P ${*:2}" "env UCX_TLS=$1 ucx_perftest 127.0.0.1 -p @P ${*:2}"; }
 # ucx_perftest's last line: Final: iters p50 avg overall | MB/s avg overall | msg/s avg overall
 ucx_tag_lat() { ucx posix -t tag_lat -s 8 -n 1000000 | awk '$1 == "Final:" {print $4}'; }
@@ -49,23 +49,21 @@ ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else
 
 declare -A R
 SH=EMU_SHARED_MR=1
+# Each emu0 figure is divided by an anchor measured just before it: this VM's speed moves within
+# seconds (shared/brief/perf-anchors.md), and a default-mode rate run alone takes several.
 for r in $(seq "$rounds"); do
-  b=$(ucx_tag_lat)
-  a=$(emu_send_lat ""); R[lat]+="$(ratio "$a" "$b") "
-  c=$(emu_send_lat $SH); R[lat_sh]+="$(ratio "$c" "$b") "
-  echo "round $r: send_lat 2B emu0 ${a}us, shared-MR ${c}us vs ucp tag_lat ${b}us" >&2
-  b=$(ucx_cma_put 65536)
-  a=$(emu_write_bw 65536 20000 ""); R[bw64k]+="$(ratio "$a" "$b") "
-  c=$(emu_write_bw 65536 20000 $SH); R[bw64k_sh]+="$(ratio "$c" "$b") "
-  echo "round $r: write_bw 64K emu0 ${a}MB/s, shared-MR ${c}MB/s vs cma put ${b}MB/s" >&2
-  b=$(ucx_cma_put 1048576)
-  a=$(emu_write_bw 1048576 2000 ""); R[bw1m]+="$(ratio "$a" "$b") "
+  b=$(ucx_tag_lat); a=$(emu_send_lat ""); R[lat]+="$(ratio "$a" "$b") "
+  b2=$(ucx_tag_lat); c=$(emu_send_lat $SH); R[lat_sh]+="$(ratio "$c" "$b2") "
+  echo "round $r: send_lat 2B emu0 ${a}us vs ucp tag_lat ${b}us; shared-MR ${c}us vs ${b2}us" >&2
+  b=$(ucx_cma_put 65536); a=$(emu_write_bw 65536 20000 ""); R[bw64k]+="$(ratio "$a" "$b") "
+  b2=$(ucx_cma_put 65536); c=$(emu_write_bw 65536 20000 $SH); R[bw64k_sh]+="$(ratio "$c" "$b2") "
+  echo "round $r: write_bw 64K emu0 ${a}MB/s vs cma put ${b}MB/s; shared-MR ${c}MB/s vs ${b2}MB/s" >&2
+  b=$(ucx_cma_put 1048576); a=$(emu_write_bw 1048576 2000 ""); R[bw1m]+="$(ratio "$a" "$b") "
   echo "round $r: write_bw 1M emu0 ${a}MB/s vs cma put ${b}MB/s" >&2
-  b=$(ucx_tag_rate)
-  a=$(emu_write_rate ""); R[rate]+="$(ratio "$a" "$b") "
-  c=$(emu_write_rate EMU_ENGINE=thread); R[rate_thread]+="$(ratio "$c" "$b") "
-  d=$(emu_write_rate $SH); R[rate_sh]+="$(ratio "$d" "$b") "
-  echo "round $r: write rate 8B emu0 ${a}, thread engine ${c}, shared-MR ${d} Mpps vs ucp tag rate ${b}" >&2
+  b=$(ucx_tag_rate); a=$(emu_write_rate "" 300000); R[rate]+="$(ratio "$a" "$b") "
+  b2=$(ucx_tag_rate); c=$(emu_write_rate EMU_ENGINE=thread); R[rate_thread]+="$(ratio "$c" "$b2") "
+  b3=$(ucx_tag_rate); d=$(emu_write_rate $SH); R[rate_sh]+="$(ratio "$d" "$b3") "
+  echo "round $r: write rate 8B emu0 ${a} vs ucp tag rate ${b}; thread engine ${c} vs ${b2}; shared-MR ${d} vs ${b3} Mpps" >&2
 done
 med() { tr ' ' '\n' <<<"${R[$1]}" | grep . | median; }
 echo "| measure | default | EMU_SHARED_MR=1 | goal |"

@@ -540,5 +540,44 @@ TEST_F(Loopback, CqExCompletionTimestamps) {
   EXPECT_GT(stamps[1], stamps[0]) << "the clock did not advance between two completions";
 }
 
+// A receive queue kept full (re-posting after each completion, as the latency tools do) over many
+// laps of its ring: every message lands in the receive posted for it, and the queue takes no more
+// than the max_recv_wr it reported (the ring's spare lines are the device's, not the user's).
+TEST_F(Loopback, FullReceiveQueueOverManyLaps) {
+  QpCaps caps;
+  caps.max_recv_wr = 4;
+  caps.max_recv_sge = 1;
+  ibv_qp_cap got{};
+  ibv_cq* rcq = make_cq(64);
+  ibv_qp* qb = make_qp(p.cqb, rcq, caps, &got);
+  ibv_qp* qa = make_qp(p.cqa, p.cqa);
+  ASSERT_TRUE(qa && qb);
+  ASSERT_EQ(got.max_recv_wr, 4u);
+  ASSERT_EQ(connect_qp(qa, lid, qb->qp_num, 1, 2), 0);
+  ASSERT_EQ(connect_qp(qb, lid, qa->qp_num, 2, 1), 0);
+  uint64_t next_recv = 0;
+  auto post_next = [&]() {
+    ibv_sge r = lb.sge((next_recv % 8) * 64, 64);
+    return post_recv(qb, 1000 + next_recv++, &r, 1);
+  };
+  for (int i = 0; i < 4; ++i) ASSERT_EQ(post_next(), 0);
+  ibv_sge extra = lb.sge(1024, 64);
+  EXPECT_EQ(post_recv(qb, 9, &extra, 1), ENOMEM) << "a fifth receive beyond max_recv_wr 4";
+  for (uint32_t m = 0; m < 200; ++m) {
+    uint64_t word = 0x5151000000000000ull | m;
+    std::memcpy(la.p, &word, 8);
+    ibv_sge s = la.sge(0, 8);
+    ibv_send_wr w = send_wr(m, IBV_WR_SEND, &s, 1);
+    ASSERT_EQ(post_one(qa, &w), 0);
+    ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, m));
+    ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 1000 + m)) << "message " << m;
+    uint64_t landed;
+    std::memcpy(&landed, lb.p + (m % 8) * 64, 8);
+    ASSERT_EQ(landed, word) << "message " << m << " landed elsewhere";
+    ASSERT_EQ(post_next(), 0);
+  }
+  expect_quiet();
+}
+
 }  // namespace
 }  // namespace vt
