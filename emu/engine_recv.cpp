@@ -47,9 +47,11 @@ void Engine::recv_unlock(RecvRef& q) {
 
 bool Engine::recv_empty(RecvRef& q) {
   if (q.srq) {
-    if (q.srq->state.load(std::memory_order_acquire) != kSlotLive) return true;
-    uint32_t pi = be32(device_load32(seg_->at<uint32_t>(q.srq->dbrec_off))) & 0xffff;
-    return (q.srq->ci & 0xffff) == pi;
+    SrqSlot& s = *q.srq;
+    if (s.state.load(std::memory_order_acquire) != kSlotLive) return true;
+    if (((s.ci ^ s.pi_seen) & 0xffff) != 0) return false;
+    s.pi_seen = be32(device_load32(seg_->at<uint32_t>(s.dbrec_off))) & 0xffff;
+    return (s.ci & 0xffff) == s.pi_seen;
   }
   QpSlot& r = *q.qp;
   if (((r.rq_ci ^ r.rq_pi_seen) & 0xffff) != 0) return false;

@@ -12,7 +12,7 @@
 namespace emu {
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 23;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 24;  // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -422,6 +422,7 @@ struct SrqSlot {
   uint32_t ci;            // WQEs consumed
   uint32_t head;          // the WQE the device takes next
   std::atomic<uint32_t> limit;  // armed limit, 0 when not armed: SRQ_LIMIT_REACHED below it
+  uint32_t pi_seen;       // the doorbell record's value when last read (as QpSlot::rq_pi_seen)
   // Written when a requester parks on the empty SRQ; read by every post.
   alignas(64) std::atomic<uint32_t> rnr_waiter;
 };
