@@ -20,6 +20,36 @@ class Loopback : public VerbsTest {
     la = make_buf(16384, kAllAccess, 0x11);
     lb = make_buf(16384, kAllAccess, 0x22);
   }
+  // An extended CQ reporting wc_flags (nullptr with a gtest failure if refused).
+  ibv_cq_ex* make_cq_ex(uint64_t wc_flags) {
+    ibv_cq_init_attr_ex ca;
+    std::memset(&ca, 0, sizeof ca);
+    ca.cqe = 16;
+    ca.wc_flags = wc_flags;
+    ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
+    EXPECT_NE(cqx, nullptr) << "ibv_create_cq_ex: errno " << errno;
+    if (cqx) cqs.push_back(ibv_cq_ex_to_cq(cqx));
+    return cqx;
+  }
+  // A connected pair whose receiving side (*qb) completes its receives into rcq.
+  ::testing::AssertionResult connected_into(ibv_cq* rcq, ibv_qp** qa, ibv_qp** qb,
+                                            const QpCaps& b_caps = {}, ibv_qp_cap* b_got = nullptr) {
+    *qb = make_qp(p.cqb, rcq, b_caps, b_got);
+    *qa = make_qp(p.cqa, p.cqa);
+    if (!*qa || !*qb) return ::testing::AssertionFailure() << "QP creation refused";
+    if (connect_qp(*qa, lid, (*qb)->qp_num, 1, 2) || connect_qp(*qb, lid, (*qa)->qp_num, 2, 1))
+      return ::testing::AssertionFailure() << "connect failed";
+    return ::testing::AssertionSuccess();
+  }
+  // ibv_start_poll until it finds a completion or the deadline passes; its return value.
+  static int start_poll_waiting(ibv_cq_ex* cqx) {
+    ibv_poll_cq_attr pa = {};
+    int rc = ENOENT;
+    auto end = std::chrono::steady_clock::now() + kDeadline;
+    while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT && std::chrono::steady_clock::now() < end) {
+    }
+    return rc;
+  }
   // Asserts that nothing (more) is on either CQ.
   void expect_quiet() {
     EXPECT_TRUE(drain(p.cqa).empty()) << "unexpected completion on A";
@@ -281,19 +311,10 @@ TEST_F(Loopback, WrApi) {
 }
 
 TEST_F(Loopback, CqExPolling) {
-  ibv_cq_init_attr_ex ca;
-  std::memset(&ca, 0, sizeof ca);
-  ca.cqe = 16;
-  ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM;
-  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
-  ASSERT_NE(cqx, nullptr) << "errno " << errno;
-  ibv_cq* rcq = ibv_cq_ex_to_cq(cqx);
-  cqs.push_back(rcq);
-  ibv_qp* qb = make_qp(p.cqb, rcq);
-  ibv_qp* qa = make_qp(p.cqa, p.cqa);
-  ASSERT_TRUE(qa && qb);
-  ASSERT_EQ(connect_qp(qa, lid, qb->qp_num, 1, 2), 0);
-  ASSERT_EQ(connect_qp(qb, lid, qa->qp_num, 2, 1), 0);
+  ibv_cq_ex* cqx = make_cq_ex(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM);
+  ASSERT_NE(cqx, nullptr);
+  ibv_qp *qa, *qb;
+  ASSERT_TRUE(connected_into(ibv_cq_ex_to_cq(cqx), &qa, &qb));
   ibv_sge r = lb.sge(0, 128);
   ASSERT_EQ(post_recv(qb, 51, &r, 1), 0);
   ibv_sge s = la.sge(0, 77);
@@ -302,12 +323,7 @@ TEST_F(Loopback, CqExPolling) {
   ASSERT_EQ(post_one(qa, &w), 0);
   ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 52));
 
-  ibv_poll_cq_attr pa = {};
-  int rc = ENOENT;
-  auto end = std::chrono::steady_clock::now() + kDeadline;
-  while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT && std::chrono::steady_clock::now() < end) {
-  }
-  ASSERT_EQ(rc, 0) << "no completion on the extended CQ";
+  ASSERT_EQ(start_poll_waiting(cqx), 0) << "no completion on the extended CQ";
   EXPECT_EQ(cqx->wr_id, 51u);
   EXPECT_EQ(cqx->status, IBV_WC_SUCCESS);
   EXPECT_EQ(ibv_wc_read_opcode(cqx), IBV_WC_RECV);
@@ -317,6 +333,7 @@ TEST_F(Loopback, CqExPolling) {
   EXPECT_TRUE(ibv_wc_read_wc_flags(cqx) & IBV_WC_WITH_IMM);
   EXPECT_EQ(ibv_next_poll(cqx), ENOENT);
   ibv_end_poll(cqx);
+  ibv_poll_cq_attr pa = {};
   EXPECT_EQ(ibv_start_poll(cqx, &pa), ENOENT) << "the completion was consumed";
 }
 
@@ -505,19 +522,10 @@ TEST_F(Loopback, RnrRetryInfiniteWaitsForReceive) {
 
 // A CQ made to report completion timestamps gets them (the device stamps only such CQs' CQEs).
 TEST_F(Loopback, CqExCompletionTimestamps) {
-  ibv_cq_init_attr_ex ca;
-  std::memset(&ca, 0, sizeof ca);
-  ca.cqe = 16;
-  ca.wc_flags = IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP;
-  ibv_cq_ex* cqx = ibv_create_cq_ex(ctx, &ca);
-  ASSERT_NE(cqx, nullptr) << "errno " << errno;
-  ibv_cq* rcq = ibv_cq_ex_to_cq(cqx);
-  cqs.push_back(rcq);
-  ibv_qp* qb = make_qp(p.cqb, rcq);
-  ibv_qp* qa = make_qp(p.cqa, p.cqa);
-  ASSERT_TRUE(qa && qb);
-  ASSERT_EQ(connect_qp(qa, lid, qb->qp_num, 1, 2), 0);
-  ASSERT_EQ(connect_qp(qb, lid, qa->qp_num, 2, 1), 0);
+  ibv_cq_ex* cqx = make_cq_ex(IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP);
+  ASSERT_NE(cqx, nullptr);
+  ibv_qp *qa, *qb;
+  ASSERT_TRUE(connected_into(ibv_cq_ex_to_cq(cqx), &qa, &qb));
   uint64_t stamps[2] = {};
   for (int i = 0; i < 2; ++i) {
     ibv_sge r = lb.sge(0, 128);
@@ -526,12 +534,7 @@ TEST_F(Loopback, CqExCompletionTimestamps) {
     ibv_send_wr w = send_wr(70 + i, IBV_WR_SEND, &s, 1);
     ASSERT_EQ(post_one(qa, &w), 0);
     ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 70 + i));
-    ibv_poll_cq_attr pa = {};
-    int rc = ENOENT;
-    auto end = std::chrono::steady_clock::now() + kDeadline;
-    while ((rc = ibv_start_poll(cqx, &pa)) == ENOENT && std::chrono::steady_clock::now() < end) {
-    }
-    ASSERT_EQ(rc, 0) << "no completion on the extended CQ";
+    ASSERT_EQ(start_poll_waiting(cqx), 0) << "no completion on the extended CQ";
     EXPECT_EQ(cqx->wr_id, 60u + i);
     stamps[i] = ibv_wc_read_completion_ts(cqx);
     ibv_end_poll(cqx);
@@ -549,12 +552,9 @@ TEST_F(Loopback, FullReceiveQueueOverManyLaps) {
   caps.max_recv_sge = 1;
   ibv_qp_cap got{};
   ibv_cq* rcq = make_cq(64);
-  ibv_qp* qb = make_qp(p.cqb, rcq, caps, &got);
-  ibv_qp* qa = make_qp(p.cqa, p.cqa);
-  ASSERT_TRUE(qa && qb);
+  ibv_qp *qa, *qb;
+  ASSERT_TRUE(connected_into(rcq, &qa, &qb, caps, &got));
   ASSERT_EQ(got.max_recv_wr, 4u);
-  ASSERT_EQ(connect_qp(qa, lid, qb->qp_num, 1, 2), 0);
-  ASSERT_EQ(connect_qp(qb, lid, qa->qp_num, 2, 1), 0);
   uint64_t next_recv = 0;
   auto post_next = [&]() {
     ibv_sge r = lb.sge((next_recv % 8) * 64, 64);
