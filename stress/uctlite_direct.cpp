@@ -6,7 +6,7 @@
 #include <cstring>
 
 #include "uctlite_internal.h"
-#include "wqe.h"
+#include "emu/wqe.h"
 
 namespace uctlite {
 namespace {

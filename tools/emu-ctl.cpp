@@ -15,11 +15,11 @@
 #include <string_view>
 #include <unistd.h>
 
-#include "census.h"
-#include "race_log.h"
-#include "config.h"
-#include "control.h"
-#include "segment.h"
+#include "emu/census.h"
+#include "emu/race_log.h"
+#include "emu/config.h"
+#include "emu/control.h"
+#include "emu/segment.h"
 
 namespace {
 

@@ -8,12 +8,12 @@
 #include <cerrno>
 #include <cstring>
 
-#include "barriers.h"
+#include "emu/barriers.h"
 #include "forward.h"
-#include "notify.h"
-#include "progress.h"
+#include "emu/notify.h"
+#include "emu/device.h"
 #include "provider.h"
-#include "reclaim.h"
+#include "emu/reclaim.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -384,8 +384,7 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   cq->lock.unlock();
   // With EMU_ENGINE=thread, a poller that busy-polls an empty CQ while this process's device
   // thread has doorbells queued would keep that thread off a shared core for a whole time slice.
-  if (i == 0 && config().engine == EngineMode::progress_thread &&
-      ProgressThread::get(to_ctx(ibcq->context)->engine)->busy())
+  if (i == 0 && device_thread_busy())
     sched_yield();
   return i;
 }

@@ -9,8 +9,8 @@
 #include <unordered_map>
 
 #include "forward.h"
-#include "notify.h"
-#include "port.h"
+#include "emu/notify.h"
+#include "emu/port.h"
 #include "provider.h"
 
 #undef ibv_query_port
@@ -66,7 +66,6 @@ bool is_emu_device(const ibv_device* d) {
 
 Segment* segment() { return Segment::get(); }
 
-Engine* engine() { return segment() ? Engine::process_engine() : nullptr; }
 
 void registry_put(uint64_t uid, void* obj) {
   std::lock_guard<std::mutex> g(g_reg_mu);
@@ -297,7 +296,6 @@ ibv_context* ibv_open_device(ibv_device* device) {
   auto* ctx = new (std::nothrow) EmuContext();
   if (!ctx) return fail_null<ibv_context>(ENOMEM);
   ctx->dev = reinterpret_cast<EmuDevice*>(device)->index;
-  ctx->engine = engine();
   if (seg->alloc_ctx(&ctx->slot) != Status::ok) {
     delete ctx;
     return fail_null<ibv_context>(ENOMEM);

@@ -5,12 +5,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "barriers.h"
-#include "doorbell.h"
-#include "engine_internal.h"
-#include "mmio.h"
+#include "emu/barriers.h"
+#include "emu/mmio.h"
 #include "provider.h"
-#include "race_log.h"
+#include "emu/race_log.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -60,7 +58,7 @@ int emudv_init_cq(ibv_cq* ibcq, emudv_cq* out) {
 }
 
 void emudv_db_write64(emudv_uar* uar, uint64_t ctrl_head) {
-  device_doorbell(engine(), mmio_db64(*reg_of(uar), ctrl_head));
+  device_doorbell(mmio_db64(*reg_of(uar), ctrl_head));
 }
 
 void emudv_bf_copy(emudv_uar* uar, void* dst, const void* src, unsigned nblocks) {
@@ -79,7 +77,7 @@ void emudv_bf_copy(emudv_uar* uar, void* dst, const void* src, unsigned nblocks)
 void emudv_mmio_flush(void) {
   uint64_t heads[kWcBuffers];
   uint32_t n = mmio_flush(heads, kWcBuffers);
-  for (uint32_t i = 0; i < n; ++i) device_doorbell(engine(), heads[i]);
+  for (uint32_t i = 0; i < n; ++i) device_doorbell(heads[i]);
 }
 
 void emudv_sq_write(emudv_qp* dv, uint32_t pos, const void* wqe, unsigned nblocks) {

@@ -4,7 +4,7 @@
 
 #include "forward.h"
 #include "provider.h"
-#include "reclaim.h"
+#include "emu/reclaim.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova

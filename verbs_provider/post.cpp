@@ -3,10 +3,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "barriers.h"
-#include "mmio.h"
-#include "progress.h"
-#include "reclaim.h"
+#include "emu/barriers.h"
+#include "emu/mmio.h"
+#include "emu/device.h"
+#include "emu/reclaim.h"
 #include "provider.h"
 
 using namespace emu;
@@ -60,7 +60,7 @@ void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
     heads[n++] = mmio_db64(reg, head);
   }
   use.lock.unlock();
-  for (uint32_t i = 0; i < n; ++i) device_doorbell(ctx->engine, heads[i]);
+  for (uint32_t i = 0; i < n; ++i) device_doorbell(heads[i]);
 }
 }  // namespace
 
@@ -299,12 +299,12 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     // The device's side of a receive doorbell: flush in ERR, or wake a requester parked on RNR.
     std::atomic_thread_fence(std::memory_order_seq_cst);  // the record before the waiter (see rq_empty_wait)
     if (qp->shm->qp_state.load() == kQpsErr) {
-      qp->ctx->engine->flush_rq(*qp->shm);
+      device_flush_rq(*qp->shm);
     } else if (qp->shm->rnr_waiter.load() != 0) {  // a load first: an RMW would pull the
       uint32_t waiter = qp->shm->rnr_waiter.exchange(0);  // line from the sender every post
       if (!waiter) return err;
       EngineSection in_engine(segment());  // the waiter's slot stays valid while we kick it
-      if (QpSlot* w = segment()->find_qp(waiter - 1)) qp->ctx->engine->kick_sq(*w, true);
+      if (QpSlot* w = segment()->find_qp(waiter - 1)) device_kick_sq(*w, true);
     }
   }
   return err;

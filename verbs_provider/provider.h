@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "engine.h"
-#include "layout.h"
-#include "race_log.h"
-#include "segment.h"
-#include "wqe.h"
+#include "emu/device.h"
+#include "emu/layout.h"
+#include "emu/race_log.h"
+#include "emu/segment.h"
+#include "emu/wqe.h"
 
 namespace emu::prov {
 
@@ -76,7 +76,6 @@ struct EmuContext {
   std::atomic<uint32_t> next_uar{0};
   UarUse uar_use[kUarRegsMax];
   int async_wfd = -1;
-  Engine* engine;
   std::mutex mu;                  // QP list and thread-domain registers (slow path)
   std::vector<EmuQp*> qps;
   std::bitset<kUarRegsMax> td_uar_used;  // by index from 0: register n_uars + i has a domain
@@ -353,7 +352,6 @@ void wait_event_acks(Obj* o, const std::atomic<uint32_t>& handed_out) {
 }
 
 Segment* segment();  // attached segment or nullptr
-Engine* engine();
 
 // Device attributes reported by query_device and enforced by create calls.
 struct Limits {

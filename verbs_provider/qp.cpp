@@ -5,12 +5,12 @@
 #include <utility>
 
 #include "av.h"
-#include "barriers.h"
+#include "emu/barriers.h"
 #include "forward.h"
-#include "notify.h"
-#include "doorbell.h"
+#include "emu/notify.h"
+#include "emu/device.h"
 #include "provider.h"
-#include "reclaim.h"
+#include "emu/reclaim.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -269,7 +269,7 @@ EmuQp* qp_by_num(uint32_t qpn) {
 
 void qp_table_set(uint32_t qpn, EmuQp* qp) { g_qp_table[qpn & (kMaxQps - 1)] = qp; }
 
-void qp_progress(EmuQp* qp) { qp->ctx->engine->kick_sq(*qp->shm); }
+void qp_progress(EmuQp* qp) { device_kick_sq(*qp->shm); }
 
 constexpr uint64_t kSupportedSendOps =
     IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
@@ -537,10 +537,10 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     s.qp_state.store(kQpsReset);
     reset_queues(qp);
   } else if (next == kQpsErr) {
-    qp->ctx->engine->enter_error(s);
+    device_enter_error(s);
   } else {
     s.qp_state.store(next, std::memory_order_release);
-    if (next == kQpsRts) qp->ctx->engine->kick_sq(s);
+    if (next == kQpsRts) device_kick_sq(s);
     // Nothing is in flight once the engine has returned: the drain is complete at once.
     if (next == kQpsSqd && cur == kQpsRts && (mask & IBV_QP_EN_SQD_ASYNC_NOTIFY) &&
         attr->en_sqd_async_notify)

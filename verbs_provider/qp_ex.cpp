@@ -3,7 +3,7 @@
 // lockless QP: its send owner word, taken by ibv_wr_start).
 #include <cerrno>
 
-#include "mmio.h"
+#include "emu/mmio.h"
 #include "provider.h"
 
 using namespace emu;

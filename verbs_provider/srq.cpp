@@ -4,11 +4,11 @@
 #include <cerrno>
 #include <cstring>
 
-#include "barriers.h"
+#include "emu/barriers.h"
 #include "forward.h"
 #include "provider.h"
-#include "reclaim.h"
-#include "xrc.h"
+#include "emu/reclaim.h"
+#include "emu/xrc.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -118,7 +118,7 @@ int emu_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
       uint32_t waiter = s->shm->rnr_waiter.exchange(0);
       if (!waiter) return err;
       EngineSection in_engine(segment());
-      if (QpSlot* q = segment()->find_qp(waiter - 1)) s->ctx->engine->kick_sq(*q, true);
+      if (QpSlot* q = segment()->find_qp(waiter - 1)) device_kick_sq(*q, true);
     }
   }
   return err;

@@ -9,9 +9,9 @@
 // made with a parent domain hold it; deallocating anything still held is EBUSY.
 #include <cerrno>
 
-#include "config.h"
+#include "emu/config.h"
 #include "provider.h"
-#include "race_log.h"
+#include "emu/race_log.h"
 
 using namespace emu;
 using namespace emu::prov;

@@ -8,9 +8,9 @@
 #include <cstring>
 #include <new>
 
-#include "doorbell.h"
+#include "emu/device.h"
 #include "provider.h"
-#include "xrc.h"
+#include "emu/xrc.h"
 
 using namespace emu;
 using namespace emu::prov;

@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
-#include "barriers.h"
-#include "doorbell.h"
-#include "engine.h"
+#include "emu/barriers.h"
+#include "device/doorbell.h"
+#include "device/engine.h"
 
 namespace emu::test {
 

@@ -5,8 +5,8 @@
 
 #include <string>
 
-#include "census.h"
-#include "xrc.h"
+#include "emu/census.h"
+#include "emu/xrc.h"
 
 using namespace emu;
 

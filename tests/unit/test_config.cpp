@@ -5,7 +5,7 @@
 #include <sstream>
 #include <string>
 
-#include "config.h"
+#include "emu/config.h"
 
 using namespace emu;
 

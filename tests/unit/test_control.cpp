@@ -6,9 +6,9 @@
 #include <fcntl.h>
 #include <unistd.h>
 
-#include "control.h"
-#include "engine_internal.h"
-#include "notify.h"
+#include "emu/control.h"
+#include "device/engine_internal.h"
+#include "emu/notify.h"
 
 using namespace emu;
 

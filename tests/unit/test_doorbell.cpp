@@ -6,8 +6,8 @@
 #include <thread>
 
 #include "engine_rig.h"
-#include "mmio.h"
-#include "race_log.h"
+#include "emu/mmio.h"
+#include "emu/race_log.h"
 
 using namespace emu;
 using namespace emu::test;

@@ -7,11 +7,11 @@
 #include <cstring>
 #include <memory>
 
-#include "config.h"
-#include "engine_internal.h"
+#include "emu/config.h"
+#include "device/engine_internal.h"
 #include "host_netdev.h"
-#include "link_layer.h"
-#include "netdev.h"
+#include "ports/link_layer.h"
+#include "ports/netdev.h"
 
 using namespace emu;
 using testhost::Gid;

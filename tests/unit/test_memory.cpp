@@ -6,7 +6,7 @@
 #include <unistd.h>
 #include <vector>
 
-#include "memory.h"
+#include "shm/memory.h"
 
 using namespace emu;
 

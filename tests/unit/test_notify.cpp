@@ -7,8 +7,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "notify.h"
-#include "segment.h"
+#include "emu/notify.h"
+#include "emu/segment.h"
 
 using namespace emu;
 

@@ -8,8 +8,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "segment.h"
-#include "wqe.h"
+#include "emu/segment.h"
+#include "emu/wqe.h"
 
 #include <cstring>
 #include <vector>

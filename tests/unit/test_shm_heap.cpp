@@ -6,7 +6,7 @@
 #include <random>
 #include <vector>
 
-#include "shm_heap.h"
+#include "shm/shm_heap.h"
 
 using namespace emu;
 

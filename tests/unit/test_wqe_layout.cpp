@@ -4,7 +4,7 @@
 
 #include <cstddef>
 
-#include "wqe.h"
+#include "emu/wqe.h"
 
 using namespace emu;
 

@@ -10,7 +10,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "census.h"
+#include "emu/census.h"
 #include "verbs_fixture.h"
 
 namespace vt {

@@ -1,0 +1,188 @@
+#include "emu/config.h"
+
+#include <algorithm>
+#include <cstdarg>
+#include <cstdio>
+#include <cstdlib>
+#include <unistd.h>
+
+namespace emu {
+namespace {
+
+const KnobDoc kKnobs[] = {
+    {"EMU_FABRIC", "default",
+     "Name of the fabric: processes with the same user and fabric share devices and can connect."},
+    {"EMU_SHM_DIR", "/dev/shm", "Directory of the shared segment file (a tmpfs)."},
+    {"EMU_SHM_SIZE", "48M",
+     "Size of the shared segment (suffix K/M/G). Rings and tables live here; Docker's default "
+     "/dev/shm is 64 MiB."},
+    {"EMU_DEVICES", "1", "Number of emulated devices: emu0, emu1, ... (at most 8)."},
+    {"EMU_PORTS", "1", "Ports per device (at most 4)."},
+    {"EMU_UARS", "16",
+     "Doorbell/BlueFlame registers per context; QPs beyond this number share registers."},
+    {"EMU_TD_UARS", "16",
+     "Registers per context kept for thread domains (ibv_alloc_td): each domain gets one of its "
+     "own; past this number ibv_alloc_td fails with ENOMEM."},
+    {"EMU_SINGLE_THREADED", "0",
+     "1: the provider takes none of its locks (QP send and receive, doorbell register, CQ, SRQ), "
+     "as MLX5_SINGLE_THREADED does: for programs that use each context from one thread. Every QP "
+     "is then checked for entry by two threads at once (a race event, the post goes on)."},
+    {"EMU_RACE_LOG", "0",
+     "1: print each race event the device records (torn BlueFlame WQE, doorbell record moving "
+     "backwards or ahead, double or stale WQE, lock-free QP entered by two threads) to stderr as "
+     "JSON. Events are recorded whether or not this is set (emu-ctl races)."},
+    {"EMU_ENGINE", "inline",
+     "Who drives the device engine: 'inline' (the posting thread, right after it rings the "
+     "doorbell) or 'thread' (one device thread per process, woken by doorbells, asynchronous to the "
+     "posting threads; it also retries stalled sends when nobody polls)."},
+    {"EMU_LOG", "0", "1: log device-side events (errors, retries, races) to stderr."},
+    {"EMU_SHARED_MR", "0",
+     "1: ibv_reg_mr re-backs the region's whole pages with shared memory so other processes' "
+     "engines copy without a system call (faster small messages; registered pages are then not "
+     "inherited by fork, and a store racing the registration can be lost)."},
+    {"EMU_VENDOR_PART_ID", "4123",
+     "vendor_part_id reported by ibv_query_device (vendor_id is 0). 4123 makes perftest treat emu0 "
+     "as a ConnectX-6-class device (ibv_wr_* post path, inline defaults); 0 gives its legacy path."},
+    {"EMU_LINK_LAYER", "ib",
+     "Link layer of the ports: 'ib' (InfiniBand: LID routing, GID 0 = subnet prefix + port GUID) "
+     "or 'eth' (RoCE: lid 0, GIDs from the EMU_ROCE_NETDEV interface's addresses, QPs address "
+     "their peer by GID). A comma-separated list gives ports 1, 2, ... in turn ('ib,eth'); the "
+     "last entry stands for the remaining ports."},
+    {"EMU_XRC_POLICY", "kernel",
+     "Lifetime rule of the TGT QPs of an XRC domain, fixed when the domain is created (read then, "
+     "so one process can create domains under different rules): 'kernel' (today's Linux: a TGT "
+     "QP lives while any process holds a handle to it), 'xrcd' (the 2011 proposal 2a: it lives "
+     "until destroyed explicitly or until its domain goes; processes exiting do not take it), "
+     "'creator' (2b: the creator chooses per QP with EMU_XRC_TGT_LIFETIME). See docs/xrc.md."},
+    {"EMU_XRC_TGT_LIFETIME", "process",
+     "Under EMU_XRC_POLICY=creator, what a TGT QP created now is bound to: 'process' (the kernel "
+     "rule: it goes with its last handle) or 'xrcd' (it stays until destroyed or its domain "
+     "goes). Read at each TGT QP creation."},
+    {"EMU_ROCE_NETDEV", "auto",
+     "Interface a RoCE port is bound to, as soft-RoCE binds to a netdev: its MAC and addresses "
+     "give the port's GIDs and its MTU caps active_mtu; they are read when the segment is "
+     "created. 'auto' (or an empty value): the UP non-loopback interface with an IPv4 address "
+     "and the lowest index, else lo. A comma-separated list gives ports 1, 2, ... in turn."},
+};
+
+const char* env_or(const char* name, const char* dflt) {
+  const char* v = std::getenv(name);
+  return (v && *v) ? v : dflt;
+}
+
+uint64_t parse_size(const char* s) {
+  char* end = nullptr;
+  uint64_t v = std::strtoull(s, &end, 0);
+  switch (end && *end ? *end : 0) {
+    case 'k': case 'K': v <<= 10; break;
+    case 'm': case 'M': v <<= 20; break;
+    case 'g': case 'G': v <<= 30; break;
+    default: break;
+  }
+  return v;
+}
+
+uint32_t parse_u32(const char* name, const char* dflt, uint32_t lo, uint32_t hi) {
+  long v = std::strtol(env_or(name, dflt), nullptr, 0);
+  if (v < static_cast<long>(lo)) v = lo;
+  if (v > static_cast<long>(hi)) v = hi;
+  return static_cast<uint32_t>(v);
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  for (;;) {
+    size_t comma = s.find(',', start);
+    out.push_back(s.substr(start, comma - start));
+    if (comma == std::string::npos) return out;
+    start = comma + 1;
+  }
+}
+
+// A misspelt link layer would silently give InfiniBand ports to a test meant for RoCE: say so.
+std::vector<PortLinkLayer> parse_link_layers(const char* s) {
+  std::vector<PortLinkLayer> out;
+  for (const std::string& t : split_commas(s)) {
+    if (t == "eth") {
+      out.push_back(PortLinkLayer::ethernet);
+    } else {
+      if (t != "ib")
+        std::fprintf(stderr, "rdmaemu: EMU_LINK_LAYER: unknown '%s', using ib\n", t.c_str());
+      out.push_back(PortLinkLayer::infiniband);
+    }
+  }
+  return out;
+}
+
+}  // namespace
+
+PortLinkLayer Config::link_layer(uint32_t port) const {
+  if (link_layers.empty()) return PortLinkLayer::infiniband;
+  return link_layers[std::min<size_t>(port ? port - 1 : 0, link_layers.size() - 1)];
+}
+
+std::string Config::roce_netdev(uint32_t port) const {
+  if (roce_netdevs.empty()) return "";
+  size_t i = std::min<size_t>(port ? port - 1 : 0, roce_netdevs.size() - 1);
+  const std::string& n = roce_netdevs[i];
+  return n == "auto" ? "" : n;
+}
+
+Config config_from_env() {
+  Config c;
+  c.fabric = env_or("EMU_FABRIC", "default");
+  c.shm_dir = env_or("EMU_SHM_DIR", "/dev/shm");
+  c.shm_size = parse_size(env_or("EMU_SHM_SIZE", "48M"));
+  if (c.shm_size < (8u << 20)) c.shm_size = 8u << 20;
+  c.num_devices = parse_u32("EMU_DEVICES", "1", 0, 8);
+  c.ports_per_dev = parse_u32("EMU_PORTS", "1", 1, 4);
+  c.uar_regs = parse_u32("EMU_UARS", "16", 1, 64);
+  c.td_uar_regs = parse_u32("EMU_TD_UARS", "16", 0, 64);
+  c.single_threaded = std::atoi(env_or("EMU_SINGLE_THREADED", "0")) != 0;
+  std::string engine = env_or("EMU_ENGINE", "inline");
+  c.engine = engine == "thread" ? EngineMode::progress_thread : EngineMode::inline_on_doorbell;
+  c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;
+  c.vendor_part_id = static_cast<uint32_t>(std::strtoul(env_or("EMU_VENDOR_PART_ID", "4123"), nullptr, 0));
+  c.link_layers = parse_link_layers(env_or("EMU_LINK_LAYER", "ib"));
+  c.roce_netdevs = split_commas(env_or("EMU_ROCE_NETDEV", "auto"));
+  return c;
+}
+
+uint32_t xrc_policy_now() {
+  std::string p = env_or("EMU_XRC_POLICY", "kernel");
+  if (p == "xrcd") return 1;
+  if (p == "creator") return 2;
+  if (p != "kernel") std::fprintf(stderr, "rdmaemu: EMU_XRC_POLICY: unknown '%s', using kernel\n", p.c_str());
+  return 0;
+}
+
+bool xrc_tgt_dies_with_xrcd_now() { return std::string(env_or("EMU_XRC_TGT_LIFETIME", "process")) == "xrcd"; }
+
+const Config& config() {
+  static const Config c = config_from_env();
+  return c;
+}
+
+std::string Config::segment_name() const {
+  return "rdmaemu-" + std::to_string(getuid()) + "-" + fabric;
+}
+
+std::string Config::segment_path() const { return shm_dir + "/" + segment_name(); }
+
+const KnobDoc* knob_docs(int* count) {
+  *count = static_cast<int>(sizeof(kKnobs) / sizeof(kKnobs[0]));
+  return kKnobs;
+}
+
+void log(const char* fmt, ...) {
+  if (!config().log) return;
+  char buf[512];
+  va_list ap;
+  va_start(ap, fmt);
+  vsnprintf(buf, sizeof buf, fmt, ap);
+  va_end(ap);
+  std::fprintf(stderr, "rdmaemu[%d]: %s\n", getpid(), buf);
+}
+
+}  // namespace emu

@@ -1,0 +1,75 @@
+// The device's side of doorbells: what it receives from a register write (an 8-byte doorbell, or
+// BlueFlame chunks drained by a flush), what it reads of the send doorbell record and the ring, and
+// the race detectors that run on each (docs/doorbells.md). Always on: each check is a few loads on
+// lines the device reads anyway.
+//
+// The detectors are pure functions over what the device recorded, so unit tests feed them crafted
+// sequences; the intake and fetch hooks below apply them to the segment and log race events.
+#pragma once
+#include <cstdint>
+
+#include "emu/layout.h"
+#include "emu/device.h"
+#include "emu/segment.h"
+
+namespace emu {
+
+// A BlueFlame chunk's tag: which write filled it (writer tid << 32 | that thread's burst number).
+inline uint64_t bf_tag(uint32_t tid, uint32_t burst) { return uint64_t(tid) << 32 | burst; }
+inline uint32_t bf_tag_tid(uint64_t tag) { return static_cast<uint32_t>(tag >> 32); }
+
+// Chunks the WQE whose control segment starts a BlueFlame buffer needs (0: it does not parse as a
+// WQE that fits the buffer).
+uint32_t bf_chunks_needed(const uint8_t* chunk0);
+
+struct BfVerdict {
+  bool nothing_new = false;  // every chunk is one the device already took: no new write here
+  bool torn = false;         // the chunks the WQE needs are not all the flushing write's
+  uint32_t writers[2] = {0, 0};  // the flushing thread, and the first other writer found
+  uint32_t foreign_mask = 0;     // which chunks came from another write
+};
+// tags: the chunks' tags; taken: the tags the device took last from this buffer; flusher: the
+// flushing write's tag; n: chunks the WQE needs (0: chunk 0 does not parse, only it is judged).
+BfVerdict inspect_bf(const uint64_t* tags, const uint64_t* taken, uint64_t flusher, uint32_t n);
+
+struct DbrecVerdict {
+  bool backwards = false;  // behind the furthest value the device had read
+  bool ahead = false;      // counts blocks the ring was not given (see below)
+  uint32_t producer = 0;   // the producer the device goes on with (the furthest seen)
+};
+// seen: the furthest value read before (0x10000: none since reset); now: the value read; ci: the
+// device's consumer position (32-bit block counter); ring_bbs: the ring's size in blocks;
+// last_block_pos: the position last recorded as written at block (producer - 1), or ~0 when the
+// ring's stores are not recorded (then only "more than the ring holds" counts as ahead).
+DbrecVerdict inspect_dbrec(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ring_bbs,
+                           uint32_t last_block_pos, bool tracked);
+
+// ---- Device hooks (called by the engine and the MMIO helpers) ----
+
+// A BlueFlame buffer drained to the device by a flush of `flusher` (its tag): the device takes the
+// WQE in it (a copy, kept on the QP its control segment names until the device reaches that index)
+// and reports a torn buffer. Returns the control segment's first 8 bytes, for the doorbell that
+// follows (0: nothing to run).
+// reg_locked: the caller's lock already serialises this register's writers (and intakes).
+uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bool reg_locked = false);
+
+// An 8-byte doorbell write: recorded with its writer; returns the value for the engine.
+uint64_t db_intake(UarReg& reg, uint64_t value, uint32_t writer);
+
+// The send doorbell record as the device reads it before fetching: checked against what it read
+// before and what the ring was given. Caller holds the QP's engine lock.
+uint32_t dbrec_checked(Segment* seg, QpSlot& qp, uint32_t raw_producer);
+
+// The WQE at ring position pos, if a BlueFlame write delivered it: copied into buf (true, and
+// *bad if it did not parse). Stale copies the device has passed are dropped. Engine lock held.
+bool take_bf_copy(QpSlot& qp, uint32_t pos, uint8_t* buf, bool* bad);
+
+// The device fetched the WQE starting at ring position pos (from the ring or a BlueFlame copy):
+// reports a double write (two WQEs written into the slot since the last fetch). Engine lock held.
+void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf);
+
+// The device reached a slot below the doorbell record that holds no WQE for that position.
+void report_stale(Segment* seg, QpSlot& qp, uint32_t pos);
+
+
+}  // namespace emu

@@ -1,0 +1,123 @@
+// Helpers shared by the engine's files: doorbell-record reads, key translation as a NIC does it,
+// and the responder lookup. Internal to emu/.
+#pragma once
+#include <cstdint>
+
+#include "emu/barriers.h"
+#include "emu/layout.h"
+#include "ports/link_layer.h"
+#include "shm/memory.h"
+#include "emu/port.h"
+#include "emu/segment.h"
+#include "emu/wqe.h"
+
+namespace emu::engine_detail {
+
+constexpr int kMaxSpans = 32;
+constexpr uint64_t kMaxMsgSize = 1ull << 31;
+
+inline uint32_t* dbrec_of(Segment* seg, const QpSlot& qp) { return seg->at<uint32_t>(qp.dbrec_off); }
+
+inline uint32_t sq_producer(Segment* seg, const QpSlot& qp) {
+  return be32(device_load32(&dbrec_of(seg, qp)[1])) & 0xffff;
+}
+inline uint32_t rq_producer(Segment* seg, const QpSlot& qp) {
+  return be32(device_load32(&dbrec_of(seg, qp)[0])) & 0xffff;
+}
+
+inline bool can_receive(uint32_t state) {
+  return state == kQpsRtr || state == kQpsRts || state == kQpsSqd || state == kQpsSqe;
+}
+
+struct Sges {
+  MemSpan span[kMaxSpans];
+  int n = 0;
+  uint64_t total = 0;
+  bool is_inline = false;
+};
+
+// A local key check as the NIC does it: key, PD, owner, bounds and the needed access.
+inline bool translate_key(Segment* seg, uint32_t pd, uint32_t owner, uint32_t lkey, uint64_t addr,
+                          uint64_t len, bool need_write, uint64_t* va,
+                          const MrSlot** mr_out = nullptr) {
+  const MrSlot* mr = seg->find_mr(lkey);
+  if (mr_out) *mr_out = mr;
+  if (!mr || mr->pd != pd || mr->owner != owner) return false;
+  if (need_write && !(mr->access & kAccessLocalWrite)) return false;
+  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
+  *va = mr->addr + (addr - mr->iova);
+  return true;
+}
+
+inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint64_t addr, uint64_t len,
+                     bool need_write, uint64_t* va, const MrSlot** mr_out = nullptr) {
+  const MrSlot* mr = seg->find_mr(lkey);
+  if (mr_out) *mr_out = mr;
+  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner) return false;
+  if (need_write && !(mr->access & kAccessLocalWrite)) return false;
+  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
+  *va = mr->addr + (addr - mr->iova);
+  return true;
+}
+
+inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr, uint64_t len,
+                      uint32_t need, uint64_t* va, const MrSlot** mr_out = nullptr) {
+  if (!(qp.access & need)) return false;
+  const MrSlot* mr = seg->find_mr(rkey);
+  if (mr_out) *mr_out = mr;
+  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner || !(mr->access & need)) return false;
+  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
+  *va = mr->addr + (addr - mr->iova);
+  return true;
+}
+
+inline uint32_t packets(uint64_t len, uint8_t mtu_code) {
+  uint64_t mtu = 128ull << (mtu_code ? mtu_code : 1);
+  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+// Whether the link under a QP's port is up: a port taken down (emu/control.h) is a pulled cable,
+// nothing leaves or arrives through it.
+inline bool qp_port_up(const Header* h, const QpSlot& qp) {
+  return port_carries(h, qp.dev, qp.port);
+}
+
+// Whether the requester's address vector leads to the responder's port. InfiniBand routes by
+// DLID, and a port drops a packet whose GRH names a GID it does not have. RoCE has no LIDs: the
+// packet always carries a GRH and reaches the port holding its DGID with the type (v1 or v2) of
+// the source GID. Nothing connects an InfiniBand port to an Ethernet one.
+inline bool path_reaches(const Header* h, const QpSlot& requester, const QpSlot& responder) {
+  if (requester.dev >= h->num_devices || requester.port < 1 || requester.port > kMaxPorts ||
+      responder.dev >= h->num_devices || responder.port < 1 || responder.port > kMaxPorts)
+    return false;
+  const PortState& from = h->devices[requester.dev].ports[requester.port - 1];
+  const PortState& to = h->devices[responder.dev].ports[responder.port - 1];
+  if (from.link_layer != to.link_layer) return false;
+  if (to.link_layer == kLinkLayerEthernet) {
+    if (!requester.is_global || requester.sgid_index >= from.gid_count) return false;
+    return port_gid_index(to, requester.dgid, from.gid_type[requester.sgid_index]) >= 0;
+  }
+  if (to.lid != requester.dlid) return false;
+  return !requester.is_global || port_gid_index(to, requester.dgid, kGidTypeIb) >= 0;
+}
+
+// The responder a requester's packets reach: the QP behind the destination QPN on the port the
+// path leads to, of the same type, connected back to the requester, able to receive, in a live
+// process, with the links of both ports up. nullptr: the packets go nowhere (the requester
+// retries until its budget is spent).
+inline QpSlot* connected_responder(Segment* seg, const QpSlot& qp) {
+  Header* h = seg->hdr();
+  if (!qp_port_up(h, qp)) return nullptr;
+  QpSlot* r = seg->find_qp(qp.dest_qpn);
+  // An XRC INI QP talks to a TGT QP, which outlives its creator (its handles keep it).
+  uint8_t want = qp.type == kQptXrcSend ? uint8_t{kQptXrcRecv} : qp.type;
+  if (!r || r->type != want || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
+      !path_reaches(h, qp, *r) ||
+      (r->type != kQptXrcRecv &&
+       h->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive) ||
+      !qp_port_up(h, *r))
+    return nullptr;
+  return r;
+}
+
+}  // namespace emu::engine_detail

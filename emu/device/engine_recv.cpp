@@ -1,0 +1,334 @@
+// The responder's receive side: taking receive WQEs from a QP's own receive queue or from the
+// shared receive queue it is attached to, and UD delivery (address vectors, Q_Keys, the GRH,
+// multicast). Both run in whichever process's engine executes the sender's WQE.
+#include <cstring>
+
+#include "device/engine.h"
+#include "device/engine_internal.h"
+#include "emu/notify.h"
+
+namespace emu {
+using namespace engine_detail;
+
+bool Engine::recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out) {
+  *out = RecvRef{&r, nullptr};
+  if (r.type == kQptXrcRecv) {
+    // XRC: the packet names the SRQ, which must be an XRC SRQ of the TGT QP's domain.
+    SrqSlot* s = seg_->find_srq(xrc_srqn);
+    if (!s || !s->xrcd_ref || s->xrcd_ref != r.xrcd_ref) return false;
+    out->srq = s;
+    return true;
+  }
+  if (r.srq_ref) {
+    // A QP keeps its SRQ alive (destroy_srq is refused while QPs are attached); a dying slot
+    // means both are being torn down: no receive.
+    out->srq = &h_->srqs[(r.srq_ref - 1) & (kMaxSrqs - 1)];
+  }
+  return true;
+}
+
+int Engine::recv_pid(const RecvRef& q) const {
+  return h_->procs[q.srq ? q.srq->owner : q.qp->owner].pid;
+}
+
+CqSlot& Engine::recv_cq(const RecvRef& q) {
+  return h_->cqs[q.srq && q.srq->xrcd_ref ? q.srq->cq : q.qp->recv_cq];
+}
+
+void Engine::recv_lock(RecvRef& q) {
+  if (q.srq) q.srq->lock.lock(seg_->self());
+  else q.qp->rq_lock.lock(seg_->self());
+}
+
+void Engine::recv_unlock(RecvRef& q) {
+  if (q.srq) q.srq->lock.unlock();
+  else q.qp->rq_lock.unlock();
+}
+
+bool Engine::recv_empty(RecvRef& q) {
+  if (q.srq) {
+    SrqSlot& s = *q.srq;
+    if (s.state.load(std::memory_order_acquire) != kSlotLive) return true;
+    if (((s.ci ^ s.pi_seen) & 0xffff) != 0) return false;
+    s.pi_seen = be32(device_load32(seg_->at<uint32_t>(s.dbrec_off))) & 0xffff;
+    return (s.ci & 0xffff) == s.pi_seen;
+  }
+  QpSlot& r = *q.qp;
+  if (((r.rq_ci ^ r.rq_pi_seen) & 0xffff) != 0) return false;
+  r.rq_pi_seen = rq_producer(seg_, r);
+  return (r.rq_ci & 0xffff) == r.rq_pi_seen;
+}
+
+// Whether the receive queue is empty; if so the requester is registered to be woken by the next
+// receive posted there. Registering and then looking again (the poster stores its doorbell record
+// and then looks for a waiter) means one of the two always sees the other.
+bool Engine::recv_empty_wait(const QpSlot& requester, RecvRef& q) {
+  if (!recv_empty(q)) return false;
+  if (q.qp->state.load(std::memory_order_acquire) != kSlotLive) return true;  // being destroyed
+  std::atomic<uint32_t>& waiter = q.srq ? q.srq->rnr_waiter : q.qp->rnr_waiter;
+  waiter.store(requester.qpn + 1, std::memory_order_seq_cst);
+  return recv_empty(q);
+}
+
+const uint8_t* Engine::recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index) {
+  if (q.srq) {
+    const SrqSlot& s = *q.srq;
+    uint32_t idx = s.head & (s.wqe_cnt - 1);
+    *wqe_index = static_cast<uint16_t>(idx);
+    *seg_bytes = s.stride - sizeof(SrqNextSeg);
+    return seg_->at<uint8_t>(s.buf_off) + size_t(idx) * s.stride + sizeof(SrqNextSeg);
+  }
+  const QpSlot& r = *q.qp;
+  *wqe_index = static_cast<uint16_t>(r.rq_ci & 0xffff);
+  *seg_bytes = r.rq_stride;
+  return seg_->at<uint8_t>(r.rq_off) + (r.rq_ci & (r.rq_wqe_cnt - 1)) * r.rq_stride;
+}
+
+void Engine::recv_consume(RecvRef& q) {
+  if (!q.srq) {
+    ++q.qp->rq_ci;
+    return;
+  }
+  SrqSlot& s = *q.srq;
+  SrqNextSeg next;
+  std::memcpy(&next, seg_->at<uint8_t>(s.buf_off) + size_t(s.head & (s.wqe_cnt - 1)) * s.stride,
+              sizeof next);
+  s.head = be16(next.next_wqe_index);
+  ++s.ci;
+  // The limit event: once, when fewer WQEs than the armed limit remain (ibv_modify_srq(3)).
+  uint32_t limit = s.limit.load(std::memory_order_relaxed);
+  if (limit) {
+    uint32_t pi = be32(device_load32(seg_->at<uint32_t>(s.dbrec_off))) & 0xffff;
+    uint32_t left = (pi - s.ci) & 0xffff;
+    if (left < limit && s.limit.exchange(0) != 0 && s.ctx < kMaxContexts)
+      notify_async(h_->ctxs[s.ctx], s.uid, kEvSrqLimit);
+  }
+}
+
+bool Engine::recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_bytes, Sges* out,
+                          bool* addr_is_va) {
+  // The keys are the receive queue's: an XRC SRQ's PD and process, else the QP's.
+  uint32_t pd = q.srq && q.srq->xrcd_ref ? q.srq->pd : q.qp->pd;
+  uint32_t owner = q.srq && q.srq->xrcd_ref ? q.srq->owner : q.qp->owner;
+  out->n = 0;
+  out->total = 0;
+  *addr_is_va = true;
+  for (uint32_t off = 0; off + sizeof(DataSeg) <= seg_bytes; off += sizeof(DataSeg)) {
+    DataSeg d;
+    std::memcpy(&d, wqe + off, sizeof d);
+    if (be32(d.lkey) == kInvalidLkey) break;
+    uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
+    uint64_t va;
+    if (out->n == kMaxSpans || !translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len, true, &va))
+      return false;
+    if (va != be64(d.addr)) *addr_is_va = false;
+    out->span[out->n++] = {va, len};
+    out->total += len;
+  }
+  return true;
+}
+
+// ---- UD ----
+
+namespace {
+
+bool ipv4_mapped(const uint8_t gid[16]) {
+  static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
+  return std::memcmp(gid, prefix, 12) == 0;
+}
+
+// RoCE v2 between IPv4 addresses: the 40 bytes ahead of a UD receive hold 20 zero bytes and then
+// the packet's IPv4 header (as mlx5 and rxe deliver it; ibv_init_ah_from_wc reads it there).
+void ipv4_header_in_grh(Grh* g, uint8_t tos, uint8_t ttl, uint32_t udp_bytes) {
+  uint8_t ip[20] = {};
+  uint16_t total = static_cast<uint16_t>(20 + udp_bytes);
+  ip[0] = 0x45;
+  ip[1] = tos;
+  ip[2] = total >> 8;
+  ip[3] = total & 0xff;
+  ip[6] = 0x40;  // don't fragment
+  ip[8] = ttl;
+  ip[9] = 17;    // UDP
+  std::memcpy(ip + 12, g->sgid + 12, 4);
+  std::memcpy(ip + 16, g->dgid + 12, 4);
+  uint32_t sum = 0;
+  for (int i = 0; i < 20; i += 2) sum += uint32_t(ip[i]) << 8 | ip[i + 1];
+  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
+  uint16_t csum = static_cast<uint16_t>(~sum);
+  ip[10] = csum >> 8;
+  ip[11] = csum & 0xff;
+  std::memset(g, 0, sizeof *g);
+  std::memcpy(reinterpret_cast<uint8_t*>(g) + 20, ip, 20);
+}
+
+// Whether a UD packet leaving `from` reaches the port `to` (the unicast counterpart of
+// path_reaches, for an address vector instead of a connected QP's path).
+bool ud_path_reaches(const PortState& from, const PortState& to, uint16_t dlid, bool grh,
+                     const uint8_t dgid[16], uint8_t sgid_type) {
+  if (from.link_layer != to.link_layer) return false;
+  if (to.link_layer == kLinkLayerEthernet) return grh && port_gid_index(to, dgid, sgid_type) >= 0;
+  return to.lid == dlid && (!grh || port_gid_index(to, dgid, kGidTypeIb) >= 0);
+}
+
+// The part [off, off + len) of a span list.
+Sges sub_spans(const Sges& s, uint64_t off, uint64_t len) {
+  Sges out;
+  for (int i = 0; i < s.n && len; ++i) {
+    if (off >= s.span[i].len) {
+      off -= s.span[i].len;
+      continue;
+    }
+    uint64_t take = std::min(s.span[i].len - off, len);
+    out.span[out.n++] = {s.span[i].addr + off, take};
+    out.total += take;
+    len -= take;
+    off = 0;
+  }
+  return out;
+}
+
+// Whether q joined the group; RoCE has no LIDs: the group is its GID alone.
+bool joined(const QpSlot& q, const uint8_t gid[16], uint16_t lid, bool gid_only) {
+  for (uint32_t i = 0; i < q.n_mcast && i < kMaxMcastPerQp; ++i)
+    if ((gid_only || q.mcast[i].lid == lid) && std::memcmp(q.mcast[i].gid, gid, 16) == 0)
+      return true;
+  return false;
+}
+
+}  // namespace
+
+ExecOutcome Engine::execute_ud(QpSlot& qp, const CtrlSeg& ctrl, const AvSeg& av, const Sges& local,
+                               int local_pid, CqeInfo* out) {
+  const PortState& port = h_->devices[qp.dev].ports[qp.port - 1];
+  uint64_t mtu = 128ull << (port.active_mtu ? port.active_mtu : 1);
+  if (local.total > mtu) {  // a UD message is one packet
+    out->cqe_opcode = kCqeReqErr;
+    out->syndrome = kSynLocalLength;
+    return ExecOutcome::done;
+  }
+  qp.sq_psn = (qp.sq_psn + 1) & 0xffffff;
+  // Sent is done for UD: whether anyone received it is not the requester's to know. A port that
+  // is down sends nothing.
+  if (!qp_port_up(h_, qp)) return ExecOutcome::done;
+  UdPacket pkt{};
+  pkt.ctrl = &ctrl;
+  pkt.local = &local;
+  pkt.local_pid = local_pid;
+  pkt.qkey = be32(av.qkey);
+  if (pkt.qkey & kQkeyUseQp) pkt.qkey = qp.qkey;
+  pkt.src_qpn = qp.qpn;
+  pkt.slid = port.lid;
+  pkt.sl = av.stat_rate_sl & 0xf;
+  uint32_t gfl = be32(av.grh_gid_fl);
+  pkt.has_grh = (gfl & kAvGrh) != 0;
+  uint32_t sgid_index = (gfl >> 20) & 0xff;
+  if (pkt.has_grh && sgid_index >= port.gid_count) return ExecOutcome::done;  // no such source
+  uint8_t sgid_type = pkt.has_grh ? port.gid_type[sgid_index] : uint8_t{kGidTypeIb};
+  if (pkt.has_grh) {
+    Grh& g = pkt.grh;
+    uint32_t imm = (be32(ctrl.opmod_idx_opcode) & 0xff) == kOpSendImm ? 4 : 0;
+    uint32_t ib_bytes = 12 + 8 + imm + static_cast<uint32_t>(local.total) + 4;  // BTH DETH data ICRC
+    g.version_tclass_flow = be32(6u << 28 | uint32_t(av.tclass) << 20 | (gfl & 0xfffff));
+    g.paylen = be16(static_cast<uint16_t>(ib_bytes));
+    g.next_hdr = sgid_type == kGidTypeRoceV2 ? 17 : 0x1b;  // v2: UDP carries the BTH
+    g.hop_limit = av.hop_limit;
+    std::memcpy(g.sgid, port.gid[sgid_index], 16);
+    std::memcpy(g.dgid, av.rgid, 16);
+    if (sgid_type == kGidTypeRoceV2 && ipv4_mapped(g.sgid) && ipv4_mapped(g.dgid))
+      ipv4_header_in_grh(&g, av.tclass, av.hop_limit, 8 + ib_bytes);
+  }
+  uint32_t dqpn = be32(av.dqp) & 0xffffff;
+  uint16_t dlid = be16(av.rlid);
+  bool multicast = dqpn == kMcastQpn &&
+                   (port.link_layer == kLinkLayerEthernet ? av.rgid[0] == 0xff : dlid >= kMcastLidBase);
+  if (multicast) {
+    // Every UD QP on the fabric that joined the group, on a live port of the same link layer.
+    for (QpSlot& r : h_->qps) {
+      if (r.state.load(std::memory_order_acquire) != kSlotLive || r.type != kQptUd ||
+          !joined(r, av.rgid, dlid, port.link_layer == kLinkLayerEthernet) || !qp_port_up(h_, r) ||
+          h_->devices[r.dev].ports[r.port - 1].link_layer != port.link_layer)
+        continue;
+      deliver_ud(pkt, r);
+    }
+  } else if (QpSlot* r = seg_->find_qp(dqpn)) {
+    const PortState& rp = h_->devices[r->dev].ports[r->port - 1];
+    if (r->type == kQptUd && qp_port_up(h_, *r) &&
+        ud_path_reaches(port, rp, dlid, pkt.has_grh, av.rgid, sgid_type))
+      deliver_ud(pkt, *r);
+  }
+  return ExecOutcome::done;
+}
+
+void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
+  // Dropped silently, as the IBTA has it for UD: a QP not ready to receive, a Q_Key mismatch, a
+  // dead process, no receive posted.
+  if (!can_receive(r.qp_state.load()) || r.qkey != pkt.qkey) return;
+  if (h_->procs[r.owner].state.load(std::memory_order_relaxed) != kProcAlive) return;
+  RecvRef q = recv_of(r);
+  recv_lock(q);
+  if (recv_empty(q)) {
+    recv_unlock(q);
+    return;
+  }
+  uint32_t seg_bytes;
+  CqeInfo rc{};
+  const uint8_t* wqe = recv_head(q, &seg_bytes, &rc.wqe_counter);
+  Sges scatter;
+  bool addr_is_va;
+  bool prot_ok = recv_scatter(q, wqe, seg_bytes, &scatter, &addr_is_va);
+  int rpid = h_->procs[r.owner].pid;
+  const Sges& local = *pkt.local;
+  uint8_t syndrome = 0;
+  if (!prot_ok) {
+    syndrome = kSynLocalProt;
+  } else if (scatter.total < kGrhBytes + local.total) {
+    syndrome = kSynLocalLength;
+  } else {
+    CopyResult cr = CopyResult::ok;
+    bool local_here = pkt.local_pid == 0 || pkt.local_pid == seg_->pid();
+    if (pkt.has_grh && local_here && local.n < kMaxSpans) {
+      // GRH and payload are both in this process: one gather list, one copy.
+      Sges src;
+      src.span[src.n++] = {reinterpret_cast<uint64_t>(&pkt.grh), kGrhBytes};
+      for (int i = 0; i < local.n; ++i) src.span[src.n++] = local.span[i];
+      Sges dst = sub_spans(scatter, 0, kGrhBytes + local.total);
+      cr = dma_copy(0, src.span, src.n, rpid, dst.span, dst.n);
+    } else {
+      if (pkt.has_grh) {
+        MemSpan g{reinterpret_cast<uint64_t>(&pkt.grh), kGrhBytes};
+        Sges head = sub_spans(scatter, 0, kGrhBytes);
+        cr = dma_copy(0, &g, 1, rpid, head.span, head.n);
+      }
+      if (cr == CopyResult::ok && local.total) {
+        Sges body = sub_spans(scatter, kGrhBytes, local.total);
+        cr = dma_copy(pkt.local_pid, local.span, local.n, rpid, body.span, body.n);
+      }
+    }
+    if (cr == CopyResult::dst_gone || cr == CopyResult::src_gone || cr == CopyResult::src_fault) {
+      recv_unlock(q);  // the receiver died, or our own buffer vanished: the packet is lost
+      return;
+    }
+    if (cr != CopyResult::ok) syndrome = kSynLocalProt;
+  }
+  recv_consume(q);
+  recv_unlock(q);
+  rc.qpn = r.qpn;
+  rc.src_qpn = pkt.src_qpn | uint32_t(pkt.sl) << 24 | (pkt.has_grh ? kCqeRqpnGrh : 0);
+  rc.slid = pkt.slid;
+  if (syndrome) {
+    rc.cqe_opcode = kCqeRespErr;
+    rc.syndrome = syndrome;
+    write_cqe(h_->cqs[r.recv_cq], rc);
+    enter_error(r);
+    return;
+  }
+  bool imm = (be32(pkt.ctrl->opmod_idx_opcode) & 0xff) == kOpSendImm;
+  rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
+  rc.byte_cnt = static_cast<uint32_t>(kGrhBytes + local.total);
+  rc.imm_be = pkt.ctrl->imm;
+  rc.emu_flags = (imm ? kCqeFlagImm : 0) |
+                 ((pkt.ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0);
+  write_cqe(h_->cqs[r.recv_cq], rc);
+}
+
+}  // namespace emu

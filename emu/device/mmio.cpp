@@ -1,0 +1,130 @@
+#include "emu/mmio.h"
+
+#include "emu/barriers.h"
+#include "emu/config.h"
+#include "device/doorbell.h"
+#include "device/engine.h"
+#include "device/progress.h"
+#include "emu/race_log.h"
+#include "emu/segment.h"
+#include "emu/wqe.h"
+
+namespace emu {
+namespace {
+
+struct PendingBf {
+  UarReg* reg;
+  uint32_t buf;
+  uint64_t tag;
+  uint32_t next_chunk;  // the chunk after the last one written
+};
+
+struct WcState {
+  uint32_t burst = 0;
+  uint32_t n = 0;
+  PendingBf pending[kWcBuffers];
+};
+EMU_FAST_TLS WcState t_wc;
+
+// One pending buffer reaches the device.
+uint64_t drain_one(const PendingBf& p, bool reg_locked = false) {
+  Segment* seg = Segment::get();
+  return bf_intake(seg, *p.reg, p.buf, p.tag, reg_locked);
+}
+
+}  // namespace
+
+uint64_t mmio_bf_begin() { return bf_tag(writer_tid(), ++t_wc.burst ? t_wc.burst : ++t_wc.burst); }
+
+void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint64_t tag) {
+  mmio_copy_chunk64(reg.bf[buf] + i * kSendWqeBB, src);
+  reg.bf_tag[buf][i].store(tag, std::memory_order_release);
+  // Remember the buffer as pending (once per burst).
+  WcState& wc = t_wc;
+  if (wc.n && wc.pending[wc.n - 1].reg == &reg && wc.pending[wc.n - 1].buf == buf &&
+      wc.pending[wc.n - 1].tag == tag) {
+    wc.pending[wc.n - 1].next_chunk = i + 1;
+    return;
+  }
+  if (wc.n == kWcBuffers) {  // eviction: the oldest buffer drains now
+    uint64_t head = drain_one(wc.pending[0]);
+    for (uint32_t k = 1; k < wc.n; ++k) wc.pending[k - 1] = wc.pending[k];
+    --wc.n;
+    if (head) device_doorbell(head);
+  }
+  wc.pending[wc.n++] = PendingBf{&reg, buf, tag, i + 1};
+}
+
+uint64_t mmio_bf_continue(UarReg& reg, uint32_t buf, uint32_t first) {
+  const WcState& wc = t_wc;
+  if (first != 0 && wc.n) {
+    const PendingBf& last = wc.pending[wc.n - 1];
+    if (last.reg == &reg && last.buf == buf && last.next_chunk == first) return last.tag;
+  }
+  mmio_wc_start();
+  return mmio_bf_begin();
+}
+
+void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint32_t nbbs) {
+  uint64_t tag = mmio_bf_begin();
+  mmio_wc_start();
+  for (uint32_t i = 0; i < nbbs && i < kBfChunks; ++i) mmio_bf_chunk(reg, buf, i, blocks[i], tag);
+}
+
+uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
+  mmio_flush_writes();
+  WcState& wc = t_wc;
+  uint32_t out = 0;
+  for (uint32_t k = 0; k < wc.n; ++k) {
+    uint64_t head = drain_one(wc.pending[k], reg_locked);
+    if (!head) continue;
+    if (out < max) heads[out++] = head;
+    else device_doorbell(head);
+  }
+  wc.n = 0;
+  return out;
+}
+
+uint64_t mmio_db64(UarReg& reg, uint64_t head) {
+  mmio_write64(&reg.doorbell, head);
+  return db_intake(reg, head, writer_tid());
+}
+
+void sq_note_wqe_store(QpSlot& qp, WqeWriteRec* rec, uint32_t pos, uint32_t nbbs) {
+  if (!rec) return;
+  uint32_t tid = writer_tid();
+  uint32_t mask = qp.sq_bbs - 1;
+  WqeWriteRec& c = rec[pos & mask];
+  // Loads and stores, no read-modify-write (this runs on every post): two threads storing into
+  // one slot at the very same moment may count once, but a slot written twice before the device
+  // fetched it — the race that leaves a trace — counts two.
+  c.prev_writer.store(c.writer.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  c.writer.store(tid, std::memory_order_relaxed);
+  c.unfetched.store(c.unfetched.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  c.pos.store(pos, std::memory_order_relaxed);
+  for (uint32_t i = 1; i < nbbs; ++i) {
+    rec[(pos + i) & mask].pos.store(pos + i, std::memory_order_relaxed);
+    rec[(pos + i) & mask].writer.store(tid, std::memory_order_relaxed);
+  }
+  if (!qp.wrec_tracked.load(std::memory_order_relaxed)) qp.wrec_tracked.store(1);
+}
+
+void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos) {
+  if (!rec) return;
+  WqeWriteRec& c = rec[pos & mask];
+  if (c.unfetched.load(std::memory_order_relaxed)) c.unfetched.fetch_sub(1, std::memory_order_relaxed);
+  c.pos.store(~0u, std::memory_order_relaxed);
+}
+
+void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
+  // A store only when the writer changes: one thread posting pays a load.
+  uint32_t me = writer_tid(), last = qp.dbrec_writer.load(std::memory_order_relaxed);
+  if (last != me) {
+    qp.dbrec_other.store(last, std::memory_order_relaxed);
+    qp.dbrec_writer.store(me, std::memory_order_relaxed);
+  }
+  to_device_barrier();
+  dbrec_store32(dbrec_send, be32(producer & 0xffff));
+}
+
+}  // namespace emu

@@ -1,0 +1,484 @@
+// The shared segment's layout: one Header per user and fabric, holding every device, port, attached
+// process and object table. Everything here is plain data reachable from any process that maps the
+// segment at any address: references are table indices or segment offsets, never pointers.
+#pragma once
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+
+#include "emu/shm_lock.h"
+
+namespace emu {
+
+// The segment heap's state (its allocator is emu/shm/shm_heap.h, private to emu/).
+struct ShmHeapHeader {
+  uint64_t heap_off;     // first byte of the heap (page aligned), from the segment base
+  uint64_t heap_blocks;  // in kHeapMinBlock units
+  uint64_t order_off;    // uint8_t[heap_blocks]: 1 + order of an allocated block's head, else 0
+  uint64_t free_off[32]; // per order: uint64_t bitmap words, bit i = block i of that order free
+  uint32_t max_order;
+  uint32_t rsvd;
+};
+
+constexpr uint64_t kHeapMinBlock = 64;
+
+constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
+constexpr uint32_t kLayoutVersion = 24;  // bump with every change to a shared struct
+
+constexpr uint32_t kMaxDevices = 8;
+constexpr uint32_t kMaxPorts = 4;
+// GID table entries a port holds: an InfiniBand port uses the first kIbGidTableLen (it reports
+// that length, as before RoCE ports existed), a RoCE port all of them (its interface's addresses,
+// two entries each).
+constexpr uint32_t kGidTableLen = 16;
+constexpr uint32_t kIbGidTableLen = 4;
+constexpr uint32_t kMaxProcs = 128;
+constexpr uint32_t kMaxContexts = 256;
+constexpr uint32_t kMaxPds = 1024;
+constexpr uint32_t kMaxMrs = 8192;
+constexpr uint32_t kMaxCqs = 2048;
+constexpr uint32_t kQpIndexBits = 12;
+constexpr uint32_t kMaxQps = 1u << kQpIndexBits;
+constexpr uint32_t kSrqIndexBits = 10;
+constexpr uint32_t kMaxSrqs = 1u << kSrqIndexBits;
+constexpr uint32_t kMaxXrcds = 64;
+constexpr uint32_t kMaxXrcHandles = 4096;
+constexpr uint32_t kMaxMcastPerQp = 8;   // multicast groups one UD QP can join
+constexpr uint16_t kMcastLidBase = 0xc000;  // IB multicast LIDs: 0xc000 .. 0xfffe
+constexpr uint32_t kMcastQpn = 0xffffff;    // the destination QPN of a multicast send
+constexpr uint32_t kUarRegsMax = 128;  // shared + thread-domain registers per context
+constexpr uint32_t kBfBufSize = 256;  // each register has two BlueFlame buffers of this size
+// A destroyed object is dying until no engine can still be using it (see EngineSlot): it cannot be
+// found by number or key, and its slot is not handed out again.
+enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1, kSlotDying = 2 };
+
+// QP states use ibv_qp_state's numbering so the verbs edge needs no table.
+enum QpState : uint32_t { kQpsReset, kQpsInit, kQpsRtr, kQpsRts, kQpsSqd, kQpsSqe, kQpsErr };
+enum QpType : uint8_t { kQptRc = 2, kQptUc = 3, kQptUd = 4, kQptXrcSend = 9, kQptXrcRecv = 10 };
+
+// Access flags use ibv_access_flags' numbering.
+enum Access : uint32_t {
+  kAccessLocalWrite = 1,
+  kAccessRemoteWrite = 2,
+  kAccessRemoteRead = 4,
+  kAccessRemoteAtomic = 8,
+};
+
+// Async event types use ibv_event_type's numbering.
+enum AsyncEvent : uint32_t {
+  kEvCqErr = 0,
+  kEvQpFatal = 1,
+  kEvQpReqErr = 2,
+  kEvQpAccessErr = 3,
+  kEvCommEst = 4,
+  kEvPortActive = 9,
+  kEvPortErr = 10,
+  kEvSrqLimit = 15,
+  kEvLastWqe = 16,
+};
+
+// Link layers and GID types use the numbering of IBV_LINK_LAYER_* and ibv_gid_type.
+enum LinkLayer : uint8_t { kLinkLayerIb = 1, kLinkLayerEthernet = 2 };
+enum GidType : uint8_t { kGidTypeIb = 0, kGidTypeRoceV1 = 1, kGidTypeRoceV2 = 2 };
+
+struct PortState {
+  uint16_t lid;         // 0 on Ethernet: RoCE routes by GID
+  uint8_t state;        // ibv_port_state numbering (4 = ACTIVE)
+  uint8_t link_layer;   // LinkLayer
+  uint8_t active_mtu;   // ibv_mtu numbering (1 = 256 ... 5 = 4096)
+  uint8_t gid_count;    // valid entries at the head of gid[]; the rest of the table is empty
+  uint8_t gid_tbl_len;  // what ibv_query_port reports (at most kGidTableLen)
+  uint8_t rsvd;
+  uint64_t gid_prefix;  // host order
+  uint64_t port_guid;   // host order
+  // RoCE: the interface the port is bound to (its addresses were read when the segment was made).
+  uint32_t ndev_ifindex;
+  char ndev_name[16];   // IFNAMSIZ
+  uint8_t gid_type[kGidTableLen];  // GidType
+  uint8_t gid[kGidTableLen][16];   // network byte order, as ibv_gid
+};
+
+struct DeviceState {
+  char name[32];
+  uint64_t node_guid;
+  uint32_t num_ports;
+  uint32_t rsvd;
+  PortState ports[kMaxPorts];
+};
+
+enum ProcState : uint32_t { kProcFree = 0, kProcAlive = 1, kProcDead = 2 };
+
+struct ProcRecord {
+  std::atomic<uint32_t> state;
+  std::atomic<uint32_t> stalled_qps;  // this process's QPs whose head WQE waits for a retry
+  int32_t pid;
+  uint32_t rsvd;
+  uint64_t start_time;  // /proc/<pid>/stat field 22: tells a recycled pid from the original
+};
+
+struct ContextSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;
+  uint32_t dev;
+  int32_t async_wfd;    // write end of the async-event pipe, in the owner
+  uint64_t uid;
+  uint64_t uar_off;     // UarPage array
+  uint32_t uar_count;
+  uint32_t rsvd;
+};
+
+constexpr uint32_t kBfChunks = kBfBufSize / 64;  // 64-byte write-combining chunks per buffer
+
+// A doorbell register (mlx5's UAR page: an 8-byte doorbell and two BlueFlame buffers), with what the
+// device recorded of the writes that reached it. A NIC sees only the bytes; the emulator also knows
+// which thread made each write (a tag: writer tid << 32 | that thread's burst number), which is what
+// lets it tell a torn BlueFlame WQE from a whole one (emu/doorbell.h, docs/doorbells.md).
+struct alignas(64) UarReg {
+  uint64_t doorbell;                 // the 8-byte doorbell register
+  std::atomic<uint32_t> device_busy; // the device takes one write to this register at a time
+  uint32_t ctx;                      // which register this is, for race reports: context slot,
+  uint16_t index;                    // index in the context (dedicated ones after the shared)
+  uint16_t dev;
+  std::atomic<uint32_t> db_writer;   // tid of the last 8-byte doorbell write
+  uint8_t pad[40];
+  std::atomic<uint64_t> bf_tag[2][kBfChunks];  // per chunk: the write that last filled it
+  uint64_t bf_taken[2][kBfChunks];   // per chunk: the tag the device last took (device only)
+  uint8_t bf[2][kBfBufSize];         // BlueFlame buffers, alternated per post
+};
+static_assert(sizeof(UarReg) == 64 + 64 + 64 + 2 * kBfBufSize);
+static_assert(offsetof(UarReg, bf_tag) == 64 && offsetof(UarReg, bf) == 192);
+
+// The device's record of the stores to one send block (the driver's ring-copy helper writes it;
+// code posting on its own may, through emudv_sq_write). What lets the device name the threads
+// behind a double write and a doorbell record that runs ahead of the ring.
+struct WqeWriteRec {
+  std::atomic<uint32_t> pos;          // ring position (block counter) last written here
+  std::atomic<uint32_t> writer;       // tid of the last writer
+  std::atomic<uint32_t> prev_writer;  // tid of the writer before it
+  std::atomic<uint32_t> unfetched;    // WQE starts written here since the device last fetched it
+};
+static_assert(sizeof(WqeWriteRec) == 16);
+
+// The WQE a BlueFlame write delivered, kept until the device reaches its index: a NIC executes the
+// copy it received, not the ring (so a torn copy reaches the wire). Written only by the register's
+// intake (one at a time; `seq` odd while it writes, +2 per copy), taken by the send queue's runner,
+// which marks the copy's seq `consumed` (a plain store: no read-modify-write per message). There
+// is a copy to take while seq != consumed.
+struct alignas(64) BfStash {
+  std::atomic<uint32_t> seq;
+  std::atomic<uint32_t> consumed;
+  std::atomic<uint32_t> index;       // the WQE index (16 bits) | kStashBad if it did not parse
+  uint32_t writers[2];               // the threads whose chunks it holds
+  uint32_t torn;                     // 1: assembled from more than one write
+  uint32_t rsvd[10];
+  uint8_t bytes[kBfBufSize];
+};
+constexpr uint32_t kStashBad = 1u << 16;
+// Whether the device has a BlueFlame copy it has not taken yet (a zeroed slot has none).
+inline bool stash_pending(const BfStash& s) {
+  return s.seq.load(std::memory_order_acquire) != s.consumed.load(std::memory_order_relaxed);
+}
+
+// Race events (emu/race_log.h): what the device saw that only concurrent, unordered or
+// unsynchronised driver stores produce.
+enum RaceKind : uint8_t {
+  kRaceNone = 0,
+  kRaceBfTorn = 1,         // a BlueFlame buffer's chunks came from more than one write
+  kRaceDbrecBackwards = 2, // the send doorbell record moved backwards
+  kRaceDbrecAhead = 3,     // the send doorbell record counts blocks the ring was not given
+  kRaceDoubleWrite = 4,    // two WQEs written into one slot before the device fetched it
+  kRaceStaleWqe = 5,       // the device reached a slot not written since the last wrap
+  kRaceOwner = 6,          // a lock-free (thread-domain / single-threaded) QP entered by two threads
+  kRaceKinds = 7,
+};
+// What the device did with what it saw.
+enum RaceAction : uint8_t {
+  kActNone = 0,            // nothing to do (the ownership checker reports; the post goes on)
+  kActExecutedBf = 1,      // executed the BlueFlame copy as the WQE at `slot`
+  kActExecutedRing = 2,    // executed the WQE in the ring at `slot`
+  kActLocalQpOpErr = 3,    // completed `slot` with a local QP operation error (QP to ERR)
+  kActIgnored = 4,         // took nothing from it (already fetched / stale copy / kept furthest)
+  kActDropped = 5,         // the write named no QP of this register's context
+};
+
+struct RaceBody {
+  uint8_t kind;                    // RaceKind
+  uint8_t action;                  // RaceAction
+  uint16_t reg;                    // register index in its context (0xffff: none)
+  uint32_t dev;
+  uint32_t qpn;
+  uint32_t ctx;                    // context slot (0xffffffff: unknown)
+  uint32_t slot;                   // WQE index (16 bits), or the BlueFlame buffer for kRaceBfTorn
+  int32_t pid;                     // the process the writer threads belong to
+  uint32_t writers[2];             // writer thread ids (0: not known)
+  uint32_t value[2];               // kind-specific: doorbell record before/after; chunk mask
+  uint64_t time_ns;                // CLOCK_MONOTONIC when the device saw it
+};
+
+struct RaceEvent {
+  std::atomic<uint64_t> seq;       // 1 + its number in the log once complete; 0 while written
+  RaceBody body;
+};
+
+constexpr uint32_t kRaceLogLen = 1024;
+struct RaceLog {
+  std::atomic<uint64_t> next;                                // events ever recorded
+  std::atomic<uint64_t> counts[kMaxDevices][kRaceKinds];     // per device and kind
+  RaceEvent ring[kRaceLogLen];                               // the last kRaceLogLen events
+};
+
+struct PdSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t ctx;
+};
+
+struct MrSlot {
+  std::atomic<uint32_t> state;
+  uint32_t key;     // lkey == rkey: index << 8 | generation
+  uint32_t pd;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t access;  // ibv_access_flags
+  uint64_t addr;    // in the owner's address space
+  uint64_t length;
+  uint64_t iova;    // what remote keys address
+  // EMU_SHARED_MR: the whole pages inside the MR re-backed by a memfd the owner keeps open, so
+  // engines in other processes map them once and copy without a system call. share_len 0: not so.
+  int32_t share_fd;     // in the owner
+  uint32_t rsvd;
+  uint64_t share_va;    // page-aligned start, in the owner's address space
+  uint64_t share_len;
+  uint64_t share_off;   // offset of share_va in the memfd
+  uint64_t share_uid;   // names the memfd (several MRs may share one)
+};
+
+// Fields are grouped by who writes them, one cache line each, so that a producer in one process
+// and the consumer in another do not bounce one line on every completion.
+struct CqSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t ctx;
+  uint32_t cqe_cnt;                 // power of two
+  uint32_t log_cqe_cnt;
+  uint64_t buf_off;                 // Cqe64[cqe_cnt]
+  uint64_t uid;                     // names the CQ in event records
+  int32_t chan_wfd;                 // write end of the completion channel in the owner, -1 if none
+  uint32_t stamp;                   // 1: CQEs carry a timestamp (a CQ made to report one)
+  uint64_t chan_uid;
+  // Producers (engines, any process).
+  alignas(64) std::atomic<uint32_t> pi;  // next CQE to produce (reserved by fetch_add)
+  std::atomic<uint32_t> ci_seen;    // the consumer index as producers last read it
+  // The consumer (the driver in the owner).
+  alignas(64) std::atomic<uint32_t> ci;  // consumer index (the CQ doorbell record)
+  // Rarely written.
+  alignas(64) std::atomic<uint32_t> arm;  // 0 idle, 1 next completion, 2 solicited only
+  std::atomic<uint32_t> overrun;
+  std::atomic<uint32_t> stalled_qps;  // QPs completing here whose head WQE waits for a retry
+};
+
+// Requester stall reasons: the head WQE waits for a receive (RNR) or for an answer that does not come.
+enum SqStall : uint32_t { kStallNone = 0, kStallRnr = 1, kStallRetry = 2 };
+
+struct QpSlot {
+  std::atomic<uint32_t> state;
+  uint32_t qpn;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t ctx;
+  uint8_t port;
+  uint8_t type;
+  uint8_t sq_sig_all;
+  uint8_t rsvd0;
+  std::atomic<uint32_t> qp_state;
+  uint32_t pd;
+  uint32_t send_cq;
+  uint32_t recv_cq;
+  uint64_t uid;
+  // Path and transport attributes (set by modify).
+  uint32_t dest_qpn;
+  uint16_t dlid;
+  uint8_t path_mtu;
+  uint8_t sl;
+  uint8_t timeout;
+  uint8_t retry_cnt;
+  uint8_t rnr_retry;
+  uint8_t min_rnr_timer;
+  uint8_t max_rd_atomic;
+  uint8_t max_dest_rd_atomic;
+  uint8_t is_global;
+  uint8_t sgid_index;
+  uint8_t dgid[16];
+  uint32_t access;
+  uint16_t pkey_index;
+  uint16_t uar_index;     // the doorbell register the QP's driver rings (for race reports)
+  uint32_t qkey;
+  // Rings.
+  uint64_t sq_off;
+  uint32_t sq_bbs;        // send ring size in 64-byte blocks (power of two)
+  uint32_t rq_wqe_cnt;    // power of two
+  uint64_t rq_off;
+  uint32_t rq_stride;     // bytes per receive WQE (16 * max receive SGEs, power of two)
+  uint32_t rsvd3;
+  uint64_t dbrec_off;     // be32[2]: [0] receive counter, [1] send counter
+  uint64_t wrec_off;      // WqeWriteRec[sq_bbs]: the device's record of the driver's ring stores
+  std::atomic<uint32_t> incarnation;  // bumped by every move to RESET; stamped on each CQE
+  // Device-side requester state (written per message by the requester's engine).
+  alignas(64) ShmLock sq_engine;
+  uint32_t sq_ci;         // next send block the device fetches
+  uint32_t sq_psn;
+  std::atomic<uint32_t> stall;
+  uint32_t stall_attempts;
+  std::atomic<uint32_t> retry_now;  // try the stalled head WQE at once (a receive was posted)
+  uint64_t stall_delay_us;  // the wait before the stalled head WQE is tried again
+  uint64_t stall_since_ns;
+  uint64_t peer_checked_ns;  // when the responder's process was last seen alive (shared mappings)
+  // Race detection (emu/doorbell.h), the device's view of the driver's stores. The first two are
+  // written by the driver per post: here, on the line its own engine uses, not among the
+  // attributes above that a peer's engine reads per message.
+  std::atomic<uint32_t> wrec_tracked;   // 1 once a ring store was recorded (else: not checked)
+  std::atomic<uint32_t> dbrec_writer;   // tid of the last send doorbell record store
+  std::atomic<uint32_t> dbrec_other;    // the last other thread that stored it (0: none yet)
+  uint32_t dbrec_seen;      // furthest send doorbell record value read (16 bits)
+  uint32_t dbrec_seen_writer;
+  uint32_t dbrec_ahead_at;  // doorbell record value already reported as ahead
+  uint32_t dbrec_last_raw;   // the raw value read last (a backwards value is reported once)
+  // Device-side responder state (written per message by the engine of whoever sends to us).
+  alignas(64) ShmLock rq_lock;
+  uint32_t rq_ci;
+  uint32_t rq_psn;
+  // The receive doorbell record's value when the device last read it: WQEs below it are known
+  // posted, so the record (a line the receiver writes per post) is read again only when rq_ci
+  // reaches it, as a NIC caches the producer index it fetched.
+  uint32_t rq_pi_seen;
+  // Written only when a requester parks on our empty receive queue; read by every post_recv, so
+  // it has a line of its own (beside rq_lock, each receive would pull the line the sender writes).
+  alignas(64) std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty RQ
+  // Rarely written.
+  uint32_t srq_ref;                   // 1 + the SrqSlot index it receives from; 0: its own RQ
+  std::atomic<uint32_t> comm_est;     // IBV_EVENT_COMM_EST raised since the last RESET
+  std::atomic<uint32_t> last_wqe;     // IBV_EVENT_QP_LAST_WQE_REACHED raised since the last RESET
+  // XRC TGT QPs (type kQptXrcRecv): the domain, and the handles (XrcHandle) that keep it alive.
+  uint32_t xrcd_ref;                  // 1 + the XrcdSlot index; 0: not an XRC TGT QP
+  std::atomic<uint32_t> handles;      // open handles in every process (ibv_create_qp / ibv_open_qp)
+  uint8_t dies_with_xrcd;             // lives on when its last handle goes with a process (2a/2b)
+  uint8_t rsvd4[3];
+  int32_t creator_pid;                // who created it (a TGT QP outlives it: "orphaned")
+  uint64_t creator_start;             // the creator's start time (tells a recycled pid apart)
+  uint32_t n_mcast;                   // UD: multicast groups joined
+  struct {
+    uint8_t gid[16];
+    uint16_t lid;
+  } mcast[kMaxMcastPerQp];
+  BfStash bf_stash;                   // the last BlueFlame WQE delivered, until the device uses it
+};
+
+// XRC domain lifetime policies (docs/xrc.md). kernel: today's Linux rule, a TGT QP lives while a
+// handle to it exists, in any process. xrcd: the 2011 proposal (2a), a TGT QP lives until it is
+// destroyed explicitly or its domain goes. creator: (2b) the creator chooses per TGT QP.
+enum XrcPolicy : uint32_t { kXrcPolicyKernel = 0, kXrcPolicyXrcd = 1, kXrcPolicyCreator = 2 };
+
+// An XRC domain: shared by the processes that open the same file (its inode) on one device; use
+// count = opens + objects, and the slot is freed when both are 0.
+struct XrcdSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;                  // the process that created it (for the census)
+  uint32_t dev;
+  uint32_t policy;                 // XrcPolicy, fixed at creation
+  uint64_t inode_dev;              // st_dev of the file; 0 with inode 0: a private domain (fd -1)
+  uint64_t inode;                  // st_ino
+  uint64_t uid;
+  std::atomic<uint32_t> opens;     // ibv_open_xrcd handles (XrcHandle), every process
+  std::atomic<uint32_t> objects;   // TGT QPs and XRC SRQs on it
+};
+
+// A process's reference to a shared XRC object: an ibv_open_xrcd, or a handle to a TGT QP
+// (ibv_create_qp or ibv_open_qp). A process's exit releases its references, as a file close does.
+enum XrcHandleKind : uint32_t { kHandleXrcd = 1, kHandleTgtQp = 2 };
+
+struct XrcHandle {
+  std::atomic<uint32_t> state;
+  uint32_t owner;                  // the process holding it
+  uint32_t kind;                   // XrcHandleKind
+  uint32_t object;                 // XrcdSlot or QpSlot index
+  uint32_t ctx;                    // the context it was made on (a TGT QP's events go there)
+  uint32_t rsvd;
+  uint64_t uid;                    // names the handle (its ibv_qp) in the holder's event records
+};
+
+// A shared receive queue, in mlx5's layout: each WQE is a next segment (the index of the WQE that
+// follows it in a list) then data segments. The driver posts at the list's head and appends the
+// WQEs it frees at its tail; the device takes WQEs in list order. Consumed by the engines of every
+// QP attached to it, in any process.
+struct SrqSlot {
+  std::atomic<uint32_t> state;
+  uint32_t owner;
+  uint32_t dev;
+  uint32_t ctx;
+  uint32_t pd;
+  uint32_t srqn;          // generation << kSrqIndexBits | index
+  uint32_t wqe_cnt;       // power of two
+  uint32_t stride;        // bytes per WQE: next segment + 16 * max SGEs, power of two
+  uint64_t buf_off;
+  uint64_t dbrec_off;     // be32 [0]: WQEs posted (16-bit counter)
+  uint64_t uid;
+  std::atomic<uint32_t> attached_qps;  // destroy is refused (EBUSY) while QPs use it
+  uint32_t xrcd_ref;      // XRC SRQs: 1 + the XrcdSlot index; 0 for a basic SRQ
+  uint32_t cq;            // XRC SRQs: the CqSlot its completions go to
+  uint32_t rsvd;
+  // Device side (the engines of senders, any process).
+  alignas(64) ShmLock lock;
+  uint32_t ci;            // WQEs consumed
+  uint32_t head;          // the WQE the device takes next
+  std::atomic<uint32_t> limit;  // armed limit, 0 when not armed: SRQ_LIMIT_REACHED below it
+  uint32_t pi_seen;       // the doorbell record's value when last read (as QpSlot::rq_pi_seen)
+  // Written when a requester parks on the empty SRQ; read by every post.
+  alignas(64) std::atomic<uint32_t> rnr_waiter;
+};
+
+// Engine sections, for reclamation: a thread running the engine marks its slot odd while inside
+// (it may hold pointers to any object's slot, rings and memory), even when out. Destroying an
+// object first makes it unfindable, then waits until every slot that was odd has moved on — only
+// then are its rings freed (or, for an MR, does ibv_dereg_mr return: no DMA after that).
+constexpr uint32_t kEngineSlots = 32;  // per process; more engine threads share an overflow count
+
+struct alignas(64) EngineSlot {
+  std::atomic<uint64_t> seq;     // odd: inside the engine
+  std::atomic<uint32_t> owner_tid;
+};
+
+struct EngineSlots {
+  EngineSlot slot[kEngineSlots];
+  alignas(64) std::atomic<uint32_t> overflow_inside;  // threads beyond kEngineSlots, inside now
+  std::atomic<uint32_t> next;                         // slots handed out
+};
+
+struct Header {
+  uint64_t magic;
+  uint32_t layout_version;
+  uint32_t header_size;
+  uint64_t segment_size;
+  ShmLock table_lock;       // object table allocation (slow path)
+  ShmLock atomic_lock;      // serialises remote atomics: IBV_ATOMIC_HCA semantics
+  ShmLock xrc_lock;         // XRC domains and handles (emu/xrc.cpp; after table_lock)
+  std::atomic<uint64_t> next_uid;
+  std::atomic<uint32_t> generation;
+  ShmHeapHeader heap;       // the allocator of rings and buffers (emu/shm/shm_heap.h)
+  uint32_t num_devices;
+  DeviceState devices[kMaxDevices];
+  ProcRecord procs[kMaxProcs];
+  ContextSlot ctxs[kMaxContexts];
+  PdSlot pds[kMaxPds];
+  MrSlot mrs[kMaxMrs];
+  CqSlot cqs[kMaxCqs];
+  QpSlot qps[kMaxQps];
+  SrqSlot srqs[kMaxSrqs];
+  XrcdSlot xrcds[kMaxXrcds];
+  XrcHandle xrc_handles[kMaxXrcHandles];
+  EngineSlots engines[kMaxProcs];
+  RaceLog races;
+};
+
+}  // namespace emu

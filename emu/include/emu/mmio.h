@@ -1,0 +1,46 @@
+// The driver's stores that the device records, with the writing thread: BlueFlame chunks, the flush
+// that drains them to the device, the 8-byte doorbell, and the send ring's WQE and doorbell-record
+// stores. The provider's post path and the direct-access API (emudv.h) both go through these, so
+// the device sees the same thing whoever posts, and a later scheduler hooks exactly these.
+//
+// Write-combining model: a thread's BlueFlame chunks sit in its write-combining buffers until it
+// flushes (mmio_flush_writes in mlx5 terms); the flush is when the device receives them, one
+// buffer at a time, in the order they were written. Unflushed buffers drain at the thread's next
+// flush, or when more than kWcBuffers are pending (eviction).
+#pragma once
+#include <cstdint>
+
+#include "emu/layout.h"
+
+namespace emu {
+
+
+constexpr uint32_t kWcBuffers = 4;
+
+// Starts a BlueFlame burst by the calling thread: the tag its chunks carry.
+uint64_t mmio_bf_begin();
+// The tag for chunks from `first` on in buffer `buf` of reg: the same write as the thread's last,
+// unflushed chunks if they ended just before `first` in that buffer (a WQE that wraps the send ring
+// is copied in two pieces), else a new burst.
+uint64_t mmio_bf_continue(UarReg& reg, uint32_t buf, uint32_t first);
+// One 64-byte chunk into BlueFlame buffer `buf` of reg, chunk index i: the data, then its tag.
+void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint64_t tag);
+// Whole-WQE helper: begin, chunks from `blocks` (nbbs 64-byte blocks, each at blocks[i]), pending.
+void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint32_t nbbs);
+// Drains the calling thread's pending BlueFlame buffers to the device. Each one's WQE head is
+// written to heads[] (up to max; returns how many) for the caller to pass to device_doorbell()
+// once it has dropped its own locks.
+// reg_locked: the caller holds a lock that serialises every writer of the registers it flushes
+// (the provider's register lock), so the device need not serialise its intake itself.
+uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked = false);
+// The 8-byte doorbell write: recorded with the writer; returns the value for device_doorbell().
+uint64_t mmio_db64(UarReg& reg, uint64_t head);
+
+// Send ring stores: a WQE of nbbs blocks written at ring position pos (32-bit block counter), and
+// the send doorbell record. rec may be null (nothing recorded).
+void sq_note_wqe_store(QpSlot& qp, WqeWriteRec* rec, uint32_t pos, uint32_t nbbs);
+// A WQE written at pos and then abandoned before the doorbell record (ibv_wr_abort).
+void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos);
+void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer);
+
+}  // namespace emu

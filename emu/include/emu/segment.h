@@ -1,0 +1,79 @@
+// The per-process view of the shared segment: maps it, checks its layout version, registers this
+// process, allocates rings, and owns the object tables' slot allocation.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "emu/config.h"
+#include "emu/layout.h"
+#include "emu/status.h"
+
+namespace emu {
+
+class Segment {
+ public:
+  // The process-wide segment, attached on first use. Returns nullptr (and logs why) on failure.
+  static Segment* get();
+  static const std::string& last_error();
+
+  Header* hdr() const { return hdr_; }
+  uint32_t self() const { return self_; }  // this process's ProcRecord index
+  int pid() const { return pid_; }
+
+  void* at(uint64_t off) const { return base_ + off; }
+  template <class T>
+  T* at(uint64_t off) const { return reinterpret_cast<T*>(base_ + off); }
+  uint64_t offset_of(const void* p) const {
+    return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
+  }
+
+  // Zeroed shared memory; 0 on exhaustion.
+  uint64_t alloc(size_t bytes, size_t align = 64);
+  void free(uint64_t off);
+
+  uint64_t new_uid() { return hdr_->next_uid.fetch_add(1, std::memory_order_relaxed); }
+
+  // Object table slots (under the table lock). The returned slot is zeroed, marked live and owned
+  // by this process; index is returned through *idx.
+  Status alloc_ctx(uint32_t* idx);
+  Status alloc_pd(uint32_t* idx);
+  Status alloc_mr(uint32_t* idx);
+  Status alloc_cq(uint32_t* idx);
+  Status alloc_qp(uint32_t* idx);
+  Status alloc_srq(uint32_t* idx);
+
+  MrSlot* find_mr(uint32_t key) const;
+  QpSlot* find_qp(uint32_t qpn) const;
+  SrqSlot* find_srq(uint32_t srqn) const;
+
+  // Frees every object of processes that died without cleaning up. Returns how many processes.
+  int sweep_dead();
+  bool proc_alive(uint32_t slot) const;
+
+  // What closing a device context does in the kernel: every object made on it goes.
+  void release_context_objects(uint32_t ctx);
+
+  Segment(const Segment&) = delete;
+  Segment& operator=(const Segment&) = delete;
+
+ private:
+  Segment() = default;
+  Status attach(const Config& cfg);
+  void init_devices(const Config& cfg);
+  void init_roce_port_from(const Config& cfg, uint32_t dev, uint32_t port);
+  void release_proc_objects(uint32_t proc);
+  template <class Owned>
+  void release_objects(Owned owned, bool owner_dead);
+
+  int lock_fd_ = -1;  // the segment file: mapped, and flocked by the allocator
+  char* base_ = nullptr;
+  Header* hdr_ = nullptr;
+  uint32_t self_ = 0;
+  int pid_ = 0;
+};
+
+uint64_t proc_start_time(int pid);
+bool pid_matches(int pid, uint64_t start_time);
+
+}  // namespace emu

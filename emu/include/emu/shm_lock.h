@@ -1,0 +1,60 @@
+// A lock that lives in the shared segment and survives the death of its holder: the owner's process
+// slot is stored in the word, and a waiter that finds the owner dead takes the lock over.
+// Used only off the fast path (object tables, responder receive queue, atomics).
+#pragma once
+#include <atomic>
+#include <cstdint>
+#include <sched.h>
+
+#include "emu/barriers.h"
+
+namespace emu {
+
+// Whether a lock owner lives: a process slot, or kMaxProcs + pid for a process still attaching.
+bool proc_slot_alive(uint32_t slot);  // defined in segment.cpp
+
+struct ShmLock {
+  std::atomic<uint32_t> word{0};  // 0 = free, else owner proc slot + 1
+
+  bool try_lock(uint32_t self_slot) {
+    uint32_t expected = 0;
+    return word.compare_exchange_strong(expected, self_slot + 1, std::memory_order_acquire);
+  }
+  void lock(uint32_t self_slot) {
+    for (unsigned spins = 0;; ++spins) {
+      if (try_lock(self_slot)) return;
+      if (spins < 64) {
+        cpu_relax();
+        continue;
+      }
+      // The holder may share our core or be dead: yield, and take over a dead holder's lock.
+      uint32_t owner = word.load(std::memory_order_relaxed);
+      if (owner != 0 && !proc_slot_alive(owner - 1)) {
+        if (word.compare_exchange_strong(owner, self_slot + 1, std::memory_order_acquire)) return;
+      }
+      sched_yield();
+    }
+  }
+  // A try that also takes over the lock of a dead holder (a NIC reset of that queue's context).
+  bool try_lock_or_recover(uint32_t self_slot) {
+    if (try_lock(self_slot)) return true;
+    uint32_t owner = word.load(std::memory_order_relaxed);
+    return owner != 0 && !proc_slot_alive(owner - 1) &&
+           word.compare_exchange_strong(owner, self_slot + 1, std::memory_order_acquire);
+  }
+  void unlock() { word.store(0, std::memory_order_release); }
+};
+static_assert(sizeof(ShmLock) == 4);
+
+class ShmLockGuard {
+ public:
+  ShmLockGuard(ShmLock& l, uint32_t self) : l_(l) { l_.lock(self); }
+  ~ShmLockGuard() { l_.unlock(); }
+  ShmLockGuard(const ShmLockGuard&) = delete;
+  ShmLockGuard& operator=(const ShmLockGuard&) = delete;
+
+ private:
+  ShmLock& l_;
+};
+
+}  // namespace emu

@@ -1,0 +1,140 @@
+#include "shm/memory.h"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+#include <sys/uio.h>
+#include <unistd.h>
+
+namespace emu {
+namespace {
+
+constexpr int kMaxIov = 256;  // per system call (IOV_MAX is 1024)
+constexpr uint64_t kBounce = 64 * 1024;
+
+bool is_self(int pid) {
+  static const int self = getpid();
+  return pid == 0 || pid == self;
+}
+
+CopyResult fault_of(bool remote_is_dst) {
+  if (errno == ESRCH) return remote_is_dst ? CopyResult::dst_gone : CopyResult::src_gone;
+  return remote_is_dst ? CopyResult::dst_fault : CopyResult::src_fault;
+}
+
+// Walks a span list as a byte stream.
+struct Cursor {
+  const MemSpan* s;
+  int n;
+  int i = 0;
+  uint64_t off = 0;
+  bool done() const { return i >= n; }
+  uint64_t avail() const { return s[i].len - off; }
+  uint64_t addr() const { return s[i].addr + off; }
+  void advance(uint64_t k) {
+    off += k;
+    while (i < n && off >= s[i].len) {
+      off = 0;
+      ++i;
+    }
+  }
+  void skip_empty() {
+    while (i < n && s[i].len == 0) ++i;
+  }
+};
+
+// Fills up to kMaxIov iovecs from c covering at most max bytes; returns bytes covered.
+uint64_t take(Cursor& c, iovec* iov, int* cnt, uint64_t max) {
+  uint64_t total = 0;
+  *cnt = 0;
+  c.skip_empty();
+  while (!c.done() && *cnt < kMaxIov && total < max) {
+    uint64_t k = std::min(c.avail(), max - total);
+    iov[*cnt].iov_base = reinterpret_cast<void*>(c.addr());
+    iov[*cnt].iov_len = k;
+    ++*cnt;
+    total += k;
+    c.advance(k);
+  }
+  return total;
+}
+
+CopyResult local_copy(Cursor& src, Cursor& dst) {
+  src.skip_empty();
+  dst.skip_empty();
+  while (!src.done() && !dst.done()) {
+    uint64_t k = std::min(src.avail(), dst.avail());
+    std::memcpy(reinterpret_cast<void*>(dst.addr()), reinterpret_cast<const void*>(src.addr()), k);
+    src.advance(k);
+    dst.advance(k);
+  }
+  return CopyResult::ok;
+}
+
+// One side local, the other remote: batches of iovecs through one system call each.
+CopyResult cross_copy(Cursor& local, Cursor& remote, int pid, bool write_remote) {
+  iovec liov[kMaxIov], riov[kMaxIov];
+  for (;;) {
+    int ln = 0, rn = 0;
+    // Cover the same byte count on both sides: take from the side with fewer bytes first.
+    Cursor lsave = local;
+    uint64_t lb = take(local, liov, &ln, ~0ull);
+    if (lb == 0) return CopyResult::ok;
+    uint64_t rb = take(remote, riov, &rn, lb);
+    if (rb == 0) return CopyResult::ok;  // the shorter list is done (a receive larger than the message)
+    if (rb < lb) {  // trim the local side to what the remote batch covers
+      local = lsave;
+      lb = take(local, liov, &ln, rb);
+    }
+    ssize_t r = write_remote ? process_vm_writev(pid, liov, ln, riov, rn, 0)
+                             : process_vm_readv(pid, liov, ln, riov, rn, 0);
+    if (r < 0) return fault_of(write_remote);
+    if (static_cast<uint64_t>(r) != lb) {
+      errno = EFAULT;
+      return fault_of(write_remote);
+    }
+  }
+}
+
+}  // namespace
+
+CopyResult dma_copy(int src_pid, const MemSpan* src, int nsrc, int dst_pid, const MemSpan* dst,
+                    int ndst) {
+  bool ls = is_self(src_pid), ld = is_self(dst_pid);
+  if (ls && ld && nsrc == 1 && ndst == 1) {  // the common small message: one span each way
+    if (uint64_t k = std::min(src->len, dst->len))
+      std::memcpy(reinterpret_cast<void*>(dst->addr), reinterpret_cast<const void*>(src->addr), k);
+    return CopyResult::ok;
+  }
+  Cursor s{src, nsrc}, d{dst, ndst};
+  if (ls && ld) return local_copy(s, d);
+  if (ls) return cross_copy(s, d, dst_pid, true);
+  if (ld) return cross_copy(d, s, src_pid, false);
+  // Neither side is ours (the engine runs in a third process): bounce through a local buffer.
+  static thread_local char bounce[kBounce];
+  for (;;) {
+    int n = 0;
+    iovec riov[kMaxIov];
+    uint64_t b = take(s, riov, &n, kBounce);
+    if (b == 0) return CopyResult::ok;
+    iovec liov{bounce, b};
+    ssize_t r = process_vm_readv(src_pid, &liov, 1, riov, n, 0);
+    if (r < 0 || static_cast<uint64_t>(r) != b) return fault_of(false);
+    MemSpan bs{reinterpret_cast<uint64_t>(bounce), b};
+    Cursor bc{&bs, 1};
+    CopyResult cr = cross_copy(bc, d, dst_pid, true);
+    if (cr != CopyResult::ok) return cr;
+  }
+}
+
+CopyResult dma_read64(int pid, uint64_t addr, uint64_t* out) {
+  MemSpan src{addr, 8}, dst{reinterpret_cast<uint64_t>(out), 8};
+  return dma_copy(pid, &src, 1, 0, &dst, 1);
+}
+
+CopyResult dma_write64(int pid, uint64_t addr, uint64_t value) {
+  MemSpan src{reinterpret_cast<uint64_t>(&value), 8}, dst{addr, 8};
+  return dma_copy(0, &src, 1, pid, &dst, 1);
+}
+
+}  // namespace emu

@@ -1,0 +1,460 @@
+#include "emu/segment.h"
+#include "emu/xrc.h"
+
+#include "ports/link_layer.h"
+#include "emu/reclaim.h"
+#include "shm/shm_heap.h"
+#include "emu/wqe.h"
+
+#include <atomic>
+#include <vector>
+#include <algorithm>
+#include <fcntl.h>
+#include <sys/file.h>
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <new>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <type_traits>
+#include <unistd.h>
+
+
+namespace emu {
+namespace {
+
+std::string g_error;
+Segment* g_segment = nullptr;
+std::atomic<Segment*> g_segment_ready{nullptr};  // g_segment, once attached
+std::atomic<Header*> g_header{nullptr};
+std::once_flag g_once;
+
+// The allocator's lock (emu/shm_heap.h). Between processes: flock on the segment file, which the
+// kernel drops if the holder dies (and the heap is left with at most a leaked block). Between this
+// process's threads: a mutex (flock is per open file, which the threads share).
+std::mutex g_alloc_mu;
+
+class AllocLock {
+ public:
+  explicit AllocLock(int fd) : fd_(fd), g_(g_alloc_mu) {
+    while (flock(fd_, LOCK_EX) != 0 && errno == EINTR) {
+    }
+  }
+  ~AllocLock() { flock(fd_, LOCK_UN); }
+
+ private:
+  int fd_;
+  std::lock_guard<std::mutex> g_;
+};
+
+// init: fields other processes may read as soon as the slot is live, set before it is.
+// first: the lowest slot index handed out.
+template <class SlotT, size_t N, class Init = void (*)(SlotT&)>
+Status alloc_slot(Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx,
+                  Init init = [](SlotT&) {}, uint32_t first = 0) {
+  ShmLockGuard g(h->table_lock, self);
+  for (uint32_t i = first; i < N; ++i) {
+    if (table[i].state.load(std::memory_order_relaxed) == kSlotFree) {
+      SlotT& s = table[i];
+      // Keep the generation-bearing fields' memory; callers set every field they use.
+      std::memset(reinterpret_cast<char*>(&s) + sizeof(s.state), 0, sizeof(SlotT) - sizeof(s.state));
+      s.owner = self;
+      init(s);
+      s.state.store(kSlotLive, std::memory_order_release);
+      *idx = i;
+      return Status::ok;
+    }
+  }
+  return Status::no_memory;
+}
+
+template <class SlotT>
+bool is_tgt_qp(const SlotT& slot) {
+  // Attached to a domain (tgt_qp_attach): its handles decide. Before that it is its creator's,
+  // whose death between the two must not leave it behind.
+  if constexpr (std::is_same_v<SlotT, QpSlot>) return slot.type == kQptXrcRecv && slot.xrcd_ref != 0;
+  else return false;
+}
+
+}  // namespace
+
+const char* status_name(Status s) {
+  switch (s) {
+    case Status::ok: return "ok";
+    case Status::invalid: return "invalid";
+    case Status::no_memory: return "no memory";
+    case Status::busy: return "busy";
+    case Status::not_found: return "not found";
+    case Status::not_supported: return "not supported";
+    case Status::layout_mismatch: return "layout mismatch";
+    case Status::io: return "i/o error";
+  }
+  return "?";
+}
+
+uint64_t proc_start_time(int pid) {
+  char path[64];
+  std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
+  FILE* f = std::fopen(path, "r");
+  if (!f) return 0;
+  char buf[1024];
+  size_t n = std::fread(buf, 1, sizeof buf - 1, f);
+  std::fclose(f);
+  buf[n] = 0;
+  // Field 2 (comm) may contain spaces: count fields after its closing parenthesis.
+  char* p = std::strrchr(buf, ')');
+  if (!p) return 0;
+  int field = 2;
+  unsigned long long v = 0;
+  for (char* tok = std::strtok(p + 1, " "); tok; tok = std::strtok(nullptr, " ")) {
+    if (++field == 22) {
+      v = std::strtoull(tok, nullptr, 10);
+      break;
+    }
+  }
+  return v;
+}
+
+bool pid_matches(int pid, uint64_t start_time) {
+  if (pid <= 0) return false;
+  if (kill(pid, 0) != 0 && errno == ESRCH) return false;
+  return proc_start_time(pid) == start_time;
+}
+
+// A lock holder's liveness. Called from ShmLock while attach() may still be running inside
+// Segment::get()'s call_once, so it must not go through Segment::get(): it reads the header the
+// attach set up. Owners >= kMaxProcs are processes still attaching, named by pid.
+bool proc_slot_alive(uint32_t slot) {
+  if (slot >= kMaxProcs) {
+    int pid = static_cast<int>(slot - kMaxProcs);
+    return pid > 0 && !(kill(pid, 0) != 0 && errno == ESRCH);
+  }
+  Header* h = g_header.load(std::memory_order_acquire);
+  if (!h) return true;
+  const ProcRecord& r = h->procs[slot];
+  if (r.state.load(std::memory_order_acquire) != kProcAlive) return false;
+  if (r.pid == getpid()) return true;
+  return pid_matches(r.pid, r.start_time);
+}
+
+Segment* Segment::get() {
+  // Called on the post path: once attached, one load (call_once costs a TLS lookup per call in a
+  // shared library).
+  if (Segment* s = g_segment_ready.load(std::memory_order_acquire)) return s;
+  std::call_once(g_once, [] {
+    auto* s = new Segment();
+    Status st = s->attach(config());
+    if (st != Status::ok) {
+      std::fprintf(stderr, "rdmaemu: %s\n", g_error.c_str());
+      delete s;
+      return;
+    }
+    g_segment = s;
+    g_segment_ready.store(s, std::memory_order_release);
+  });
+  return g_segment;
+}
+
+const std::string& Segment::last_error() { return g_error; }
+
+Status Segment::attach(const Config& cfg) {
+  std::string path = cfg.segment_path();
+  pid_ = getpid();
+  lock_fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
+  if (lock_fd_ < 0) {
+    g_error = "cannot open shared segment " + path + ": " + std::strerror(errno) +
+              " (set EMU_SHM_DIR to a writable tmpfs)";
+    return Status::io;
+  }
+  uint64_t size = 0;
+  {
+    // The first attacher sizes and lays out the file, holding the allocator's lock: a creator
+    // that dies part way leaves the magic 0, and the next attacher lays it out again.
+    AllocLock lock(lock_fd_);
+    struct stat st;
+    if (fstat(lock_fd_, &st) != 0) {
+      g_error = "cannot stat shared segment " + path + ": " + std::strerror(errno);
+      return Status::io;
+    }
+    size = static_cast<uint64_t>(st.st_size);
+    if (size == 0) {
+      // Reserved now, so that a full tmpfs is this message and not a bus error later.
+      int e = posix_fallocate(lock_fd_, 0, static_cast<off_t>(cfg.shm_size));
+      if (e != 0) {
+        ftruncate(lock_fd_, 0);
+        g_error = "cannot reserve " + std::to_string(cfg.shm_size >> 20) + " MiB for " + path +
+                  " in " + cfg.shm_dir + " (" + std::strerror(e) +
+                  "): give it more room or set EMU_SHM_DIR / EMU_SHM_SIZE";
+        return Status::no_memory;
+      }
+      size = cfg.shm_size;
+    }
+    if (size < sizeof(Header) + (1u << 20)) {
+      g_error = "shared segment " + path + " is too small (" + std::to_string(size) +
+                " bytes): remove it once no process uses it";
+      return Status::layout_mismatch;
+    }
+    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, lock_fd_, 0);
+    if (p == MAP_FAILED) {
+      g_error = "cannot map shared segment " + path + ": " + std::strerror(errno);
+      return Status::io;
+    }
+    base_ = static_cast<char*>(p);
+    hdr_ = reinterpret_cast<Header*>(base_);
+    if (hdr_->magic == 0) {
+      hdr_->layout_version = kLayoutVersion;
+      hdr_->header_size = sizeof(Header);
+      hdr_->segment_size = size;
+      hdr_->next_uid.store(1);
+      ShmHeap::init(base_, &hdr_->heap, (sizeof(Header) + 4095) & ~uint64_t(4095), size);
+      init_devices(cfg);
+      hdr_->magic = kMagic;
+    }
+  }
+  g_header.store(hdr_, std::memory_order_release);
+  // Until it has a process record, this process holds locks under its pid (so a waiter can tell
+  // whether it died).
+  const uint32_t attaching = kMaxProcs + static_cast<uint32_t>(pid_);
+  if (hdr_->magic != kMagic || hdr_->layout_version != kLayoutVersion ||
+      hdr_->header_size != sizeof(Header)) {
+    g_error = "shared segment " + path + " has layout version " +
+              std::to_string(hdr_->layout_version) + " (header " + std::to_string(hdr_->header_size) +
+              " bytes) but this build uses version " + std::to_string(kLayoutVersion) + " (header " +
+              std::to_string(sizeof(Header)) +
+              " bytes): it was made by another build. Remove the file once no process uses it, or "
+              "set EMU_FABRIC to another name";
+    return Status::layout_mismatch;
+  }
+  sweep_dead();
+  // Register this process.
+  {
+    ShmLockGuard g(hdr_->table_lock, attaching);
+    uint32_t i = 0;
+    for (; i < kMaxProcs; ++i)
+      if (hdr_->procs[i].state.load() == kProcFree) break;
+    if (i == kMaxProcs) {
+      g_error = "too many processes attached to " + path;
+      return Status::no_memory;
+    }
+    hdr_->procs[i].pid = pid_;
+    hdr_->procs[i].start_time = proc_start_time(pid_);
+    hdr_->procs[i].state.store(kProcAlive);
+    self_ = i;
+  }
+  // Peers read and write our registered memory with process_vm_readv/writev, as a NIC would DMA:
+  // allow them where Yama restricts ptrace to descendants.
+  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
+  return Status::ok;
+}
+
+void Segment::init_devices(const Config& cfg) {
+  hdr_->num_devices = cfg.num_devices;
+  for (uint32_t d = 0; d < cfg.num_devices; ++d) {
+    DeviceState& dev = hdr_->devices[d];
+    std::snprintf(dev.name, sizeof dev.name, "emu%u", d);
+    dev.node_guid = 0x0002c90300000000ull | (uint64_t(d + 1) << 8);
+    dev.num_ports = cfg.ports_per_dev;
+    for (uint32_t p = 0; p < cfg.ports_per_dev; ++p) {
+      if (cfg.link_layer(p + 1) == PortLinkLayer::ethernet) {
+        init_roce_port_from(cfg, d, p + 1);
+      } else {
+        init_ib_port(&dev.ports[p], dev.node_guid, p + 1,
+                     static_cast<uint16_t>(1 + d * kMaxPorts + p));
+      }
+    }
+  }
+}
+
+// The interface is read once, here, by the process that makes the segment: every process then
+// sees the same GIDs, and a later address change is not followed (a new fabric sees it).
+void Segment::init_roce_port_from(const Config& cfg, uint32_t d, uint32_t port) {
+  DeviceState& dev = hdr_->devices[d];
+  Netdev nd;
+  std::string err;
+  if (read_netdev(cfg.roce_netdev(port), &nd, &err)) {
+    init_roce_port(&dev.ports[port - 1], dev.node_guid, port, nd);
+  } else {
+    std::fprintf(stderr, "rdmaemu: RoCE port %s/%u is down: %s (EMU_ROCE_NETDEV)\n", dev.name, port,
+                 err.c_str());
+    init_roce_port_down(&dev.ports[port - 1], dev.node_guid, port);
+  }
+}
+
+uint64_t Segment::alloc(size_t bytes, size_t align) {
+  AllocLock lock(lock_fd_);
+  return ShmHeap(base_, &hdr_->heap).alloc(bytes, align);  // zeroed
+}
+
+void Segment::free(uint64_t off) {
+  if (!off) return;
+  AllocLock lock(lock_fd_);
+  ShmHeap(base_, &hdr_->heap).free(off);
+}
+
+Status Segment::alloc_ctx(uint32_t* idx) {
+  // No pipe until the opener publishes one: a port event from another process skips the context
+  // meanwhile rather than write into whatever the owner's fd 0 is.
+  return alloc_slot(hdr_, self_, hdr_->ctxs, idx, [](ContextSlot& c) { c.async_wfd = -1; });
+}
+Status Segment::alloc_pd(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->pds, idx); }
+Status Segment::alloc_mr(uint32_t* idx) {
+  Status st = alloc_slot(hdr_, self_, hdr_->mrs, idx);
+  if (st == Status::ok) {
+    uint32_t key;
+    do {  // 0x100 ends a receive scatter list (as mlx5 reserves it): never a key
+      key = (*idx << 8) | (hdr_->generation.fetch_add(1, std::memory_order_relaxed) & 0xff);
+    } while (key == kInvalidLkey);
+    hdr_->mrs[*idx].key = key;
+  }
+  return st;
+}
+Status Segment::alloc_cq(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->cqs, idx); }
+Status Segment::alloc_qp(uint32_t* idx) {
+  // Slots 0 and 1 stay unused, as QP0 and QP1 (the special QPs) are on hardware: max_qp is the
+  // table less those two.
+  Status st = alloc_slot(hdr_, self_, hdr_->qps, idx, [](QpSlot&) {}, 2);
+  if (st == Status::ok) {
+    // QPN: table index in the low bits, a generation above so a stale number finds nothing.
+    // 0 and 1 are the special QPs.
+    uint32_t gen = (hdr_->generation.fetch_add(1, std::memory_order_relaxed) % 0xfff) + 1;
+    hdr_->qps[*idx].qpn = (gen << kQpIndexBits) | *idx;
+  }
+  return st;
+}
+
+Status Segment::alloc_srq(uint32_t* idx) {
+  Status st = alloc_slot(hdr_, self_, hdr_->srqs, idx);
+  if (st == Status::ok) {
+    uint32_t gen = (hdr_->generation.fetch_add(1, std::memory_order_relaxed) % 0x3fff) + 1;
+    hdr_->srqs[*idx].srqn = ((gen << kSrqIndexBits) | *idx) & 0xffffff;
+  }
+  return st;
+}
+
+SrqSlot* Segment::find_srq(uint32_t srqn) const {
+  SrqSlot* s = &hdr_->srqs[srqn & (kMaxSrqs - 1)];
+  if (s->state.load(std::memory_order_acquire) != kSlotLive || s->srqn != srqn) return nullptr;
+  return s;
+}
+
+MrSlot* Segment::find_mr(uint32_t key) const {
+  uint32_t i = key >> 8;
+  if (i >= kMaxMrs) return nullptr;
+  MrSlot* m = &hdr_->mrs[i];
+  if (m->state.load(std::memory_order_acquire) != kSlotLive || m->key != key) return nullptr;
+  return m;
+}
+
+QpSlot* Segment::find_qp(uint32_t qpn) const {
+  uint32_t i = qpn & (kMaxQps - 1);
+  QpSlot* q = &hdr_->qps[i];
+  if (q->state.load(std::memory_order_acquire) != kSlotLive || q->qpn != qpn) return nullptr;
+  return q;
+}
+
+bool Segment::proc_alive(uint32_t slot) const { return proc_slot_alive(slot); }
+
+// Retires every object `owned` selects: dying first (unfindable), then, once no engine can be
+// inside any of them, rings freed and slots free.
+template <class Owned>
+void Segment::release_objects(Owned owned, bool owner_dead) {
+  // Only what this call marks dying has its rings freed here. A slot already dying belongs to a
+  // destroy that its (now dead) owner had begun and may have half done: its rings are left alone
+  // (a leak, not a double free), and the slot is freed.
+  std::vector<void*> mine;
+  auto dying = [&](auto& slot) {
+    uint32_t live = kSlotLive;
+    if (owned(slot) && slot.state.compare_exchange_strong(live, kSlotDying)) mine.push_back(&slot);
+  };
+  for (auto& q : hdr_->qps) dying(q);
+  for (auto& s : hdr_->srqs) dying(s);
+  for (auto& c : hdr_->cqs) dying(c);
+  for (auto& m : hdr_->mrs) dying(m);
+  for (auto& p : hdr_->pds) dying(p);
+  for (auto& c : hdr_->ctxs) dying(c);
+  std::sort(mine.begin(), mine.end());
+  auto marked = [&](const void* slot) { return std::binary_search(mine.begin(), mine.end(), slot); };
+  wait_for_engines(this);
+  auto retire = [&](auto& slot, auto free_rings) {
+    if (slot.state.load() != kSlotDying || !owned(slot)) return;
+    if (marked(&slot)) free_rings(slot);
+    else if (!owner_dead) return;  // a live thread of ours is destroying it: its to finish
+    slot.state.store(kSlotFree);
+  };
+  for (auto& q : hdr_->qps)
+    retire(q, [&](QpSlot& x) {
+      free(x.sq_off);
+      free(x.rq_off);
+      free(x.dbrec_off);
+      free(x.wrec_off);
+    });
+  // An XRC SRQ leaves its domain also when its dead owner's destroy had begun (marked dying by
+  // that destroy, not by us): its reference would otherwise keep the domain forever.
+  for (auto& s : hdr_->srqs)
+    if (s.state.load() == kSlotDying && owned(s) && (marked(&s) || owner_dead)) xrc_srq_drop(this, s);
+  for (auto& s : hdr_->srqs)
+    retire(s, [&](SrqSlot& x) {
+      free(x.buf_off);
+      free(x.dbrec_off);
+    });
+  for (auto& c : hdr_->cqs) retire(c, [&](CqSlot& x) { free(x.buf_off); });
+  for (auto& m : hdr_->mrs) retire(m, [](MrSlot&) {});
+  for (auto& p : hdr_->pds) retire(p, [](PdSlot&) {});
+  for (auto& c : hdr_->ctxs) retire(c, [&](ContextSlot& x) { free(x.uar_off); });
+}
+
+void Segment::release_proc_objects(uint32_t proc) {
+  // Locks the dead process held (it may have died inside the engine) are free again, and its
+  // engine sections closed.
+  for (auto& q : hdr_->qps) {
+    uint32_t word = proc + 1;
+    q.sq_engine.word.compare_exchange_strong(word, 0);
+    word = proc + 1;
+    q.rq_lock.word.compare_exchange_strong(word, 0);
+  }
+  for (auto& s : hdr_->srqs) {
+    uint32_t word = proc + 1;
+    s.lock.word.compare_exchange_strong(word, 0);
+  }
+  uint32_t word = proc + 1;
+  hdr_->atomic_lock.word.compare_exchange_strong(word, 0);
+  reset_engine_slots(this, proc);
+  // XRC references first (a TGT QP is not its creator's: its handles decide, emu/xrc.cpp).
+  xrc_release_proc(this, proc);
+  release_objects([proc](const auto& slot) { return slot.owner == proc && !is_tgt_qp(slot); }, true);
+}
+
+void Segment::release_context_objects(uint32_t ctx) {
+  Header* h = hdr_;
+  uint32_t self = self_;
+  xrc_release_ctx(this, ctx);
+  release_objects([h, ctx, self](const auto& slot) {
+    using T = std::decay_t<decltype(slot)>;
+    if (slot.owner != self || is_tgt_qp(slot)) return false;
+    if constexpr (std::is_same_v<T, MrSlot>) return h->pds[slot.pd].ctx == ctx;
+    else if constexpr (std::is_same_v<T, ContextSlot>) return &slot == &h->ctxs[ctx];
+    else return slot.ctx == ctx;
+  }, false);
+}
+
+int Segment::sweep_dead() {
+  int n = 0;
+  for (uint32_t i = 0; i < kMaxProcs; ++i) {
+    ProcRecord& r = hdr_->procs[i];
+    if (r.state.load() != kProcAlive || r.pid == pid_) continue;
+    if (pid_matches(r.pid, r.start_time)) continue;
+    ShmLockGuard g(hdr_->table_lock, kMaxProcs + static_cast<uint32_t>(pid_));
+    if (r.state.load() != kProcAlive) continue;
+    r.state.store(kProcDead);
+    release_proc_objects(i);
+    r.state.store(kProcFree);
+    ++n;
+  }
+  return n;
+}
+
+}  // namespace emu

@@ -1,0 +1,17 @@
+// The engine's side of EMU_SHARED_MR: another process's registered pages, mapped here once (from
+// the memfd its owner keeps open) so the device copies into them with memcpy, as a NIC writes
+// host memory without the host's CPU.
+#pragma once
+#include <cstdint>
+
+#include "emu/layout.h"
+#include "emu/segment.h"
+
+namespace emu {
+
+// The address in this process of [va, va + len) of mr (va in the owner's address space), or 0 if
+// that range is not reachable that way (no shared backing, outside it, or the owner is gone).
+// Caller is inside an EngineSection.
+uint64_t shared_window(Segment* seg, const MrSlot& mr, uint64_t va, uint64_t len);
+
+}  // namespace emu

@@ -1,0 +1,126 @@
+#include "shm/shm_heap.h"
+
+#include <atomic>
+#include <cstring>
+
+namespace emu {
+namespace {
+
+uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
+
+// A single store another process (or a later attacher after our death) sees whole.
+void store_word(uint64_t* w, uint64_t v) {
+  reinterpret_cast<std::atomic<uint64_t>*>(w)->store(v, std::memory_order_release);
+}
+void store_byte(uint8_t* b, uint8_t v) {
+  reinterpret_cast<std::atomic<uint8_t>*>(b)->store(v, std::memory_order_release);
+}
+
+}  // namespace
+
+void ShmHeap::init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t size) {
+  std::memset(h, 0, sizeof *h);
+  // Metadata first: order bytes and bitmaps for a heap of at most the remaining size.
+  uint64_t rough_blocks = (size - meta_off) / kHeapMinBlock;
+  uint64_t off = align_up(meta_off, 64);
+  h->order_off = off;
+  off = align_up(off + rough_blocks, 64);
+  uint32_t max_order = 0;
+  while (max_order < 31 && (2ull << max_order) <= rough_blocks) ++max_order;
+  for (uint32_t k = 0; k <= max_order; ++k) {
+    h->free_off[k] = off;
+    off += ((rough_blocks >> k) / 64 + 2) * 8;
+  }
+  h->heap_off = align_up(off, 4096);
+  h->heap_blocks = (size - h->heap_off) / kHeapMinBlock;
+  h->max_order = max_order;
+  std::memset(base + h->order_off, 0, h->heap_off - h->order_off);
+  // The heap is rarely a power of two: cover it with the largest aligned blocks that fit.
+  ShmHeap heap(base, h);
+  uint64_t pos = 0;
+  while (pos < h->heap_blocks) {
+    uint32_t k = max_order;
+    while (k > 0 && ((pos & ((1ull << k) - 1)) != 0 || pos + (1ull << k) > h->heap_blocks)) --k;
+    heap.set(k, pos >> k, true);
+    pos += 1ull << k;
+  }
+}
+
+bool ShmHeap::test(uint32_t order, uint64_t i) const {
+  return (bitmap(order)[i / 64] >> (i % 64)) & 1;
+}
+
+void ShmHeap::set(uint32_t order, uint64_t i, bool free) {
+  uint64_t* w = &bitmap(order)[i / 64];
+  uint64_t bit = 1ull << (i % 64);
+  store_word(w, free ? (*w | bit) : (*w & ~bit));
+}
+
+bool ShmHeap::take_any(uint32_t order, uint64_t* i) {
+  uint64_t n = blocks_at(order);
+  uint64_t* bm = bitmap(order);
+  for (uint64_t w = 0; w * 64 < n; ++w) {
+    if (!bm[w]) continue;
+    uint64_t idx = w * 64 + static_cast<uint64_t>(__builtin_ctzll(bm[w]));
+    if (idx >= n) return false;
+    set(order, idx, false);
+    *i = idx;
+    return true;
+  }
+  return false;
+}
+
+bool ShmHeap::take_block(uint32_t order, uint64_t* i) {
+  if (order > h_->max_order) return false;
+  if (take_any(order, i)) return true;
+  uint64_t parent;
+  if (!take_block(order + 1, &parent)) return false;
+  // Death here leaks the parent; after the next store, its first half.
+  set(order, parent * 2 + 1, true);
+  *i = parent * 2;
+  return true;
+}
+
+void ShmHeap::give_back(uint32_t order, uint64_t i) {
+  uint64_t buddy = i ^ 1;
+  if (order < h_->max_order && buddy < blocks_at(order) && test(order, buddy)) {
+    set(order, buddy, false);  // death here leaks both halves
+    give_back(order + 1, i / 2);
+    return;
+  }
+  set(order, i, true);
+}
+
+uint64_t ShmHeap::alloc(size_t bytes, size_t align) {
+  uint64_t want = bytes < align ? align : bytes;
+  uint32_t order = 0;
+  while ((kHeapMinBlock << order) < want) ++order;
+  uint64_t i;
+  if (!take_block(order, &i)) return 0;
+  uint64_t block = i << order;  // in min blocks
+  store_byte(reinterpret_cast<uint8_t*>(base_ + h_->order_off) + block, static_cast<uint8_t>(order + 1));
+  uint64_t off = h_->heap_off + block * kHeapMinBlock;
+  std::memset(base_ + off, 0, kHeapMinBlock << order);
+  return off;
+}
+
+void ShmHeap::free(uint64_t off) {
+  if (off < h_->heap_off) return;
+  uint64_t block = (off - h_->heap_off) / kHeapMinBlock;
+  if (block >= h_->heap_blocks) return;
+  uint8_t* ob = reinterpret_cast<uint8_t*>(base_ + h_->order_off) + block;
+  if (*ob == 0) return;  // not a block's head (or freed already): nothing to do
+  uint32_t order = *ob - 1;
+  store_byte(ob, 0);  // death here leaks the block
+  give_back(order, block >> order);
+}
+
+uint64_t ShmHeap::free_bytes() const {
+  uint64_t total = 0;
+  for (uint32_t k = 0; k <= h_->max_order; ++k)
+    for (uint64_t i = 0; i < blocks_at(k); ++i)
+      if (test(k, i)) total += kHeapMinBlock << k;
+  return total;
+}
+
+}  // namespace emu

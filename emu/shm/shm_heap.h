@@ -1,0 +1,41 @@
+// The segment's allocator: a buddy allocator whose state is a free bitmap per order and an order
+// byte per block, all in the segment. Every step of an allocation or a free is one store, ordered
+// so that a process SIGKILLed between any two of them leaves at most a leaked block, never a block
+// owned twice or a broken structure (a tree allocator's multi-word updates cannot promise that).
+// Callers serialise calls (Segment holds a flock on the segment file, which the kernel drops if
+// its holder dies, and a process mutex).
+#pragma once
+#include <cstddef>
+#include <cstdint>
+
+#include "emu/layout.h"  // ShmHeapHeader
+
+namespace emu {
+
+class ShmHeap {
+ public:
+  // base: the segment; h: its heap header (inside the segment). Lays the heap out over
+  // [meta_off, size) of a fresh segment.
+  static void init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t size);
+
+  ShmHeap(char* base, ShmHeapHeader* h) : base_(base), h_(h) {}
+  // Offset of a zeroed block of at least `bytes` aligned to `align` (<= 4096), 0 if none is free.
+  uint64_t alloc(size_t bytes, size_t align);
+  void free(uint64_t off);
+  // Blocks free at each order summed, in bytes (tests, census).
+  uint64_t free_bytes() const;
+
+ private:
+  uint64_t* bitmap(uint32_t order) const { return reinterpret_cast<uint64_t*>(base_ + h_->free_off[order]); }
+  uint64_t blocks_at(uint32_t order) const { return h_->heap_blocks >> order; }
+  bool test(uint32_t order, uint64_t i) const;
+  void set(uint32_t order, uint64_t i, bool free);
+  bool take_any(uint32_t order, uint64_t* i);  // a free block of that order, marked taken
+  bool take_block(uint32_t order, uint64_t* i);  // splitting a larger one if needed
+  void give_back(uint32_t order, uint64_t i);    // free, merging with a free buddy
+
+  char* base_;
+  ShmHeapHeader* h_;
+};
+
+}  // namespace emu
