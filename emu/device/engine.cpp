@@ -147,10 +147,6 @@ bool Engine::retry_due(QpSlot& qp) {
   return now_() - qp.stall_since_ns >= qp.stall_delay_us * 1000;
 }
 
-uint32_t Engine::step_fetch_dbrec(QpSlot& qp) {
-  return dbrec_checked(seg_, qp, sq_producer(seg_, qp));
-}
-
 void Engine::run_sq(QpSlot& qp, bool force_retry) {
   alignas(64) uint8_t buf[kMaxWqeBBs * kSendWqeBB];
   for (;;) {
@@ -163,7 +159,8 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
       continue;
     }
     // Only RTS starts new WQEs; SQD lets in-flight ones finish (ours finish as they are executed).
-    if (state != kQpsRts || !retry_now(qp, &force_retry)) return;
+    if (state != kQpsRts) return;
+    if (qp.stall.load() != kStallNone && !retry_now(qp, &force_retry)) return;
     // Several plain RDMA WRITEs waiting (the device thread falls behind a fast poster): one copy.
     if (qp.stall.load(std::memory_order_relaxed) == kStallNone && step_execute_writes(qp, pi))
       continue;
@@ -207,7 +204,6 @@ void Engine::fail_malformed(QpSlot& qp, Fetch got) {
 }
 
 bool Engine::retry_now(QpSlot& qp, bool* force_retry) {
-  if (qp.stall.load() == kStallNone) return true;
   if (!*force_retry && !retry_due(qp)) return false;
   *force_retry = false;
   ++qp.stall_attempts;
@@ -238,14 +234,6 @@ bool Engine::stall_or_fail(QpSlot& qp, ExecOutcome out, const CqeInfo& info, uin
   return true;
 }
 
-void Engine::step_complete(QpSlot& qp, const CqeInfo& info, bool signaled, uint32_t bbs) {
-  bool error = info.cqe_opcode == kCqeReqErr;
-  if (signaled || error) write_cqe(h_->cqs[qp.send_cq], info);
-  qp.sq_ci += bbs;
-  // A flush completion comes from a queue already stopped.
-  if (error && info.syndrome != kSynWrFlush) send_queue_error(qp);
-}
-
 // Through a shared mapping a dead responder's memory still takes writes, so the liveness that a
 // failed process_vm_* call would reveal is asked for once per clock tick (1-4 ms) per QP.
 bool Engine::peer_still_there(QpSlot& qp, const QpSlot& r) {
@@ -261,6 +249,10 @@ void Engine::raise_comm_est(QpSlot& r) {
   if (r.qp_state.load(std::memory_order_relaxed) != kQpsRtr) return;
   if (r.comm_est.load(std::memory_order_relaxed) || r.comm_est.exchange(1)) return;
   raise_qp_event(r, kEvCommEst);
+}
+
+void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
+  if (step_write_cqe(cq, info)) step_raise_event(cq, info);
 }
 
 bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {

@@ -22,13 +22,14 @@
 #pragma once
 #include <cstdint>
 
+#include "device/doorbell.h"
+#include "device/engine_internal.h"
 #include "emu/layout.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
 #include "shm/memory.h"
 
 namespace emu::engine_detail {
-struct Sges;
 struct ParsedWqe;
 }
 
@@ -97,9 +98,7 @@ class Engine {
   void enter_error(QpSlot& qp);
 
   // Writes one CQE and raises the completion event if the CQ is armed for it.
-  void write_cqe(CqSlot& cq, const CqeInfo& info) {
-    if (step_write_cqe(cq, info)) step_raise_event(cq, info);
-  }
+  void write_cqe(CqSlot& cq, const CqeInfo& info);
 
   static uint64_t rnr_delay_us(uint8_t min_rnr_timer);
   static uint64_t transport_timeout_us(uint8_t timeout);
@@ -107,7 +106,9 @@ class Engine {
   // ---- Steps (see the top of this file). The send-queue steps need qp's engine lock held. ----
 
   // The producer index the device goes on with.
-  uint32_t step_fetch_dbrec(QpSlot& qp);
+  uint32_t step_fetch_dbrec(QpSlot& qp) {
+    return dbrec_checked(seg_, qp, engine_detail::sq_producer(seg_, qp));
+  }
   // What fetching the WQE at a ring position gave: a WQE; a BlueFlame copy that did not parse
   // (already reported as torn); or a slot holding no WQE for that position (stale).
   enum class Fetch { ok, bad_bf, stale };
@@ -121,7 +122,13 @@ class Engine {
   uint32_t step_execute_writes(QpSlot& qp, uint32_t producer);
   // The head WQE (bbs blocks) is done: its CQE if signaled or failed, the consumer index past it,
   // and a failure (other than a flush) stops the send queue.
-  void step_complete(QpSlot& qp, const CqeInfo& info, bool signaled, uint32_t bbs);
+  void step_complete(QpSlot& qp, const CqeInfo& info, bool signaled, uint32_t bbs) {
+    bool error = info.cqe_opcode == kCqeReqErr;
+    if (signaled || error) write_cqe(h_->cqs[qp.send_cq], info);
+    qp.sq_ci += bbs;
+    // A flush completion comes from a queue already stopped.
+    if (error && info.syndrome != kSynWrFlush) send_queue_error(qp);
+  }
   // Places one CQE in its ring; false: the CQ is in error (overrun) and took nothing.
   bool step_write_cqe(CqSlot& cq, const CqeInfo& info);
   void step_raise_event(CqSlot& cq, const CqeInfo& info);
@@ -133,7 +140,7 @@ class Engine {
   void flush_head(QpSlot& qp, uint8_t* buf);
   // A slot at sq_ci that holds no valid WQE: a local QP operation error.
   void fail_malformed(QpSlot& qp, Fetch got);
-  // Whether the head WQE is tried now: not stalled, or its retry is due (or forced).
+  // Whether the stalled head WQE is tried now: its retry is due (or forced).
   bool retry_now(QpSlot& qp, bool* force_retry);
   bool retry_due(QpSlot& qp);
   // The head WQE got no answer: stall it, or fail it once its retry budget is spent. Returns
