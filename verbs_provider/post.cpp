@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "emu/barriers.h"
-#include "emu/mmio.h"
 #include "emu/device.h"
+#include "emu/mmio.h"
 #include "emu/reclaim.h"
 #include "emu/transport.h"
 #include "provider.h"

@@ -220,8 +220,7 @@ class Engine {
     bool has_grh;
     Grh grh;
   };
-  ExecOutcome exec_ud(QpSlot& qp, const engine_detail::ParsedWqe& w, int local_pid,
-                      CqeInfo* out);
+  ExecOutcome exec_ud(QpSlot& qp, const engine_detail::ParsedWqe& w, int local_pid, CqeInfo* out);
   void deliver_ud(const UdPacket& pkt, QpSlot& r);
   // The packet into the head receive WQE of q, whose lock the caller holds. false: the packet is
   // lost and the receive stays; true: consume it (*syndrome: the responder's error, if any).

@@ -62,7 +62,8 @@ inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint6
 inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr,
                              uint64_t len, uint32_t need, uint64_t* va,
                              const MrSlot** mr_out = nullptr) {
-  return (qp.access & need) && translate_key(seg, qp.pd, qp.owner, rkey, addr, len, need, va, mr_out);
+  return (qp.access & need) &&
+         translate_key(seg, qp.pd, qp.owner, rkey, addr, len, need, va, mr_out);
 }
 
 inline uint32_t packets(uint64_t len, uint8_t mtu_code) {
@@ -79,7 +80,8 @@ inline void advance_psn(QpSlot& requester, QpSlot* responder, uint32_t npk) {
 
 // The CqeEmuFlags of a responder's CQE for a message whose WQE had this control segment.
 inline uint8_t recv_cqe_flags(const CtrlSeg& ctrl, bool imm) {
-  return static_cast<uint8_t>((imm ? kCqeFlagImm : 0) | (ctrl_solicited(ctrl) ? kCqeFlagSolicited : 0));
+  return static_cast<uint8_t>((imm ? kCqeFlagImm : 0) |
+                              (ctrl_solicited(ctrl) ? kCqeFlagSolicited : 0));
 }
 
 // Whether the link under a QP's port is up: a port taken down (emu/control.h) is a pulled cable,

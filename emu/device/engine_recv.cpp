@@ -110,8 +110,8 @@ bool Engine::recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_byt
     if (be32(d.lkey) == kInvalidLkey) break;
     uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
     uint64_t va;
-    if (out->n == kMaxSpans || !translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len,
-                                             kAccessLocalWrite, &va))
+    if (out->n == kMaxSpans ||
+        !translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len, kAccessLocalWrite, &va))
       return false;
     if (va != be64(d.addr)) *addr_is_va = false;
     out->span[out->n++] = {va, len};

@@ -31,7 +31,8 @@ struct ParsedWqe {
 // Reads the WQE at `wqe` (its control segment's size says how far) for a QP of qp's transport.
 // Returns 0, or the syndrome of the requester's error CQE (a malformed WQE, an opcode the
 // transport does not carry, a bad L_Key, too long a message).
-[[gnu::always_inline]] inline uint8_t parse_wqe(Segment* seg, const QpSlot& qp, const uint8_t* wqe, ParsedWqe* w) {
+[[gnu::always_inline]] inline uint8_t parse_wqe(Segment* seg, const QpSlot& qp, const uint8_t* wqe,
+                                                ParsedWqe* w) {
   w->ctrl = reinterpret_cast<const CtrlSeg*>(wqe);
   w->opcode = ctrl_opcode(*w->ctrl);
   const uint8_t* p = wqe + sizeof(CtrlSeg);
