@@ -122,8 +122,8 @@ uint32_t DirectEp::build_wqe(const PostArgs& a, uint32_t pi, uint8_t* stage) con
   std::memset(stage + size, 0, bbs * kBlock - size);
   emu::CtrlSeg c{};
   uint8_t opcode = a.op == Op::write ? emu::kOpRdmaWrite : emu::kOpSend;
-  c.opmod_idx_opcode = be32((pi & 0xffff) << 8 | opcode);
-  c.qpn_ds = be32(q_.qpn << 8 | size / 16);
+  emu::ctrl_set_index_opcode(c, pi, opcode);
+  emu::ctrl_set_qpn_ds(c, q_.qpn, size / 16);
   c.fm_ce_se = emu::kCtrlCqUpdate;
   std::memcpy(stage, &c, sizeof c);
   return bbs;
@@ -199,13 +199,11 @@ int DirectEp::poll_unlocked(Completion* out, int max) {
     Completion& c = out[n++];
     c = Completion{};
     c.wqe_index = be16(cqe.wqe_counter);
+    c.opcode = wc_opcode_of(emu::cqe_wqe_opcode(cqe));
     if (opcode == emu::kCqeReqErr || opcode == emu::kCqeRespErr) {
       emu::ErrCqe e;
       std::memcpy(&e, p, sizeof e);
       c.status = wc_status_of(e.syndrome);
-      c.opcode = wc_opcode_of(be32(e.s_wqe_opcode_qpn) >> 24);
-    } else {
-      c.opcode = wc_opcode_of(be32(cqe.sop_drop_qpn) >> 24);
     }
     WqeMeta& m = meta_[c.wqe_index & mask];
     uint32_t pos = m.pos.load(std::memory_order_acquire);

@@ -99,7 +99,7 @@ bool xrc_recv_wc(const Cqe64& c, uint8_t opcode, ibv_wc* wc) {
   if (!srq) return false;
   std::memset(wc, 0, sizeof *wc);
   wc->wr_id = srq_complete(srq, be16(c.wqe_counter));
-  wc->qp_num = be32(c.sop_drop_qpn) & 0xffffff;  // the TGT QP that received it
+  wc->qp_num = cqe_qpn(c);  // the TGT QP that received it
   wc->src_qp = be32(c.flags_rqpn) & 0xffffff;
   wc->slid = be16(c.slid);
   wc->byte_len = be32(c.byte_cnt);
@@ -136,8 +136,7 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
       if (got) return true;
       continue;
     }
-    uint32_t word = be32(c.sop_drop_qpn);
-    uint32_t qpn = word & 0xffffff;
+    uint32_t qpn = cqe_qpn(c);
     EmuQp* qp = qp_by_num(qpn);
     if (!qp || c.qp_gen != static_cast<uint16_t>(qp->incarnation)) {
       // A completion of a QP destroyed or reset since: it names nothing the user still has. A
@@ -148,7 +147,7 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
       cq->shm->ci.store(cq->ci, std::memory_order_release);
       continue;
     }
-    uint8_t wqe_opcode = word >> 24;
+    uint8_t wqe_opcode = cqe_wqe_opcode(c);
     uint16_t idx = be16(c.wqe_counter);
     std::memset(wc, 0, sizeof *wc);
     wc->qp_num = qpn;
@@ -392,7 +391,7 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
 int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   EmuCq* cq = to_cq(ibcq);
   CqSlot& cs = *cq->shm;
-  cs.arm.store(solicited_only ? 2 : 1, std::memory_order_seq_cst);
+  cs.arm.store(solicited_only ? kCqArmSolicited : kCqArmNext, std::memory_order_seq_cst);
   std::atomic_thread_fence(
       std::memory_order_seq_cst);  // arm, then look (the device: CQE, then arm)
   // A completion the device wrote before the arm but that is still unpolled fires at once, as
@@ -402,7 +401,7 @@ int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   uint8_t op_own = cqe_owner_load(&c.op_own);
   bool pending = (op_own >> 4) != kCqeInvalid && (op_own & 1) == ((cq->ci >> cs.log_cqe_cnt) & 1);
   cq->lock.unlock();
-  if (pending && !solicited_only && cs.arm.exchange(0) != 0) notify_comp(cs);
+  if (pending && !solicited_only && cs.arm.exchange(kCqArmNone) != kCqArmNone) notify_comp(cs);
   return 0;
 }
 

@@ -4,9 +4,10 @@
 #include <cstring>
 
 #include "emu/barriers.h"
-#include "emu/mmio.h"
 #include "emu/device.h"
+#include "emu/mmio.h"
 #include "emu/reclaim.h"
+#include "emu/transport.h"
 #include "provider.h"
 
 using namespace emu;
@@ -105,13 +106,12 @@ void wqe_set_xrc_srqn(EmuQp* qp, uint32_t srqn) {
   std::memcpy(qp->stage + sizeof(CtrlSeg), &x, sizeof x);
 }
 
-// What each transport can send: UD only SENDs, UC no READs or atomics (EINVAL, as mlx5 does);
-// emu0's XRC carries SENDs.
+// verbs numbers the transports as the device does, so a QP's type indexes the device's table.
+static_assert(int{IBV_QPT_RC} == kQptRc && int{IBV_QPT_UC} == kQptUc && int{IBV_QPT_UD} == kQptUd &&
+              int{IBV_QPT_XRC_SEND} == kQptXrcSend && int{IBV_QPT_XRC_RECV} == kQptXrcRecv);
+
 bool opcode_allowed(ibv_qp_type type, uint8_t opcode) {
-  if (type == IBV_QPT_UD || type == IBV_QPT_XRC_SEND) return opcode == kOpSend || opcode == kOpSendImm;
-  if (type == IBV_QPT_XRC_RECV) return false;  // a TGT QP has no send queue
-  if (type == IBV_QPT_UC) return opcode != kOpRdmaRead && opcode != kOpAtomicCs && opcode != kOpAtomicFa;
-  return true;
+  return transport_carries(static_cast<uint8_t>(type), opcode);
 }
 
 void wqe_add_raddr(EmuQp* qp, uint64_t raddr, uint32_t rkey) {
@@ -160,8 +160,8 @@ int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs_out) {
   uint32_t bbs = (size + kSendWqeBB - 1) / kSendWqeBB;
   if (sq_full(qp, bbs)) return ENOMEM;
   CtrlSeg* c = stage_ctrl(qp);
-  c->opmod_idx_opcode = be32(((qp->sq_head & 0xffff) << 8) | qp->stage_opcode);
-  c->qpn_ds = be32((qp->qpx.qp_base.qp_num << 8) | (size / 16));
+  ctrl_set_index_opcode(*c, qp->sq_head, qp->stage_opcode);
+  ctrl_set_qpn_ds(*c, qp->qpx.qp_base.qp_num, size / 16);
   ring_copy(qp, qp->sq_head, qp->stage, size);
   sq_note_wqe_store(*qp->shm, qp->wrec, qp->sq_head, bbs);
   uint32_t slot = qp->sq_head & (qp->sq_bbs - 1);

@@ -254,7 +254,9 @@ struct EmuQp {
 // send queue (queue_enter).
 int wqe_begin(EmuQp* qp, uint8_t opcode, unsigned send_flags, uint32_t imm_be, uint64_t wr_id);
 int wqe_set_av(EmuQp* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey);
+// What a QP of this type may post (emu/transport.h): by WQE opcode, and as IBV_QP_EX_WITH_* flags.
 bool opcode_allowed(ibv_qp_type type, uint8_t opcode);
+uint64_t send_ops_of(ibv_qp_type type);
 void wqe_set_xrc_srqn(EmuQp* qp, uint32_t srqn);
 void wqe_add_raddr(EmuQp* qp, uint64_t raddr, uint32_t rkey);
 void wqe_add_atomic(EmuQp* qp, uint64_t swap_add, uint64_t compare);

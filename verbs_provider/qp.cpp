@@ -271,11 +271,6 @@ void qp_table_set(uint32_t qpn, EmuQp* qp) { g_qp_table[qpn & (kMaxQps - 1)] = q
 
 void qp_progress(EmuQp* qp) { device_kick_sq(*qp->shm); }
 
-constexpr uint64_t kSupportedSendOps =
-    IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM | IBV_QP_EX_WITH_SEND |
-    IBV_QP_EX_WITH_SEND_WITH_IMM | IBV_QP_EX_WITH_RDMA_READ | IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP |
-    IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD;
-
 ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
                                   IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_XRCD;
@@ -293,7 +288,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_CREATE_FLAGS) && attr->create_flags)
     return fail_null<ibv_qp>(EOPNOTSUPP);
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
-      (attr->send_ops_flags & ~kSupportedSendOps))
+      (attr->send_ops_flags & ~send_ops_of(IBV_QPT_RC)))  // RC carries every operation
     return fail_null<ibv_qp>(EOPNOTSUPP);
   if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD &&
       attr->qp_type != IBV_QPT_XRC_SEND)
@@ -302,16 +297,10 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
       attr->recv_cq->context != context)
     return fail_null<ibv_qp>(EINVAL);
   if (attr->srq && attr->srq->context != context) return fail_null<ibv_qp>(EINVAL);
-  if (attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) {
-    // What each transport can send (as mlx5 refuses the rest).
-    uint64_t ud_ops = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-    uint64_t uc_ops = ud_ops | IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM;
-    uint64_t allowed = attr->qp_type == IBV_QPT_UD         ? ud_ops
-                       : attr->qp_type == IBV_QPT_UC       ? uc_ops
-                       : attr->qp_type == IBV_QPT_XRC_SEND ? ud_ops
-                                                           : kSupportedSendOps;
-    if (attr->send_ops_flags & ~allowed) return fail_null<ibv_qp>(EOPNOTSUPP);
-  }
+  // What each transport can send (as mlx5 refuses the rest).
+  if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
+      (attr->send_ops_flags & ~send_ops_of(attr->qp_type)))
+    return fail_null<ibv_qp>(EOPNOTSUPP);
   ibv_qp_cap& cap = attr->cap;
   if (cap.max_send_wr > Limits::max_qp_wr || cap.max_recv_wr > Limits::max_qp_wr ||
       cap.max_send_sge > Limits::max_sge || cap.max_recv_sge > Limits::max_sge ||

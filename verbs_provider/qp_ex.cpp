@@ -196,9 +196,31 @@ void wr_bind_mw(ibv_qp_ex* x, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
 void wr_send_tso(ibv_qp_ex* x, void*, uint16_t, uint16_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
 void wr_atomic_write(ibv_qp_ex* x, uint32_t, uint64_t, const void*) { to_qp(x)->wr_error = EOPNOTSUPP; }
 
+// The ibv_qp_ex operation behind each WQE opcode.
+struct WrOp {
+  uint64_t flag;
+  uint8_t opcode;
+};
+constexpr WrOp kWrOps[] = {
+    {IBV_QP_EX_WITH_SEND, kOpSend},
+    {IBV_QP_EX_WITH_SEND_WITH_IMM, kOpSendImm},
+    {IBV_QP_EX_WITH_RDMA_WRITE, kOpRdmaWrite},
+    {IBV_QP_EX_WITH_RDMA_WRITE_WITH_IMM, kOpRdmaWriteImm},
+    {IBV_QP_EX_WITH_RDMA_READ, kOpRdmaRead},
+    {IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, kOpAtomicCs},
+    {IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, kOpAtomicFa},
+};
+
 }  // namespace
 
 namespace emu::prov {
+
+uint64_t send_ops_of(ibv_qp_type type) {
+  uint64_t ops = 0;
+  for (const WrOp& op : kWrOps)
+    if (opcode_allowed(type, op.opcode)) ops |= op.flag;
+  return ops;
+}
 
 void install_wr_ops(EmuQp* qp) {
   ibv_qp_ex& x = qp->qpx;

@@ -68,7 +68,7 @@ void report(Segment* seg, RaceKind kind, RaceAction act, const QpSlot* qp, uint1
 uint32_t bf_chunks_needed(const uint8_t* chunk0) {
   CtrlSeg c;
   std::memcpy(&c, chunk0, sizeof c);
-  uint32_t ds = be32(c.qpn_ds) & 0x3f;
+  uint32_t ds = ctrl_ds(c);
   uint32_t n = (ds * 16 + kSendWqeBB - 1) / kSendWqeBB;
   return ds == 0 || n > kBfChunks ? 0 : n;
 }
@@ -142,8 +142,8 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
   }
   CtrlSeg c;
   std::memcpy(&c, copy, sizeof c);
-  uint32_t qpn = be32(c.qpn_ds) >> 8;
-  uint32_t idx = (be32(c.opmod_idx_opcode) >> 8) & 0xffff;
+  uint32_t qpn = ctrl_qpn(c);
+  uint32_t idx = ctrl_wqe_index(c);
   QpSlot* qp = v.nothing_new ? nullptr : seg->find_qp(qpn);
   RaceAction act = kActIgnored;
   uint64_t head = 0;

@@ -1,16 +1,36 @@
-// The device engine: what a NIC does with what the driver wrote. Its steps are explicit so a
-// scheduler can drive them one at a time: fetch the doorbell record, fetch a WQE, execute it,
-// complete it. The engine has no thread of its own; whoever runs it (the posting thread, a poller,
-// a scheduler) calls these entry points, and it behaves the same in any attached process.
+// The device engine: what a NIC does with what the driver wrote. It has no thread of its own;
+// whoever runs it (the posting thread, a poller, the device thread, a scheduler) calls its entry
+// points, and it behaves the same in any attached process.
+//
+// The work on one send queue is a sequence of steps, each one member function of the device state
+// with one entry, so that a scheduler or a fault injector (inside emu/) can run them one at a time
+// under the QP's engine lock; run_sq is the loop that calls them in order:
+//   1. step_fetch_dbrec(qp)            read the send doorbell record, checked (a record that went
+//                                      backwards or counts blocks the ring was not given)
+//   2. step_fetch_wqe(qp, buf, &bbs)   the WQE at sq_ci: its BlueFlame copy, else the ring; a
+//                                      stale or torn one is a local QP operation error
+//   3. step_execute(qp, wqe, &cqe)     parse (device/wqe_parse.h) and run one opcode family:
+//                                      exec_rdma (WRITE, WRITE_IMM, READ), exec_atomic, exec_send
+//                                      (SEND, SEND_IMM; engine_exec.cpp), exec_ud (engine_recv.cpp)
+//      step_execute_writes(qp, pi)     instead of 2-4: a run of plain WRITEs in one DMA call
+//                                      (engine_batch.cpp)
+//   4. step_complete(qp, cqe, signaled, bbs)  the requester's CQE (step_write_cqe), sq_ci past the
+//                                      WQE, and an error stops the send queue
+//   5. step_raise_event(cq, cqe)       the completion event of a CQ armed for it (after each CQE
+//                                      step_write_cqe placed; write_cqe does both)
+// A head WQE whose responder does not answer stalls (stall_or_fail) and is retried by a later run.
 #pragma once
 #include <cstdint>
 
+#include "device/doorbell.h"
+#include "device/engine_internal.h"
 #include "emu/layout.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
+#include "shm/memory.h"
 
 namespace emu::engine_detail {
-struct Sges;
+struct ParsedWqe;
 }
 
 namespace emu {
@@ -31,6 +51,19 @@ struct CqeInfo {
   bool inline_scatter;   // the payload (byte_cnt <= kCqeInlineMax bytes) travels in the CQE
   uint8_t inline_data[kCqeInlineMax];
 };
+
+// An error CQE for the WQE at consumer position ci of qp's send queue (kCqeReqErr, naming the
+// WQE's opcode) or receive queue (kCqeRespErr): a flush, a malformed WQE, a spent retry budget.
+inline CqeInfo error_cqe(uint8_t cqe_opcode, uint8_t syndrome, const QpSlot& qp, uint32_t ci,
+                         uint8_t wqe_opcode = 0) {
+  CqeInfo info{};
+  info.cqe_opcode = cqe_opcode;
+  info.syndrome = syndrome;
+  info.wqe_opcode = wqe_opcode;
+  info.wqe_counter = static_cast<uint16_t>(ci & 0xffff);
+  info.qpn = qp.qpn;
+  return info;
+}
 
 // What executing the head WQE came to.
 enum class ExecOutcome {
@@ -67,23 +100,78 @@ class Engine {
   // Writes one CQE and raises the completion event if the CQ is armed for it.
   void write_cqe(CqSlot& cq, const CqeInfo& info);
 
-  void set_clock(Clock c) { now_ = c; }
-
   static uint64_t rnr_delay_us(uint8_t min_rnr_timer);
   static uint64_t transport_timeout_us(uint8_t timeout);
 
- private:
-  void run_sq(QpSlot& qp, bool force_retry);
+  // ---- Steps (see the top of this file). The send-queue steps need qp's engine lock held. ----
+
+  // The producer index the device goes on with.
+  uint32_t step_fetch_dbrec(QpSlot& qp) {
+    return dbrec_checked(seg_, qp, engine_detail::sq_producer(seg_, qp));
+  }
   // What fetching the WQE at a ring position gave: a WQE; a BlueFlame copy that did not parse
   // (already reported as torn); or a slot holding no WQE for that position (stale).
   enum class Fetch { ok, bad_bf, stale };
-  Fetch fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs);
-  Fetch fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs);
+  // The WQE at sq_ci into buf (kMaxWqeBBs * kSendWqeBB bytes), and the blocks it takes.
+  Fetch step_fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs) {
+    return fetch_wqe_at(qp, qp.sq_ci, buf, bbs);
+  }
+  ExecOutcome step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);
   // Executes a run of plain RDMA WRITEs at the head with one DMA call; returns how many (0: the
   // head is not such a run, or something in it needs the one-at-a-time path and its errors).
-  uint32_t run_write_batch(QpSlot& qp, uint32_t producer);
-  ExecOutcome execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);
+  uint32_t step_execute_writes(QpSlot& qp, uint32_t producer);
+  // The head WQE (bbs blocks) is done: its CQE if signaled or failed, the consumer index past it,
+  // and a failure (other than a flush) stops the send queue.
+  void step_complete(QpSlot& qp, const CqeInfo& info, bool signaled, uint32_t bbs) {
+    bool error = info.cqe_opcode == kCqeReqErr;
+    if (signaled || error) write_cqe(h_->cqs[qp.send_cq], info);
+    qp.sq_ci += bbs;
+    // A flush completion comes from a queue already stopped.
+    if (error && info.syndrome != kSynWrFlush) send_queue_error(qp);
+  }
+  // Places one CQE in its ring; false: the CQ is in error (overrun) and took nothing.
+  bool step_write_cqe(CqSlot& cq, const CqeInfo& info);
+  void step_raise_event(CqSlot& cq, const CqeInfo& info);
+
+ private:
+  void run_sq(QpSlot& qp, bool force_retry);
+  Fetch fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs);
+  // The head WQE of a queue in ERR or SQE: flushed (or stepped over if it is no WQE).
+  void flush_head(QpSlot& qp, uint8_t* buf);
+  // A slot at sq_ci that holds no valid WQE: a local QP operation error.
+  void fail_malformed(QpSlot& qp, Fetch got);
+  // Whether the stalled head WQE is tried now: its retry is due (or forced).
+  bool retry_now(QpSlot& qp, bool* force_retry);
   bool retry_due(QpSlot& qp);
+  // The head WQE got no answer: stall it, or fail it once its retry budget is spent. Returns
+  // whether the runner goes on (it failed) or stops (it waits).
+  bool stall_or_fail(QpSlot& qp, ExecOutcome out, const CqeInfo& info, uint8_t wqe_opcode,
+                     uint32_t bbs);
+
+  // One message of a connected QP (RC, UC, XRC) to its responder (engine_exec.cpp).
+  struct Exchange {
+    QpSlot& qp;
+    QpSlot& r;
+    const engine_detail::ParsedWqe& w;
+    CqeInfo* out;
+    uint32_t npk;     // packets the message takes on the requester's path
+    bool unreliable;  // UC: no acknowledgements
+    int local_pid;    // where the requester's buffers are (0: this process)
+    int remote_pid;
+    uint16_t my_lid;
+  };
+  ExecOutcome exec_rdma(Exchange& x);
+  ExecOutcome exec_atomic(Exchange& x);
+  ExecOutcome exec_send(Exchange& x);
+  // What the requester sees when...
+  ExecOutcome dropped(Exchange& x);  // UC: a message nobody takes is gone, the requester done
+  ExecOutcome gone(Exchange& x);     // the responder vanished: UC dropped, else retried
+  ExecOutcome rnr(Exchange& x);      // no receive posted
+  ExecOutcome responder_error(Exchange& x, uint8_t req_syndrome, uint32_t event);
+  // A failed DMA of a WRITE or READ: whose side it was decides the error.
+  ExecOutcome rdma_copy_failed(Exchange& x, CopyResult cr);
+  CopyResult rdma_copy(Exchange& x, uint64_t va, int rpid);
+
   // The receive queue a responder takes WQEs from: its own, or its SRQ (engine_recv.cpp).
   struct RecvRef {
     QpSlot* qp;
@@ -100,13 +188,23 @@ class Engine {
   // The process whose memory the receive buffers are in, and the CQ the completion goes to.
   int recv_pid(const RecvRef& q) const;
   CqSlot& recv_cq(const RecvRef& q);
-  void recv_lock(RecvRef& q);
-  void recv_unlock(RecvRef& q);
+  // The lock that serialises the queue's consumers (held with ShmLockGuard; nothing that may
+  // flush this queue, such as enter_error, runs under it).
+  static ShmLock& recv_lock(const RecvRef& q) { return q.srq ? q.srq->lock : q.qp->rq_lock; }
   bool recv_empty(RecvRef& q);
   bool recv_empty_wait(const QpSlot& requester, RecvRef& q);
   // The data segments of the next receive WQE, their size in bytes and the index the CQE names.
   const uint8_t* recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index);
   void recv_consume(RecvRef& q);
+  // A SEND's payload into the head receive WQE of rq, whose lock the caller holds. false: the
+  // requester's outcome is *early and the receive stays; true: consume it (*resp_syndrome: the
+  // responder's error, if any).
+  bool send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
+                    ExecOutcome* early);
+  // Shared windows (EMU_SHARED_MR) into the first msg_len bytes of every buffer of a receive WQE's
+  // scatter list (checked by recv_scatter); false: not all of them have one.
+  bool recv_windows(const RecvRef& rq, const uint8_t* rwqe, const engine_detail::Sges& scatter,
+                    uint64_t msg_len, uint64_t* window);
   // Translates a receive WQE's scatter list with the responder's keys; false: a bad key.
   bool recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_bytes,
                     engine_detail::Sges* out, bool* addr_is_va);
@@ -122,20 +220,21 @@ class Engine {
     bool has_grh;
     Grh grh;
   };
-  ExecOutcome execute_ud(QpSlot& qp, const CtrlSeg& ctrl, const AvSeg& av,
-                         const engine_detail::Sges& local, int local_pid, CqeInfo* out);
+  ExecOutcome exec_ud(QpSlot& qp, const engine_detail::ParsedWqe& w, int local_pid, CqeInfo* out);
   void deliver_ud(const UdPacket& pkt, QpSlot& r);
+  // The packet into the head receive WQE of q, whose lock the caller holds. false: the packet is
+  // lost and the receive stays; true: consume it (*syndrome: the responder's error, if any).
+  bool ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index, uint8_t* syndrome);
   void raise_comm_est(QpSlot& r);
   void send_queue_error(QpSlot& qp);
   bool peer_still_there(QpSlot& qp, const QpSlot& r);
   void set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us);
   void clear_stall(QpSlot& qp);
-  void complete_send(QpSlot& qp, const CqeInfo& info, bool signaled);
   void raise_qp_event(const QpSlot& qp, uint32_t type);
 
   Segment* seg_;
   Header* h_;
-  Clock now_;
+  Clock now_;  // every time the engine reads goes through this member (a scheduler's clock later)
 };
 
 }  // namespace emu

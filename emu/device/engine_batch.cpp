@@ -6,12 +6,13 @@
 
 #include "device/engine.h"
 #include "device/engine_internal.h"
+#include "device/wqe_parse.h"
 #include "shm/shared_map.h"
 
 namespace emu {
 using namespace engine_detail;
 
-uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
+uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   constexpr uint32_t kBatch = 64;
   uint32_t pending = (producer - qp.sq_ci) & 0xffff;
   if (pending < 2) return 0;
@@ -38,68 +39,32 @@ uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
   static thread_local MemSpan local[kBatch * 4];
   static thread_local MemSpan remote[kBatch];
   Item items[kBatch];
+  ParsedWqe w;
   uint32_t n = 0, nl = 0, nr = 0, pos = qp.sq_ci, consumed = 0;
   bool windows = false;
   while (n < kBatch && consumed < pending) {
-    uint8_t* w = wqes[n];
     uint32_t bbs;
-    if (fetch_wqe_at(qp, pos, w, &bbs) != Fetch::ok) break;
-    auto* ctrl = reinterpret_cast<const CtrlSeg*>(w);
-    if ((be32(ctrl->opmod_idx_opcode) & 0xff) != kOpRdmaWrite) break;
-    const uint8_t* p = w + sizeof(CtrlSeg);
-    const uint8_t* end = w + (be32(ctrl->qpn_ds) & 0x3f) * 16;
-    if (p + sizeof(RaddrSeg) > end) break;
-    RaddrSeg ra;
-    std::memcpy(&ra, p, sizeof ra);
-    p += sizeof ra;
-    uint32_t first = nl;
-    uint64_t total = 0;
-    bool ok = true;
-    while (ok && p + 4 <= end) {
-      uint32_t bc;
-      std::memcpy(&bc, p, 4);
-      bc = be32(bc);
-      if (nl == kBatch * 4) {
-        ok = false;
-      } else if (bc & kInlineSegFlag) {
-        uint32_t len = bc & ~kInlineSegFlag;
-        if (p + 4 + len > end) ok = false;
-        else local[nl++] = {reinterpret_cast<uint64_t>(p + 4), len};
-        total += len;
-        p += (4 + len + 15) & ~15u;
-      } else if (p + sizeof(DataSeg) <= end) {
-        DataSeg d;
-        std::memcpy(&d, p, sizeof d);
-        p += sizeof d;
-        uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
-        uint64_t va;
-        ok = translate_local(seg_, qp, be32(d.lkey), be64(d.addr), len, false, &va);
-        if (ok) local[nl++] = {va, len};
-        total += len;
-      } else {
-        break;
-      }
-    }
+    if (fetch_wqe_at(qp, pos, wqes[n], &bbs) != Fetch::ok) break;
+    if (ctrl_opcode(*reinterpret_cast<const CtrlSeg*>(wqes[n])) != kOpRdmaWrite) break;
+    if (parse_wqe(seg_, qp, wqes[n], &w) != 0) break;
+    uint64_t total = w.local.total;
+    if (nl + w.local.n > kBatch * 4) break;
     uint64_t rva = 0;
     const MrSlot* rmr = nullptr;
-    if (ok && total > kMaxMsgSize) ok = false;
-    if (ok && total && !translate_remote(seg_, *r, be32(ra.rkey), be64(ra.raddr), total,
-                                         kAccessRemoteWrite, &rva, &rmr))
-      ok = false;
-    // One copy call takes one address space: all through shared mappings, or none.
-    if (ok && total) {
-      uint64_t w = shared_window(seg_, *rmr, rva, total);
-      if (nr == 0) windows = w != 0;
-      if ((w != 0) != windows) ok = false;
-      if (w) rva = w;
-    }
-    if (!ok) {
-      nl = first;  // this one goes the one-at-a-time way
+    if (total && !translate_remote(seg_, *r, be32(w.raddr.rkey), be64(w.raddr.raddr), total,
+                                   kAccessRemoteWrite, &rva, &rmr))
       break;
+    // One copy call takes one address space: all through shared mappings, or none.
+    if (total) {
+      uint64_t window = shared_window(seg_, *rmr, rva, total);
+      if (nr == 0) windows = window != 0;
+      if ((window != 0) != windows) break;
+      if (window) rva = window;
+      remote[nr++] = {rva, total};
     }
-    if (total) remote[nr++] = {rva, total};
+    for (int i = 0; i < w.local.n; ++i) local[nl++] = w.local.span[i];
     items[n++] = {bbs, static_cast<uint32_t>(total), static_cast<uint16_t>(pos & 0xffff),
-                  (ctrl->fm_ce_se & kCtrlCqUpdate) != 0};
+                  ctrl_signaled(*w.ctrl)};
     pos += bbs;
     consumed += bbs;
   }
@@ -111,19 +76,14 @@ uint32_t Engine::run_write_batch(QpSlot& qp, uint32_t producer) {
                static_cast<int>(nr)) != CopyResult::ok)
     return 0;
   for (uint32_t i = 0; i < n; ++i) {
-    uint32_t npk = packets(items[i].len, qp.path_mtu);
-    qp.sq_psn = (qp.sq_psn + npk) & 0xffffff;
-    r->rq_psn = (r->rq_psn + npk) & 0xffffff;
-    if (items[i].signaled) {
-      CqeInfo info{};
-      info.cqe_opcode = kCqeReq;
-      info.wqe_opcode = kOpRdmaWrite;
-      info.wqe_counter = items[i].idx;
-      info.qpn = qp.qpn;
-      info.byte_cnt = items[i].len;
-      write_cqe(h_->cqs[qp.send_cq], info);
-    }
-    qp.sq_ci += items[i].bbs;
+    advance_psn(qp, r, packets(items[i].len, qp.path_mtu));
+    CqeInfo info{};
+    info.cqe_opcode = kCqeReq;
+    info.wqe_opcode = kOpRdmaWrite;
+    info.wqe_counter = items[i].idx;
+    info.qpn = qp.qpn;
+    info.byte_cnt = items[i].len;
+    step_complete(qp, info, items[i].signaled, items[i].bbs);
   }
   return n;
 }

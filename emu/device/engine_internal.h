@@ -36,44 +36,52 @@ struct Sges {
   bool is_inline = false;
 };
 
-// A local key check as the NIC does it: key, PD, owner, bounds and the needed access.
-inline bool translate_key(Segment* seg, uint32_t pd, uint32_t owner, uint32_t lkey, uint64_t addr,
-                          uint64_t len, bool need_write, uint64_t* va,
+// A key check as the NIC does it: the key names an MR of the same PD and process that grants the
+// access needed (kAccess* bits; 0 for a local read) and holds [addr, addr + len); *va is where
+// addr is in the owner's address space.
+inline bool translate_key(Segment* seg, uint32_t pd, uint32_t owner, uint32_t key, uint64_t addr,
+                          uint64_t len, uint32_t need, uint64_t* va,
                           const MrSlot** mr_out = nullptr) {
-  const MrSlot* mr = seg->find_mr(lkey);
+  const MrSlot* mr = seg->find_mr(key);
   if (mr_out) *mr_out = mr;
-  if (!mr || mr->pd != pd || mr->owner != owner) return false;
-  if (need_write && !(mr->access & kAccessLocalWrite)) return false;
+  if (!mr || mr->pd != pd || mr->owner != owner || (mr->access & need) != need) return false;
   if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
   *va = mr->addr + (addr - mr->iova);
   return true;
 }
 
-inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint64_t addr, uint64_t len,
-                     bool need_write, uint64_t* va, const MrSlot** mr_out = nullptr) {
-  const MrSlot* mr = seg->find_mr(lkey);
-  if (mr_out) *mr_out = mr;
-  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner) return false;
-  if (need_write && !(mr->access & kAccessLocalWrite)) return false;
-  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
-  *va = mr->addr + (addr - mr->iova);
-  return true;
+// The requester's own buffers, with its L_Key (need_write: the device writes into them).
+inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint64_t addr,
+                            uint64_t len, bool need_write, uint64_t* va,
+                            const MrSlot** mr_out = nullptr) {
+  uint32_t need = need_write ? uint32_t{kAccessLocalWrite} : 0;
+  return translate_key(seg, qp.pd, qp.owner, lkey, addr, len, need, va, mr_out);
 }
 
-inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr, uint64_t len,
-                      uint32_t need, uint64_t* va, const MrSlot** mr_out = nullptr) {
-  if (!(qp.access & need)) return false;
-  const MrSlot* mr = seg->find_mr(rkey);
-  if (mr_out) *mr_out = mr;
-  if (!mr || mr->pd != qp.pd || mr->owner != qp.owner || !(mr->access & need)) return false;
-  if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
-  *va = mr->addr + (addr - mr->iova);
-  return true;
+// The responder's buffers, with the R_Key a request carries: the QP must allow the access too.
+inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr,
+                             uint64_t len, uint32_t need, uint64_t* va,
+                             const MrSlot** mr_out = nullptr) {
+  return (qp.access & need) &&
+         translate_key(seg, qp.pd, qp.owner, rkey, addr, len, need, va, mr_out);
 }
 
 inline uint32_t packets(uint64_t len, uint8_t mtu_code) {
   uint64_t mtu = 128ull << (mtu_code ? mtu_code : 1);
   return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+}
+
+// A message of npk packets went from requester to responder: both PSNs move past it (UD and UC
+// messages nobody received move only the requester's: responder nullptr).
+inline void advance_psn(QpSlot& requester, QpSlot* responder, uint32_t npk) {
+  requester.sq_psn = (requester.sq_psn + npk) & 0xffffff;
+  if (responder) responder->rq_psn = (responder->rq_psn + npk) & 0xffffff;
+}
+
+// The CqeEmuFlags of a responder's CQE for a message whose WQE had this control segment.
+inline uint8_t recv_cqe_flags(const CtrlSeg& ctrl, bool imm) {
+  return static_cast<uint8_t>((imm ? kCqeFlagImm : 0) |
+                              (ctrl_solicited(ctrl) ? kCqeFlagSolicited : 0));
 }
 
 // Whether the link under a QP's port is up: a port taken down (emu/control.h) is a pulled cable,

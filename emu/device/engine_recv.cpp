@@ -5,6 +5,7 @@
 
 #include "device/engine.h"
 #include "device/engine_internal.h"
+#include "device/wqe_parse.h"
 #include "emu/notify.h"
 
 namespace emu {
@@ -33,16 +34,6 @@ int Engine::recv_pid(const RecvRef& q) const {
 
 CqSlot& Engine::recv_cq(const RecvRef& q) {
   return h_->cqs[q.srq && q.srq->xrcd_ref ? q.srq->cq : q.qp->recv_cq];
-}
-
-void Engine::recv_lock(RecvRef& q) {
-  if (q.srq) q.srq->lock.lock(seg_->self());
-  else q.qp->rq_lock.lock(seg_->self());
-}
-
-void Engine::recv_unlock(RecvRef& q) {
-  if (q.srq) q.srq->lock.unlock();
-  else q.qp->rq_lock.unlock();
 }
 
 bool Engine::recv_empty(RecvRef& q) {
@@ -119,7 +110,8 @@ bool Engine::recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_byt
     if (be32(d.lkey) == kInvalidLkey) break;
     uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
     uint64_t va;
-    if (out->n == kMaxSpans || !translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len, true, &va))
+    if (out->n == kMaxSpans ||
+        !translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len, kAccessLocalWrite, &va))
       return false;
     if (va != be64(d.addr)) *addr_is_va = false;
     out->span[out->n++] = {va, len};
@@ -197,8 +189,10 @@ bool joined(const QpSlot& q, const uint8_t gid[16], uint16_t lid, bool gid_only)
 
 }  // namespace
 
-ExecOutcome Engine::execute_ud(QpSlot& qp, const CtrlSeg& ctrl, const AvSeg& av, const Sges& local,
-                               int local_pid, CqeInfo* out) {
+ExecOutcome Engine::exec_ud(QpSlot& qp, const ParsedWqe& w, int local_pid, CqeInfo* out) {
+  const CtrlSeg& ctrl = *w.ctrl;
+  const AvSeg& av = w.av;
+  const Sges& local = w.local;
   const PortState& port = h_->devices[qp.dev].ports[qp.port - 1];
   uint64_t mtu = 128ull << (port.active_mtu ? port.active_mtu : 1);
   if (local.total > mtu) {  // a UD message is one packet
@@ -206,7 +200,7 @@ ExecOutcome Engine::execute_ud(QpSlot& qp, const CtrlSeg& ctrl, const AvSeg& av,
     out->syndrome = kSynLocalLength;
     return ExecOutcome::done;
   }
-  qp.sq_psn = (qp.sq_psn + 1) & 0xffffff;
+  advance_psn(qp, nullptr, 1);  // a datagram is one packet
   // Sent is done for UD: whether anyone received it is not the requester's to know. A port that
   // is down sends nothing.
   if (!qp_port_up(h_, qp)) return ExecOutcome::done;
@@ -226,7 +220,7 @@ ExecOutcome Engine::execute_ud(QpSlot& qp, const CtrlSeg& ctrl, const AvSeg& av,
   uint8_t sgid_type = pkt.has_grh ? port.gid_type[sgid_index] : uint8_t{kGidTypeIb};
   if (pkt.has_grh) {
     Grh& g = pkt.grh;
-    uint32_t imm = (be32(ctrl.opmod_idx_opcode) & 0xff) == kOpSendImm ? 4 : 0;
+    uint32_t imm = w.opcode == kOpSendImm ? 4 : 0;
     uint32_t ib_bytes = 12 + 8 + imm + static_cast<uint32_t>(local.total) + 4;  // BTH DETH data ICRC
     g.version_tclass_flow = be32(6u << 28 | uint32_t(av.tclass) << 20 | (gfl & 0xfffff));
     g.paylen = be16(static_cast<uint16_t>(ib_bytes));
@@ -265,53 +259,14 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   if (!can_receive(r.qp_state.load()) || r.qkey != pkt.qkey) return;
   if (h_->procs[r.owner].state.load(std::memory_order_relaxed) != kProcAlive) return;
   RecvRef q = recv_of(r);
-  recv_lock(q);
-  if (recv_empty(q)) {
-    recv_unlock(q);
-    return;
-  }
-  uint32_t seg_bytes;
   CqeInfo rc{};
-  const uint8_t* wqe = recv_head(q, &seg_bytes, &rc.wqe_counter);
-  Sges scatter;
-  bool addr_is_va;
-  bool prot_ok = recv_scatter(q, wqe, seg_bytes, &scatter, &addr_is_va);
-  int rpid = h_->procs[r.owner].pid;
-  const Sges& local = *pkt.local;
   uint8_t syndrome = 0;
-  if (!prot_ok) {
-    syndrome = kSynLocalProt;
-  } else if (scatter.total < kGrhBytes + local.total) {
-    syndrome = kSynLocalLength;
-  } else {
-    CopyResult cr = CopyResult::ok;
-    bool local_here = pkt.local_pid == 0 || pkt.local_pid == seg_->pid();
-    if (pkt.has_grh && local_here && local.n < kMaxSpans) {
-      // GRH and payload are both in this process: one gather list, one copy.
-      Sges src;
-      src.span[src.n++] = {reinterpret_cast<uint64_t>(&pkt.grh), kGrhBytes};
-      for (int i = 0; i < local.n; ++i) src.span[src.n++] = local.span[i];
-      Sges dst = sub_spans(scatter, 0, kGrhBytes + local.total);
-      cr = dma_copy(0, src.span, src.n, rpid, dst.span, dst.n);
-    } else {
-      if (pkt.has_grh) {
-        MemSpan g{reinterpret_cast<uint64_t>(&pkt.grh), kGrhBytes};
-        Sges head = sub_spans(scatter, 0, kGrhBytes);
-        cr = dma_copy(0, &g, 1, rpid, head.span, head.n);
-      }
-      if (cr == CopyResult::ok && local.total) {
-        Sges body = sub_spans(scatter, kGrhBytes, local.total);
-        cr = dma_copy(pkt.local_pid, local.span, local.n, rpid, body.span, body.n);
-      }
-    }
-    if (cr == CopyResult::dst_gone || cr == CopyResult::src_gone || cr == CopyResult::src_fault) {
-      recv_unlock(q);  // the receiver died, or our own buffer vanished: the packet is lost
-      return;
-    }
-    if (cr != CopyResult::ok) syndrome = kSynLocalProt;
+  {
+    ShmLockGuard held(recv_lock(q), seg_->self());
+    if (recv_empty(q)) return;
+    if (!ud_payload(pkt, q, &rc.wqe_counter, &syndrome)) return;
+    recv_consume(q);
   }
-  recv_consume(q);
-  recv_unlock(q);
   rc.qpn = r.qpn;
   rc.src_qpn = pkt.src_qpn | uint32_t(pkt.sl) << 24 | (pkt.has_grh ? kCqeRqpnGrh : 0);
   rc.slid = pkt.slid;
@@ -322,13 +277,55 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
     enter_error(r);
     return;
   }
-  bool imm = (be32(pkt.ctrl->opmod_idx_opcode) & 0xff) == kOpSendImm;
+  bool imm = ctrl_opcode(*pkt.ctrl) == kOpSendImm;
   rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
-  rc.byte_cnt = static_cast<uint32_t>(kGrhBytes + local.total);
+  rc.byte_cnt = static_cast<uint32_t>(kGrhBytes + pkt.local->total);
   rc.imm_be = pkt.ctrl->imm;
-  rc.emu_flags = (imm ? kCqeFlagImm : 0) |
-                 ((pkt.ctrl->fm_ce_se & kCtrlSolicited) ? kCqeFlagSolicited : 0);
+  rc.emu_flags = recv_cqe_flags(*pkt.ctrl, imm);
   write_cqe(h_->cqs[r.recv_cq], rc);
+}
+
+bool Engine::ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index,
+                        uint8_t* syndrome) {
+  uint32_t seg_bytes;
+  const uint8_t* wqe = recv_head(q, &seg_bytes, wqe_index);
+  Sges scatter;
+  bool addr_is_va;
+  if (!recv_scatter(q, wqe, seg_bytes, &scatter, &addr_is_va)) {
+    *syndrome = kSynLocalProt;
+    return true;
+  }
+  const Sges& local = *pkt.local;
+  if (scatter.total < kGrhBytes + local.total) {
+    *syndrome = kSynLocalLength;
+    return true;
+  }
+  int rpid = h_->procs[q.qp->owner].pid;
+  CopyResult cr = CopyResult::ok;
+  bool local_here = pkt.local_pid == 0 || pkt.local_pid == seg_->pid();
+  if (pkt.has_grh && local_here && local.n < kMaxSpans) {
+    // GRH and payload are both in this process: one gather list, one copy.
+    Sges src;
+    src.span[src.n++] = {reinterpret_cast<uint64_t>(&pkt.grh), kGrhBytes};
+    for (int i = 0; i < local.n; ++i) src.span[src.n++] = local.span[i];
+    Sges dst = sub_spans(scatter, 0, kGrhBytes + local.total);
+    cr = dma_copy(0, src.span, src.n, rpid, dst.span, dst.n);
+  } else {
+    if (pkt.has_grh) {
+      MemSpan g{reinterpret_cast<uint64_t>(&pkt.grh), kGrhBytes};
+      Sges head = sub_spans(scatter, 0, kGrhBytes);
+      cr = dma_copy(0, &g, 1, rpid, head.span, head.n);
+    }
+    if (cr == CopyResult::ok && local.total) {
+      Sges body = sub_spans(scatter, kGrhBytes, local.total);
+      cr = dma_copy(pkt.local_pid, local.span, local.n, rpid, body.span, body.n);
+    }
+  }
+  // The receiver died, or our own buffer vanished: the packet is lost.
+  if (cr == CopyResult::dst_gone || cr == CopyResult::src_gone || cr == CopyResult::src_fault)
+    return false;
+  if (cr != CopyResult::ok) *syndrome = kSynLocalProt;
+  return true;
 }
 
 }  // namespace emu

@@ -84,16 +84,16 @@ TEST(BfDetector, AnUnparseableFirstChunkIsJudgedAlone) {
 TEST(BfDetector, ChunksNeededFollowsTheControlSegment) {
   uint8_t chunk[64] = {};
   CtrlSeg c{};
-  c.qpn_ds = be32(0x1234 << 8 | 4);  // 64 bytes
+  ctrl_set_qpn_ds(c, 0x1234, 4);  // 64 bytes
   std::memcpy(chunk, &c, sizeof c);
   EXPECT_EQ(bf_chunks_needed(chunk), 1u);
-  c.qpn_ds = be32(0x1234 << 8 | 13);  // 208 bytes
+  ctrl_set_qpn_ds(c, 0x1234, 13);  // 208 bytes
   std::memcpy(chunk, &c, sizeof c);
   EXPECT_EQ(bf_chunks_needed(chunk), 4u);
-  c.qpn_ds = be32(0x1234 << 8 | 17);  // more than a BlueFlame buffer holds
+  ctrl_set_qpn_ds(c, 0x1234, 17);  // more than a BlueFlame buffer holds
   std::memcpy(chunk, &c, sizeof c);
   EXPECT_EQ(bf_chunks_needed(chunk), 0u);
-  c.qpn_ds = be32(0x1234 << 8);
+  ctrl_set_qpn_ds(c, 0x1234, 0);
   std::memcpy(chunk, &c, sizeof c);
   EXPECT_EQ(bf_chunks_needed(chunk), 0u);
 }
@@ -156,8 +156,8 @@ struct BfRig : Rig {
     std::vector<uint8_t> w(((16 + 16 + 4 + data.size() + 15) / 16 * 16 + 63) / 64 * 64, 0);
     uint32_t ds = static_cast<uint32_t>((16 + 16 + 4 + data.size() + 15) / 16);
     CtrlSeg c{};
-    c.opmod_idx_opcode = be32(idx << 8 | kOpRdmaWrite);
-    c.qpn_ds = be32(h->qps[a].qpn << 8 | ds);
+    ctrl_set_index_opcode(c, idx, kOpRdmaWrite);
+    ctrl_set_qpn_ds(c, h->qps[a].qpn, ds);
     c.fm_ce_se = kCtrlCqUpdate;
     RaddrSeg ra{be64(reinterpret_cast<uint64_t>(dst) + off), be32(rk), 0};
     uint32_t hdr = be32(static_cast<uint32_t>(data.size()) | kInlineSegFlag);
@@ -242,7 +242,7 @@ TEST(DoorbellDevice, ATornCopyThatDoesNotParseIsALocalQpOperationError) {
   std::vector<uint8_t> junk = wa;
   CtrlSeg c;
   std::memcpy(&c, junk.data(), 16);
-  c.qpn_ds = be32(r.h->qps[r.a].qpn << 8 | 40);
+  ctrl_set_qpn_ds(c, r.h->qps[r.a].qpn, 40);
   std::memcpy(junk.data(), &c, 16);
   r.chunk(0, 0, junk.data(), B1);
   r.chunk(0, 1, wa.data() + 64, A1);
@@ -348,8 +348,8 @@ TEST(DoorbellDevice, LegalPostingOverManyLapsRaisesNothing) {
       while (pos & 15) {
         std::vector<uint8_t> nop(64, 0);
         CtrlSeg c{};
-        c.opmod_idx_opcode = be32((pos & 0xffff) << 8 | kOpNop);
-        c.qpn_ds = be32(r.h->qps[r.a].qpn << 8 | 1);
+        ctrl_set_index_opcode(c, pos, kOpNop);
+        ctrl_set_qpn_ds(c, r.h->qps[r.a].qpn, 1);
         std::memcpy(nop.data(), &c, 16);
         r.ring_store(pos, nop);
         ++pos;

@@ -254,6 +254,10 @@ struct MrSlot {
   uint64_t share_uid;   // names the memfd (several MRs may share one)
 };
 
+// What a CQ's completion channel waits for (ibv_req_notify_cq): the driver arms, the device disarms
+// as it raises the event (one event per arm).
+enum CqArm : uint32_t { kCqArmNone = 0, kCqArmNext = 1, kCqArmSolicited = 2 };
+
 // Fields are grouped by who writes them, one cache line each, so that a producer in one process
 // and the consumer in another do not bounce one line on every completion.
 struct CqSlot {
@@ -274,7 +278,7 @@ struct CqSlot {
   // The consumer (the driver in the owner).
   alignas(64) std::atomic<uint32_t> ci;  // consumer index (the CQ doorbell record)
   // Rarely written.
-  alignas(64) std::atomic<uint32_t> arm;  // 0 idle, 1 next completion, 2 solicited only
+  alignas(64) std::atomic<uint32_t> arm;  // CqArm
   std::atomic<uint32_t> overrun;
   std::atomic<uint32_t> stalled_qps;  // QPs completing here whose head WQE waits for a retry
 };

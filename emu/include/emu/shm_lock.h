@@ -57,4 +57,20 @@ class ShmLockGuard {
   ShmLock& l_;
 };
 
+// A try-lock held for a scope (taking over a dead holder's lock): owns() says whether it was taken.
+class ShmTryLockGuard {
+ public:
+  ShmTryLockGuard(ShmLock& l, uint32_t self) : l_(l), owns_(l.try_lock_or_recover(self)) {}
+  ~ShmTryLockGuard() {
+    if (owns_) l_.unlock();
+  }
+  ShmTryLockGuard(const ShmTryLockGuard&) = delete;
+  ShmTryLockGuard& operator=(const ShmTryLockGuard&) = delete;
+  bool owns() const { return owns_; }
+
+ private:
+  ShmLock& l_;
+  bool owns_;
+};
+
 }  // namespace emu

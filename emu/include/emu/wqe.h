@@ -7,6 +7,10 @@
 
 namespace emu {
 
+inline uint32_t be32(uint32_t v) { return __builtin_bswap32(v); }
+inline uint64_t be64(uint64_t v) { return __builtin_bswap64(v); }
+inline uint16_t be16(uint16_t v) { return __builtin_bswap16(v); }
+
 constexpr uint32_t kSendWqeBB = 64;    // send basic block
 constexpr uint32_t kMaxWqeBBs = 16;    // one WQE spans at most this many blocks (1 KiB)
 constexpr uint32_t kInlineSegFlag = 0x80000000u;
@@ -39,6 +43,25 @@ struct CtrlSeg {
 };
 static_assert(sizeof(CtrlSeg) == 16);
 static_assert(offsetof(CtrlSeg, fm_ce_se) == 11);
+
+// The control segment's fields, the one place their bit positions are spelled out. The WQE index
+// is the 16-bit producer position the driver posted the WQE at (the device checks it on fetch).
+inline uint8_t ctrl_opcode(const CtrlSeg& c) { return be32(c.opmod_idx_opcode) & 0xff; }
+inline uint16_t ctrl_wqe_index(const CtrlSeg& c) {
+  return static_cast<uint16_t>(be32(c.opmod_idx_opcode) >> 8);
+}
+inline uint32_t ctrl_qpn(const CtrlSeg& c) { return be32(c.qpn_ds) >> 8; }
+inline uint32_t ctrl_ds(const CtrlSeg& c) { return be32(c.qpn_ds) & 0x3f; }  // 16-byte units
+inline uint32_t ctrl_size(const CtrlSeg& c) { return ctrl_ds(c) * 16; }      // bytes
+inline bool ctrl_signaled(const CtrlSeg& c) { return (c.fm_ce_se & kCtrlCqUpdate) != 0; }
+inline bool ctrl_solicited(const CtrlSeg& c) { return (c.fm_ce_se & kCtrlSolicited) != 0; }
+inline bool ctrl_fenced(const CtrlSeg& c) { return (c.fm_ce_se & kCtrlFence) != 0; }
+inline void ctrl_set_index_opcode(CtrlSeg& c, uint32_t wqe_index, uint8_t opcode) {
+  c.opmod_idx_opcode = be32((wqe_index & 0xffff) << 8 | opcode);
+}
+inline void ctrl_set_qpn_ds(CtrlSeg& c, uint32_t qpn, uint32_t ds) {
+  c.qpn_ds = be32(qpn << 8 | ds);
+}
 
 struct RaddrSeg {
   uint64_t raddr;  // be
@@ -182,6 +205,14 @@ static_assert(offsetof(Cqe64, byte_cnt) == 44);
 static_assert(offsetof(Cqe64, sop_drop_qpn) == 56);
 static_assert(offsetof(Cqe64, op_own) == 63);
 
+// sop_drop_qpn (the same word as ErrCqe::s_wqe_opcode_qpn): the QP the CQE is for, and for a
+// requester's CQE the opcode of the WQE it completes.
+inline uint32_t cqe_qpn(const Cqe64& c) { return be32(c.sop_drop_qpn) & 0xffffff; }
+inline uint8_t cqe_wqe_opcode(const Cqe64& c) { return be32(c.sop_drop_qpn) >> 24; }
+inline void cqe_set_opcode_qpn(Cqe64& c, uint8_t wqe_opcode, uint32_t qpn) {
+  c.sop_drop_qpn = be32(uint32_t(wqe_opcode) << 24 | (qpn & 0xffffff));
+}
+
 // The error view of the same 64 bytes.
 struct ErrCqe {
   uint8_t rsvd0[32];
@@ -196,9 +227,5 @@ struct ErrCqe {
 };
 static_assert(sizeof(ErrCqe) == 64);
 static_assert(offsetof(ErrCqe, syndrome) == 55);
-
-inline uint32_t be32(uint32_t v) { return __builtin_bswap32(v); }
-inline uint64_t be64(uint64_t v) { return __builtin_bswap64(v); }
-inline uint16_t be16(uint16_t v) { return __builtin_bswap16(v); }
 
 }  // namespace emu

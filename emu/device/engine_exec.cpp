@@ -1,0 +1,314 @@
+// Executing one WQE (step_execute): parse it, then one handler per opcode family, each doing the
+// requester's and the responder's part of one message. The target process does nothing: its
+// memory is written by the engine running in the initiator.
+#include <algorithm>
+#include <cstring>
+
+#include "device/engine.h"
+#include "device/engine_internal.h"
+#include "device/wqe_parse.h"
+#include "shm/shared_map.h"
+
+namespace emu {
+using namespace engine_detail;
+namespace {
+
+// The requester's CQE becomes an error CQE (keeping the byte count and flags it had).
+ExecOutcome fail(CqeInfo* out, uint8_t syndrome) {
+  out->cqe_opcode = kCqeReqErr;
+  out->syndrome = syndrome;
+  return ExecOutcome::done;
+}
+
+}  // namespace
+
+ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
+  ParsedWqe w;
+  uint8_t syndrome = parse_wqe(seg_, qp, wqe, &w);
+  *out = CqeInfo{};
+  out->cqe_opcode = kCqeReq;
+  out->wqe_opcode = w.opcode;
+  if (w.opcode == kOpSendImm || w.opcode == kOpRdmaWriteImm)
+    out->emu_flags = kCqeFlagImm;  // as mlx5
+  out->wqe_counter = qp.sq_ci & 0xffff;
+  out->qpn = qp.qpn;
+  if (syndrome) return fail(out, syndrome);
+  out->byte_cnt = static_cast<uint32_t>(w.local.total);
+  if (w.opcode == kOpNop) return ExecOutcome::done;
+  int local_pid = w.local.is_inline ? 0 : h_->procs[qp.owner].pid;
+  if (qp.type == kQptUd) return exec_ud(qp, w, local_pid, out);
+
+  // UC has no acknowledgements: what the responder cannot take is lost, and the requester, which
+  // completes once the message is on the wire, does not learn of it.
+  bool unreliable = qp.type == kQptUc;
+  uint32_t npk = packets(w.local.total, qp.path_mtu);
+  // The responder: the connected QP behind the destination LID, ready to receive.
+  QpSlot* r = connected_responder(seg_, qp);
+  if (!r) {
+    if (!unreliable) return ExecOutcome::stall_retry;
+    advance_psn(qp, nullptr, npk);
+    return ExecOutcome::done;
+  }
+  // A retry asks the slow question too: is the responder's process still the one that registered?
+  if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !seg_->proc_alive(r->owner))
+    return ExecOutcome::stall_retry;
+  raise_comm_est(*r);
+  int remote_pid = h_->procs[r->owner].pid;
+  uint16_t my_lid = h_->devices[qp.dev].ports[qp.port - 1].lid;
+  Exchange x{qp, *r, w, out, npk, unreliable, local_pid, remote_pid, my_lid};
+  if (is_atomic(w.opcode)) return exec_atomic(x);
+  if (has_raddr(w.opcode)) return exec_rdma(x);
+  return exec_send(x);
+}
+
+ExecOutcome Engine::dropped(Exchange& x) {
+  advance_psn(x.qp, nullptr, x.npk);
+  return ExecOutcome::done;
+}
+
+ExecOutcome Engine::gone(Exchange& x) {
+  return x.unreliable ? dropped(x) : ExecOutcome::stall_retry;
+}
+
+ExecOutcome Engine::rnr(Exchange& x) {
+  if (x.unreliable) return dropped(x);
+  x.out->rnr_timer = x.r.min_rnr_timer;
+  return ExecOutcome::stall_rnr;
+}
+
+ExecOutcome Engine::responder_error(Exchange& x, uint8_t req_syndrome, uint32_t event) {
+  if (x.unreliable) return dropped(x);  // UC: the packet is silently dropped (no NAK)
+  enter_error(x.r);                     // before the event: whoever reads it finds the QP in ERR
+  raise_qp_event(x.r, event);
+  return fail(x.out, req_syndrome);
+}
+
+// ---- RDMA WRITE, WRITE_WITH_IMM, READ ----
+
+CopyResult Engine::rdma_copy(Exchange& x, uint64_t va, int rpid) {
+  const Sges& local = x.w.local;
+  if (!local.total) return CopyResult::ok;
+  MemSpan remote{va, local.total};
+  return x.w.opcode == kOpRdmaRead ? dma_copy(rpid, &remote, 1, x.local_pid, local.span, local.n)
+                                   : dma_copy(x.local_pid, local.span, local.n, rpid, &remote, 1);
+}
+
+ExecOutcome Engine::rdma_copy_failed(Exchange& x, CopyResult cr) {
+  bool remote_side = x.w.opcode == kOpRdmaRead
+                         ? (cr == CopyResult::src_gone || cr == CopyResult::src_fault)
+                         : (cr == CopyResult::dst_gone || cr == CopyResult::dst_fault);
+  if (!remote_side) return fail(x.out, kSynLocalProt);
+  if (cr == CopyResult::src_gone || cr == CopyResult::dst_gone) return gone(x);
+  return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
+}
+
+ExecOutcome Engine::exec_rdma(Exchange& x) {
+  const ParsedWqe& w = x.w;
+  uint64_t total = w.local.total;
+  uint64_t va = 0;
+  const MrSlot* rmr = nullptr;
+  uint32_t need = w.opcode == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite;
+  // A zero-length transfer carries no R_Key check.
+  if (total &&
+      !translate_remote(seg_, x.r, be32(w.raddr.rkey), be64(w.raddr.raddr), total, need, &va, &rmr))
+    return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
+  // Through a shared mapping of the target's pages when there is one (EMU_SHARED_MR).
+  int rpid = x.remote_pid;
+  if (uint64_t window = total ? shared_window(seg_, *rmr, va, total) : 0) {
+    if (!peer_still_there(x.qp, x.r)) return gone(x);
+    va = window;
+    rpid = 0;
+  }
+  if (w.opcode != kOpRdmaWriteImm) {
+    CopyResult cr = rdma_copy(x, va, rpid);
+    if (cr != CopyResult::ok) return rdma_copy_failed(x, cr);
+    advance_psn(x.qp, &x.r, x.npk);
+    return ExecOutcome::done;
+  }
+  // WRITE_WITH_IMM consumes a receive: the bytes move while it is held, the CQE after.
+  RecvRef rq = recv_of(x.r);
+  CqeInfo rc{};
+  CopyResult cr;
+  {
+    ShmLockGuard held(recv_lock(rq), seg_->self());
+    if (recv_empty_wait(x.qp, rq)) return rnr(x);
+    cr = rdma_copy(x, va, rpid);
+    if (cr == CopyResult::ok) {
+      uint32_t seg_bytes;
+      recv_head(rq, &seg_bytes, &rc.wqe_counter);
+      recv_consume(rq);
+    }
+  }
+  if (cr != CopyResult::ok) return rdma_copy_failed(x, cr);
+  advance_psn(x.qp, &x.r, x.npk);
+  rc.cqe_opcode = kCqeRespWrImm;
+  rc.qpn = x.r.qpn;
+  rc.src_qpn = x.qp.qpn;
+  rc.slid = x.my_lid;
+  rc.byte_cnt = static_cast<uint32_t>(total);
+  rc.imm_be = w.ctrl->imm;
+  rc.emu_flags = recv_cqe_flags(*w.ctrl, true);
+  write_cqe(h_->cqs[x.r.recv_cq], rc);
+  return ExecOutcome::done;
+}
+
+// ---- Atomics ----
+
+ExecOutcome Engine::exec_atomic(Exchange& x) {
+  const ParsedWqe& w = x.w;
+  uint64_t raddr = be64(w.raddr.raddr);
+  uint64_t va;
+  const MrSlot* rmr = nullptr;
+  if (raddr & 7) return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
+  if (!translate_remote(seg_, x.r, be32(w.raddr.rkey), raddr, 8, kAccessRemoteAtomic, &va, &rmr))
+    return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
+  int apid = x.remote_pid;
+  if (uint64_t window = shared_window(seg_, *rmr, va, 8)) {
+    if (!peer_still_there(x.qp, x.r)) return ExecOutcome::stall_retry;
+    va = window;
+    apid = 0;
+  }
+  uint64_t old = 0;
+  CopyResult cr;
+  {
+    ShmLockGuard g(h_->atomic_lock, seg_->self());
+    cr = dma_read64(apid, va, &old);
+    if (cr == CopyResult::ok) {
+      uint64_t v = old;
+      if (w.opcode == kOpAtomicFa)
+        v = old + be64(w.atom.swap_add);
+      else if (old == be64(w.atom.compare))
+        v = be64(w.atom.swap_add);
+      if (v != old) cr = dma_write64(apid, va, v);
+    }
+  }
+  if (cr == CopyResult::src_gone || cr == CopyResult::dst_gone) return ExecOutcome::stall_retry;
+  if (cr != CopyResult::ok) return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
+  MemSpan src{reinterpret_cast<uint64_t>(&old), 8};
+  if (dma_copy(0, &src, 1, x.local_pid, w.local.span, w.local.n) != CopyResult::ok)
+    return fail(x.out, kSynLocalProt);
+  advance_psn(x.qp, &x.r, x.npk);
+  return ExecOutcome::done;
+}
+
+// ---- SEND, SEND_WITH_IMM ----
+
+ExecOutcome Engine::exec_send(Exchange& x) {
+  // The responder's next receive WQE: its own queue or its SRQ.
+  RecvRef rq;
+  if (!recv_of(x.r, be32(x.w.xrc.xrc_srqn), &rq)) {
+    // No such SRQ in the TGT QP's domain: the responder NAKs an invalid request.
+    return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
+  }
+  if (rq.srq && rq.srq->xrcd_ref) x.remote_pid = recv_pid(rq);  // the SRQ's process takes the data
+  CqeInfo rc{};
+  uint8_t resp_syndrome = 0;
+  {
+    ShmLockGuard held(recv_lock(rq), seg_->self());
+    if (recv_empty_wait(x.qp, rq)) return rnr(x);
+    ExecOutcome early;
+    if (!send_payload(x, rq, &rc, &resp_syndrome, &early)) return early;
+    recv_consume(rq);
+  }
+  if (resp_syndrome) {
+    rc.cqe_opcode = kCqeRespErr;
+    rc.syndrome = resp_syndrome;
+    write_cqe(recv_cq(rq), rc);
+    enter_error(x.r);
+    if (x.unreliable) return dropped(x);
+    return fail(x.out, resp_syndrome == kSynLocalLength ? kSynRemoteInvalReq : kSynRemoteOp);
+  }
+  bool imm = x.w.opcode == kOpSendImm;
+  rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
+  rc.byte_cnt = static_cast<uint32_t>(x.w.local.total);
+  rc.imm_be = x.w.ctrl->imm;
+  rc.emu_flags = recv_cqe_flags(*x.w.ctrl, imm);
+  advance_psn(x.qp, &x.r, x.npk);
+  write_cqe(recv_cq(rq), rc);
+  return ExecOutcome::done;
+}
+
+bool Engine::recv_windows(const RecvRef& rq, const uint8_t* rwqe, const Sges& scatter,
+                          uint64_t msg_len, uint64_t* window) {
+  bool xrc_srq = rq.srq && rq.srq->xrcd_ref;
+  uint32_t pd = xrc_srq ? rq.srq->pd : rq.qp->pd;
+  uint32_t owner = xrc_srq ? rq.srq->owner : rq.qp->owner;
+  for (int i = 0; i < scatter.n; ++i) {
+    const MrSlot* mr = nullptr;
+    uint64_t va = 0;
+    // The key was checked by recv_scatter; look the MR up again for its window.
+    uint64_t len = std::min<uint64_t>(scatter.span[i].len, msg_len);
+    DataSeg d;
+    std::memcpy(&d, rwqe + i * sizeof d, sizeof d);
+    bool ok = translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len, kAccessLocalWrite,
+                            &va, &mr);
+    window[i] = ok && mr ? shared_window(seg_, *mr, va, len) : 0;
+    if (!window[i]) return false;
+  }
+  return true;
+}
+
+bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
+                          ExecOutcome* early) {
+  const Sges& local = x.w.local;
+  uint32_t seg_bytes;
+  const uint8_t* rwqe = recv_head(rq, &seg_bytes, &rc->wqe_counter);
+  Sges scatter;
+  bool addr_is_va = true;  // the receiver can scatter from its own WQE (no iova offset)
+  bool prot_ok = recv_scatter(rq, rwqe, seg_bytes, &scatter, &addr_is_va);
+  rc->qpn = x.r.qpn;
+  bool xrc_srq = rq.srq && rq.srq->xrcd_ref;
+  if (xrc_srq) rc->srqn = rq.srq->srqn;
+  rc->src_qpn = x.qp.qpn;
+  rc->slid = x.my_lid;
+  if (!prot_ok)
+    *resp_syndrome = kSynLocalProt;
+  else if (scatter.total < local.total)
+    *resp_syndrome = kSynLocalLength;
+  // Shared windows (EMU_SHARED_MR) into the receive buffers, used only if all of it has them.
+  uint64_t window[kMaxSpans];
+  bool all_windows = prot_ok && (local.total > kCqeInlineMax || !addr_is_va) &&
+                     recv_windows(rq, rwqe, scatter, local.total, window);
+  if (*resp_syndrome || !local.total) return true;
+  bool elsewhere = x.remote_pid != seg_->pid();
+  if (local.total <= kCqeInlineMax && addr_is_va && !xrc_srq && elsewhere) {
+    // Scatter-to-CQE: the payload rides in the receive CQE, one line for the receiver to read;
+    // its poll copies it into the buffers of its own receive WQE (checked here, as the device
+    // does).
+    MemSpan cqe_data{reinterpret_cast<uint64_t>(rc->inline_data), local.total};
+    if (dma_copy(x.local_pid, local.span, local.n, 0, &cqe_data, 1) != CopyResult::ok) {
+      *early = fail(x.out, kSynLocalProt);
+      return false;
+    }
+    rc->inline_scatter = true;
+    return true;
+  }
+  if (all_windows && elsewhere && peer_still_there(x.qp, x.r)) {
+    // Straight into the receive buffer through shared mappings (EMU_SHARED_MR).
+    Sges direct = scatter;
+    uint64_t left = local.total;
+    for (int i = 0; i < direct.n; ++i) {
+      direct.span[i].addr = window[i];
+      if (direct.span[i].len > left) direct.span[i].len = left;
+      left -= direct.span[i].len;
+    }
+    if (dma_copy(x.local_pid, local.span, local.n, 0, direct.span, direct.n) != CopyResult::ok) {
+      *early = fail(x.out, kSynLocalProt);
+      return false;
+    }
+    return true;
+  }
+  CopyResult cr = dma_copy(x.local_pid, local.span, local.n, x.remote_pid, scatter.span, scatter.n);
+  if (cr == CopyResult::dst_gone) {
+    *early = gone(x);
+    return false;
+  }
+  if (cr == CopyResult::src_fault || cr == CopyResult::src_gone) {
+    *early = fail(x.out, kSynLocalProt);
+    return false;
+  }
+  if (cr == CopyResult::dst_fault) *resp_syndrome = kSynLocalProt;
+  return true;
+}
+
+}  // namespace emu
