@@ -103,7 +103,6 @@ class Run {
   const Counters& counters() const { return c_; }
   const std::vector<uint32_t>& tids() const { return tids_; }
   const std::vector<std::unique_ptr<PairState>>& pairs() const { return pairs_; }
-  uint32_t slot_bytes() const { return slot_bytes_; }
   uint32_t slots_per_lane() const { return slots_; }
 
  private:

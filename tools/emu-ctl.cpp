@@ -6,6 +6,7 @@
 //   emu-ctl port DEV PORT down|up   take the port down (a cable pull) or bring it back up
 //   emu-ctl census [--json]         every object, its owner process, XRC domains and TGT QPs
 //   emu-ctl races [--json] [--from N]  the race events the devices recorded
+//   emu-ctl knobs [--markdown]      every EMU_* variable with its default (docs/knobs.md's table)
 //   emu-ctl help
 #include <cerrno>
 #include <cstdio>
@@ -36,6 +37,7 @@ struct Command {
 int cmd_port(int argc, char** argv);
 int cmd_census(int argc, char** argv);
 int cmd_races(int argc, char** argv);
+int cmd_knobs(int argc, char** argv);
 int cmd_help(int argc, char** argv);
 
 const Command kCommands[] = {
@@ -56,6 +58,10 @@ const Command kCommands[] = {
      "docs/doorbells.md), oldest first, each with its kind, device, QP, register, slot, writer "
      "threads and what the device executed; --from N: events numbered N and later",
      cmd_races},
+    {"knobs", "[--markdown]",
+     "every EMU_* variable with its default and meaning, from the table in the code; --markdown: "
+     "as the table of docs/knobs.md (tools/knobs-doc.sh checks the two are the same)",
+     cmd_knobs},
     {"help", "", "this text", cmd_help},
 };
 
@@ -185,6 +191,35 @@ int cmd_races(int argc, char** argv) {
                 e.ctx == 0xffffffffu ? -1 : static_cast<int>(e.ctx),
                 e.reg == 0xffff ? -1 : static_cast<int>(e.reg), e.slot, e.writers[0], e.writers[1],
                 e.pid, e.value[0], e.value[1], emu::race_action_name(e.action));
+  return 0;
+}
+
+// A table cell: a '|' in the text would end the cell.
+std::string markdown_cell(const char* text) {
+  std::string out;
+  for (const char* p = text; *p; ++p) {
+    if (*p == '|') out += '\\';
+    out += *p;
+  }
+  return out;
+}
+
+int cmd_knobs(int argc, char** argv) {
+  bool markdown = argc == 2 && std::strcmp(argv[1], "--markdown") == 0;
+  if (argc > 2 || (argc == 2 && !markdown)) {
+    std::fprintf(stderr, "usage: emu-ctl knobs [--markdown]\n");
+    return kExitUsage;
+  }
+  int n = 0;
+  const emu::KnobDoc* knobs = emu::knob_docs(&n);
+  if (markdown) std::printf("| variable | default | meaning |\n|---|---|---|\n");
+  for (int i = 0; i < n; ++i) {
+    const emu::KnobDoc& k = knobs[i];
+    if (markdown)
+      std::printf("| %s | %s | %s |\n", k.name, k.default_value, markdown_cell(k.doc).c_str());
+    else
+      std::printf("%s (default %s)\n    %s\n", k.name, k.default_value, k.doc);
+  }
   return 0;
 }
 

@@ -69,7 +69,7 @@ int ibv_destroy_ah(ibv_ah* ah) {
 }
 
 // Multicast: a UD QP joins a group (GID and LID); sends to the group's LID with the multicast QPN
-// reach every member on the fabric (emu/engine_recv.cpp).
+// reach every member on the fabric (emu/device/engine_recv.cpp).
 int ibv_attach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t lid) {
   if (!is_emu(ibqp->context)) {
     auto fn = REAL(ibv_attach_mcast, "IBVERBS_1.1");

@@ -297,7 +297,9 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   queue_leave(qp, kOwnerRecv, owned);
   if (nreq) {
     // The device's side of a receive doorbell: flush in ERR, or wake a requester parked on RNR.
-    std::atomic_thread_fence(std::memory_order_seq_cst);  // the record before the waiter (see rq_empty_wait)
+    // The fence: the doorbell record before the look for a waiter, the mirror of the requester's
+    // registering before its second look (Engine::recv_empty_wait).
+    std::atomic_thread_fence(std::memory_order_seq_cst);
     if (qp->shm->qp_state.load() == kQpsErr) {
       device_flush_rq(*qp->shm);
     } else if (qp->shm->rnr_waiter.load() != 0) {  // a load first: an RMW would pull the

@@ -9,60 +9,74 @@
 namespace emu {
 namespace {
 
+// The one source of docs/knobs.md's table (`emu-ctl knobs --markdown`; a test compares the two).
 const KnobDoc kKnobs[] = {
     {"EMU_FABRIC", "default",
      "Name of the fabric: processes with the same user and fabric share devices and can connect."},
     {"EMU_SHM_DIR", "/dev/shm", "Directory of the shared segment file (a tmpfs)."},
     {"EMU_SHM_SIZE", "48M",
-     "Size of the shared segment (suffix K/M/G). Rings and tables live here; Docker's default "
-     "/dev/shm is 64 MiB."},
+     "Size of the shared segment (suffix K/M/G; at least 8M), reserved in full when the segment "
+     "file is created. Rings and tables live here; Docker's default /dev/shm is 64 MiB."},
     {"EMU_DEVICES", "1", "Number of emulated devices: emu0, emu1, ... (at most 8)."},
-    {"EMU_PORTS", "1", "Ports per device (at most 4)."},
+    {"EMU_PORTS", "1", "Ports per device (1 to 4)."},
     {"EMU_UARS", "16",
-     "Doorbell/BlueFlame registers per context; QPs beyond this number share registers."},
+     "Doorbell/BlueFlame registers per context (1 to 64); QPs beyond this number share "
+     "registers."},
     {"EMU_TD_UARS", "16",
-     "Registers per context kept for thread domains (ibv_alloc_td): each domain gets one of its "
-     "own; past this number ibv_alloc_td fails with ENOMEM."},
+     "Registers per context kept for thread domains (ibv_alloc_td; 0 to 64): each domain gets one "
+     "of its own; past this number ibv_alloc_td fails with ENOMEM."},
     {"EMU_SINGLE_THREADED", "0",
-     "1: the provider takes none of its locks (QP send and receive, doorbell register, CQ, SRQ), "
-     "as MLX5_SINGLE_THREADED does: for programs that use each context from one thread. Every QP "
-     "is then checked for entry by two threads at once (a race event, the post goes on)."},
+     "1: the provider takes none of its locks — a QP's send and receive locks, the doorbell "
+     "registers' locks, CQ and SRQ locks — as MLX5_SINGLE_THREADED does, for programs that use "
+     "each context from one thread. Every QP and SRQ then has the ownership checker that "
+     "thread-domain QPs have: a queue entered by a second thread while another is inside it is a "
+     "race event (`owner_conflict`), and the post goes on unlocked, as on hardware."},
     {"EMU_RACE_LOG", "0",
      "1: print each race event the device records (torn BlueFlame WQE, doorbell record moving "
      "backwards or ahead, double or stale WQE, lock-free QP entered by two threads) to stderr as "
      "JSON. Events are recorded whether or not this is set (emu-ctl races)."},
     {"EMU_ENGINE", "inline",
-     "Who drives the device engine: 'inline' (the posting thread, right after it rings the "
-     "doorbell) or 'thread' (one device thread per process, woken by doorbells, asynchronous to the "
-     "posting threads; it also retries stalled sends when nobody polls)."},
-    {"EMU_LOG", "0", "1: log device-side events (errors, retries, races) to stderr."},
+     "Who drives the device engine: `inline` (the posting thread, right after it rings the "
+     "doorbell) or `thread` (one device thread per process, woken by doorbells through a futex "
+     "only when it sleeps, asynchronous to the posting threads; it also retries stalled sends "
+     "when nobody polls). Any other value means `inline`."},
+    {"EMU_LOG", "0",
+     "1: log device-side events (errors, retries, races, port changes, lost events) to stderr."},
     {"EMU_SHARED_MR", "0",
-     "1: ibv_reg_mr re-backs the region's whole pages with shared memory so other processes' "
-     "engines copy without a system call (faster small messages; registered pages are then not "
-     "inherited by fork, and a store racing the registration can be lost)."},
+     "1: ibv_reg_mr re-backs the region's whole pages with a memfd (same addresses, same bytes) "
+     "so that engines in other processes map them once and copy with memcpy instead of a system "
+     "call per message. Registered pages are then not inherited by fork() (MADV_DONTFORK, as "
+     "ibv_fork_init does), and a store another thread makes into them while ibv_reg_mr copies "
+     "them can be lost; only private anonymous read-write memory is re-backed."},
     {"EMU_VENDOR_PART_ID", "4123",
-     "vendor_part_id reported by ibv_query_device (vendor_id is 0). 4123 makes perftest treat emu0 "
-     "as a ConnectX-6-class device (ibv_wr_* post path, inline defaults); 0 gives its legacy path."},
+     "vendor_part_id that ibv_query_device reports (vendor_id is 0). 4123 makes perftest treat "
+     "emu0 as a ConnectX-6-class device and use its default ibv_wr_* post path and inline sizes; "
+     "0 makes it use the legacy ibv_post_send path."},
     {"EMU_LINK_LAYER", "ib",
-     "Link layer of the ports: 'ib' (InfiniBand: LID routing, GID 0 = subnet prefix + port GUID) "
-     "or 'eth' (RoCE: lid 0, GIDs from the EMU_ROCE_NETDEV interface's addresses, QPs address "
-     "their peer by GID). A comma-separated list gives ports 1, 2, ... in turn ('ib,eth'); the "
-     "last entry stands for the remaining ports."},
+     "Link layer of the ports: `ib` (InfiniBand: LID routing, GID 0 = subnet prefix + port GUID, "
+     "gid_tbl_len 4) or `eth` (RoCE: lid 0 and no SM, GIDs from the EMU_ROCE_NETDEV interface's "
+     "addresses as soft-RoCE lists them, active_mtu capped by its MTU; QPs must address their "
+     "peer with a GRH, `is_global` and a destination GID). A comma-separated list gives ports 1, "
+     "2, ... in turn (`ib,eth`); the last entry stands for the remaining ports. An unknown word "
+     "is reported and taken as `ib`."},
+    {"EMU_ROCE_NETDEV", "auto",
+     "Interface a RoCE port is bound to, as soft-RoCE binds to a netdev. `auto` (or empty): the "
+     "UP non-loopback interface with an IPv4 address and the lowest index, else `lo`. A "
+     "comma-separated list gives ports 1, 2, ... in turn. The interface is read with libnl-route "
+     "by the process that creates the segment; later address changes are not followed (use a new "
+     "fabric). A RoCE port whose interface is down is DOWN; one whose interface cannot be read is "
+     "DOWN with an empty GID table."},
     {"EMU_XRC_POLICY", "kernel",
      "Lifetime rule of the TGT QPs of an XRC domain, fixed when the domain is created (read then, "
-     "so one process can create domains under different rules): 'kernel' (today's Linux: a TGT "
-     "QP lives while any process holds a handle to it), 'xrcd' (the 2011 proposal 2a: it lives "
+     "so one process can create domains under different rules): `kernel` (today's Linux: a TGT "
+     "QP lives while any process holds a handle to it), `xrcd` (the 2011 proposal 2a: it lives "
      "until destroyed explicitly or until its domain goes; processes exiting do not take it), "
-     "'creator' (2b: the creator chooses per QP with EMU_XRC_TGT_LIFETIME). See docs/xrc.md."},
+     "`creator` (2b: the creator chooses per QP with EMU_XRC_TGT_LIFETIME). An unknown word is "
+     "reported and taken as `kernel`. See docs/xrc.md."},
     {"EMU_XRC_TGT_LIFETIME", "process",
-     "Under EMU_XRC_POLICY=creator, what a TGT QP created now is bound to: 'process' (the kernel "
-     "rule: it goes with its last handle) or 'xrcd' (it stays until destroyed or its domain "
-     "goes). Read at each TGT QP creation."},
-    {"EMU_ROCE_NETDEV", "auto",
-     "Interface a RoCE port is bound to, as soft-RoCE binds to a netdev: its MAC and addresses "
-     "give the port's GIDs and its MTU caps active_mtu; they are read when the segment is "
-     "created. 'auto' (or an empty value): the UP non-loopback interface with an IPv4 address "
-     "and the lowest index, else lo. A comma-separated list gives ports 1, 2, ... in turn."},
+     "Under EMU_XRC_POLICY=creator, what a TGT QP created now is bound to: `process` (the kernel "
+     "rule: it goes with its last handle) or `xrcd` (it stays until destroyed or its domain "
+     "goes); any other value means `process`. Read at each TGT QP creation."},
 };
 
 const char* env_or(const char* name, const char* dflt) {

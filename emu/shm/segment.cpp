@@ -33,7 +33,7 @@ std::atomic<Segment*> g_segment_ready{nullptr};  // g_segment, once attached
 std::atomic<Header*> g_header{nullptr};
 std::once_flag g_once;
 
-// The allocator's lock (emu/shm_heap.h). Between processes: flock on the segment file, which the
+// The allocator's lock (shm/shm_heap.h). Between processes: flock on the segment file, which the
 // kernel drops if the holder dies (and the heap is left with at most a leaked block). Between this
 // process's threads: a mutex (flock is per open file, which the threads share).
 std::mutex g_alloc_mu;
@@ -423,7 +423,7 @@ void Segment::release_proc_objects(uint32_t proc) {
   uint32_t word = proc + 1;
   hdr_->atomic_lock.word.compare_exchange_strong(word, 0);
   reset_engine_slots(this, proc);
-  // XRC references first (a TGT QP is not its creator's: its handles decide, emu/xrc.cpp).
+  // XRC references first (a TGT QP is not its creator's: its handles decide, emu/xrc/xrc.cpp).
   xrc_release_proc(this, proc);
   release_objects([proc](const auto& slot) { return slot.owner == proc && !is_tgt_qp(slot); }, true);
 }

@@ -53,12 +53,9 @@ inline void mmio_words_load(void* dst, const void* src, size_t bytes) {
 // treats a chunk as the unit it receives.
 inline void mmio_copy_chunk64(void* dst, const void* src) { mmio_words_store(dst, src, 64); }
 
-// Device side: read a doorbell record / doorbell register written by the driver.
+// Device side: read a doorbell record written by the driver.
 inline uint32_t device_load32(const uint32_t* p) {
   return reinterpret_cast<const std::atomic<uint32_t>*>(p)->load(std::memory_order_acquire);
-}
-inline uint64_t device_load64(const uint64_t* p) {
-  return reinterpret_cast<const std::atomic<uint64_t>*>(p)->load(std::memory_order_acquire);
 }
 
 // Driver side: store a doorbell record the device reads.

@@ -1,6 +1,6 @@
-// Runtime knobs. Every one is an EMU_* environment variable; the table in config.cpp is the single
-// place that names them, with their defaults and documentation (a unit test checks that
-// docs/knobs.md lists each with the same default).
+// Runtime knobs. Every one is an EMU_* environment variable; the table in emu/control/config.cpp
+// is the single place that names them, with their defaults and documentation (docs/knobs.md's
+// table is its output, `emu-ctl knobs --markdown`, and the test docs.knobs_table compares them).
 #pragma once
 #include <cstdint>
 #include <string>

@@ -122,17 +122,18 @@ struct ContextSlot {
   uint32_t dev;
   int32_t async_wfd;    // write end of the async-event pipe, in the owner
   uint64_t uid;
-  uint64_t uar_off;     // UarPage array
+  uint64_t uar_off;     // UarReg array
   uint32_t uar_count;
   uint32_t rsvd;
 };
 
 constexpr uint32_t kBfChunks = kBfBufSize / 64;  // 64-byte write-combining chunks per buffer
 
-// A doorbell register (mlx5's UAR page: an 8-byte doorbell and two BlueFlame buffers), with what the
-// device recorded of the writes that reached it. A NIC sees only the bytes; the emulator also knows
-// which thread made each write (a tag: writer tid << 32 | that thread's burst number), which is what
-// lets it tell a torn BlueFlame WQE from a whole one (emu/doorbell.h, docs/doorbells.md).
+// A doorbell register (mlx5's UAR page: an 8-byte doorbell and two BlueFlame buffers), with what
+// the device recorded of the writes that reached it. A NIC sees only the bytes; the emulator also
+// knows which thread made each write (a tag: writer tid << 32 | that thread's burst number), which
+// is what lets it tell a torn BlueFlame WQE from a whole one (emu/device/doorbell.h,
+// docs/doorbells.md).
 struct alignas(64) UarReg {
   uint64_t doorbell;                 // the 8-byte doorbell register
   std::atomic<uint32_t> device_busy; // the device takes one write to this register at a time
@@ -339,8 +340,8 @@ struct QpSlot {
   uint64_t stall_delay_us;  // the wait before the stalled head WQE is tried again
   uint64_t stall_since_ns;
   uint64_t peer_checked_ns;  // when the responder's process was last seen alive (shared mappings)
-  // Race detection (emu/doorbell.h), the device's view of the driver's stores. The first two are
-  // written by the driver per post: here, on the line its own engine uses, not among the
+  // Race detection (emu/device/doorbell.h), the device's view of the driver's stores. The first two
+  // are written by the driver per post: here, on the line its own engine uses, not among the
   // attributes above that a peer's engine reads per message.
   std::atomic<uint32_t> wrec_tracked;   // 1 once a ring store was recorded (else: not checked)
   std::atomic<uint32_t> dbrec_writer;   // tid of the last send doorbell record store
@@ -466,7 +467,7 @@ struct Header {
   uint64_t segment_size;
   ShmLock table_lock;       // object table allocation (slow path)
   ShmLock atomic_lock;      // serialises remote atomics: IBV_ATOMIC_HCA semantics
-  ShmLock xrc_lock;         // XRC domains and handles (emu/xrc.cpp; after table_lock)
+  ShmLock xrc_lock;         // XRC domains and handles (emu/xrc/xrc.cpp; after table_lock)
   std::atomic<uint64_t> next_uid;
   std::atomic<uint32_t> generation;
   ShmHeapHeader heap;       // the allocator of rings and buffers (emu/shm/shm_heap.h)

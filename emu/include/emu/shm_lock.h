@@ -11,7 +11,7 @@
 namespace emu {
 
 // Whether a lock owner lives: a process slot, or kMaxProcs + pid for a process still attaching.
-bool proc_slot_alive(uint32_t slot);  // defined in segment.cpp
+bool proc_slot_alive(uint32_t slot);  // defined in emu/shm/segment.cpp
 
 struct ShmLock {
   std::atomic<uint32_t> word{0};  // 0 = free, else owner proc slot + 1

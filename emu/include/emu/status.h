@@ -1,6 +1,6 @@
-// The status type used inside the device model; the verbs edge maps it to an errno.
+// The status type used inside the device model. The verbs edge maps it to an errno per verb (the
+// same status means different errnos to different verbs, e.g. verbs_provider/xrc.cpp's errno_of).
 #pragma once
-#include <cerrno>
 
 namespace emu {
 
@@ -14,20 +14,6 @@ enum class Status {
   layout_mismatch, // shared segment made by another layout version
   io,              // system-level failure
 };
-
-inline int to_errno(Status s) {
-  switch (s) {
-    case Status::ok: return 0;
-    case Status::invalid: return EINVAL;
-    case Status::no_memory: return ENOMEM;
-    case Status::busy: return EBUSY;
-    case Status::not_found: return ENOENT;
-    case Status::not_supported: return EOPNOTSUPP;
-    case Status::layout_mismatch: return EPROTO;
-    case Status::io: return EIO;
-  }
-  return EIO;
-}
 
 const char* status_name(Status s);
 
