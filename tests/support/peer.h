@@ -1,9 +1,15 @@
 // A second process for a test. The test binary re-executes itself (/proc/self/exe) with
-// EMU_TEST_PEER=<role> in its environment; a constructor in the file that owns the role sees the
-// variable, runs the peer and _exits before GoogleTest starts (a file's constructor ignores the
-// roles of other files). Parent and peer talk over two pipes (peer fds 3 and 4).
+// EMU_TEST_PEER=<role> in its environment; a static initializer in the file that owns the role
+// (a PeerRole) sees the variable, runs the peer and _exits before GoogleTest starts (it ignores
+// the roles of other files). Parent and peer talk over two pipes (peer fds 3 and 4).
+//
+// The usual conversation: the peer sets up and sends its first message, an Info with `ok` and
+// `err` (peer_fail sends it with ok 0 and exits); the parent answers with its own connection data;
+// the peer may send a "ready" byte; at the end it sends a Report with `ok` and `err` and exits 0
+// (peer_finish). Peer::start, expect_ready and finish are the parent's side of the same.
 #pragma once
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <signal.h>
@@ -14,12 +20,11 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <vector>
-
-#include <gtest/gtest.h>
 
 extern char** environ;
 
@@ -34,6 +39,14 @@ inline std::string peer_role() {
   const char* r = std::getenv(kPeerEnv);
   return r ? r : "";
 }
+
+// A role of this binary's peers: a process started in `role` runs `run`, which must not return,
+// before GoogleTest starts. One object at namespace scope per role, in the file that owns it.
+struct PeerRole {
+  PeerRole(const char* role, void (*run)()) {
+    if (peer_role() == role) run();
+  }
+};
 
 inline bool read_all(int fd, void* p, size_t n) {
   auto* c = static_cast<char*>(p);
@@ -70,6 +83,59 @@ inline ibv_context* peer_open_emu0() {
   return ctx;
 }
 
+// In a peer: `msg` to the parent; a parent that is gone ends the peer (exit 3).
+template <typename T>
+void peer_tell(const T& msg) {
+  if (!write_all(kPeerOut, &msg, sizeof msg)) _exit(3);
+}
+
+// In a peer: the parent's next message; a parent that is gone ends the peer (exit 3).
+template <typename T>
+T peer_hear() {
+  T msg;
+  if (!read_all(kPeerIn, &msg, sizeof msg)) _exit(3);
+  return msg;
+}
+
+// In a peer: `info` (an Info or Report with `err`, its `ok` left 0) says what failed and errno;
+// sent to the parent, then exit 2.
+template <typename Info>
+[[noreturn]] void peer_fail(Info& info, const char* what) {
+  std::snprintf(info.err, sizeof info.err, "%s (errno %d)", what, errno);
+  write_all(kPeerOut, &info, sizeof info);
+  _exit(2);
+}
+
+// In a peer: the final report to the parent, then exit 0 (the parent checks the report).
+template <typename Report>
+[[noreturn]] void peer_finish(const Report& rep) {
+  write_all(kPeerOut, &rep, sizeof rep);
+  _exit(0);
+}
+
+// In a peer: emu0 with a PD and one CQ of `cqe` entries (for sends and receives alike).
+struct PeerDevice {
+  ibv_context* ctx = nullptr;
+  ibv_pd* pd = nullptr;
+  ibv_cq* cq = nullptr;
+  uint16_t lid = 0;  // port 1's
+};
+
+// In a peer: opens PeerDevice, or sends `info` with what failed (peer_fail).
+template <typename Info>
+PeerDevice peer_open_device(Info& info, int cqe) {
+  PeerDevice d;
+  d.ctx = peer_open_emu0();
+  if (!d.ctx) peer_fail(info, "open emu0");
+  d.pd = ibv_alloc_pd(d.ctx);
+  d.cq = d.pd ? ibv_create_cq(d.ctx, cqe, nullptr, nullptr, 0) : nullptr;
+  if (!d.cq) peer_fail(info, "pd/cq");
+  ibv_port_attr pa;
+  if (ibv_query_port(d.ctx, 1, &pa)) peer_fail(info, "query_port");
+  d.lid = pa.lid;
+  return d;
+}
+
 class Peer {
  public:
   // Spawns /proc/self/exe as a peer in `role` (extra_env "NAME=value" replaces NAME).
@@ -104,6 +170,29 @@ class Peer {
     in_ = from_peer[0];
     if (rc != 0) pid_ = -1;
     return rc == 0;
+  }
+  // Spawns the peer in `role` and reads its first message into *info: a fatal failure if the
+  // peer did not start or reported a failure (info->ok 0).
+  template <typename Info>
+  void start(const char* role, Info* info, const std::string& extra_env = "") {
+    ASSERT_TRUE(spawn(role, extra_env)) << "posix_spawn";
+    ASSERT_TRUE(recv(info, sizeof *info)) << "peer died before reporting";
+    ASSERT_EQ(info->ok, 1u) << "peer: " << info->err;
+  }
+  // The peer's "ready" byte: 1 once it connected its side.
+  void expect_ready() {
+    uint8_t ready = 0;
+    ASSERT_TRUE(recv(&ready, 1));
+    ASSERT_EQ(ready, 1) << "peer could not connect";
+  }
+  // The peer's final report (by the deadline), which must say ok, and its clean exit.
+  template <typename Report>
+  void finish(Report* rep, std::chrono::milliseconds deadline) {
+    ASSERT_TRUE(recv_by(rep, sizeof *rep, std::chrono::steady_clock::now() + deadline))
+        << "no report from the peer";
+    EXPECT_EQ(rep->ok, 1u) << "peer: " << rep->err;
+    int st = wait();
+    EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
   }
   ~Peer() {
     if (pid_ > 0) {
