@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,10 +49,11 @@ struct PeerRole {
   }
 };
 
-inline bool read_all(int fd, void* p, size_t n) {
-  auto* c = static_cast<char*>(p);
+// Repeats `io` (read or write) until n bytes moved; false at end of file or on an error.
+template <typename Byte, typename Io>
+bool move_all(Io io, int fd, Byte* c, size_t n) {
   while (n) {
-    ssize_t r = read(fd, c, n);
+    ssize_t r = io(fd, c, n);
     if (r < 0 && errno == EINTR) continue;
     if (r <= 0) return false;
     c += r;
@@ -60,16 +62,12 @@ inline bool read_all(int fd, void* p, size_t n) {
   return true;
 }
 
+inline bool read_all(int fd, void* p, size_t n) {
+  return move_all(::read, fd, static_cast<char*>(p), n);
+}
+
 inline bool write_all(int fd, const void* p, size_t n) {
-  auto* c = static_cast<const char*>(p);
-  while (n) {
-    ssize_t r = write(fd, c, n);
-    if (r < 0 && errno == EINTR) continue;
-    if (r <= 0) return false;
-    c += r;
-    n -= static_cast<size_t>(r);
-  }
-  return true;
+  return move_all(::write, fd, static_cast<const char*>(p), n);
 }
 
 // In a peer: emu0 opened without GoogleTest (which has not started there), or nullptr.
@@ -104,6 +102,16 @@ template <typename Info>
   std::snprintf(info.err, sizeof info.err, "%s (errno %d)", what, errno);
   write_all(kPeerOut, &info, sizeof info);
   _exit(2);
+}
+
+// In a peer: `rep` (a Report with `ok` and `err`) says the check failed, and why (printf-style).
+template <typename Report>
+__attribute__((format(printf, 2, 3))) void peer_report_failure(Report& rep, const char* fmt, ...) {
+  rep.ok = 0;
+  va_list ap;
+  va_start(ap, fmt);
+  std::vsnprintf(rep.err, sizeof rep.err, fmt, ap);
+  va_end(ap);
 }
 
 // In a peer: the final report to the parent, then exit 0 (the parent checks the report).
@@ -206,18 +214,15 @@ class Peer {
   bool recv(void* p, size_t n) { return read_all(in_, p, n); }
   // n bytes from the peer, or false if they did not all come before `until`.
   bool recv_by(void* p, size_t n, std::chrono::steady_clock::time_point until) {
-    auto* c = static_cast<char*>(p);
-    while (n) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(until - std::chrono::steady_clock::now());
-      pollfd pf = {in_, POLLIN, 0};
-      if (poll(&pf, 1, left.count() > 0 ? static_cast<int>(left.count()) : 0) != 1) return false;
-      ssize_t r = read(in_, c, n);
-      if (r < 0 && errno == EINTR) continue;
-      if (r <= 0) return false;
-      c += r;
-      n -= static_cast<size_t>(r);
-    }
-    return true;
+    // A read that finds nothing by `until` counts as the end of the stream.
+    auto read_by = [until](int fd, char* c, size_t left) -> ssize_t {
+      auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(
+          until - std::chrono::steady_clock::now());
+      pollfd pf = {fd, POLLIN, 0};
+      if (poll(&pf, 1, ms.count() > 0 ? static_cast<int>(ms.count()) : 0) != 1) return 0;
+      return read(fd, c, left);
+    };
+    return move_all(read_by, in_, static_cast<char*>(p), n);
   }
   // One byte from the peer, or false if none came before `until`.
   bool recv_byte_by(uint8_t* b, std::chrono::steady_clock::time_point until) {

@@ -165,20 +165,12 @@ int ud_to_rts(ibv_qp* qp, uint32_t qkey, uint32_t sq_psn) {
 int connect_uc(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, uint32_t peer_psn,
                int access) {
   if (int rc = to_init(qp, access)) return rc;
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest_qpn;
-  a.rq_psn = peer_psn;
-  a.ah_attr.dlid = dlid;
-  a.ah_attr.port_num = 1;
+  // Only the attributes UC takes are in the masks; the others the builders fill are ignored.
+  ibv_qp_attr a = rtr_attr(dlid, dest_qpn, peer_psn, 0);
   if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                          IBV_QP_RQ_PSN))
     return rc;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = my_psn;
+  a = rts_attr(my_psn, 0, 0, 0);
   return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
 }
 

@@ -118,8 +118,7 @@ struct RecvReport {
     RecvReport rep{1, {}};
     auto wcs = poll_n(d.cq, kRecvCount);
     if (wcs.size() != static_cast<size_t>(kRecvCount)) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "%zu of %d receives completed", wcs.size(), kRecvCount);
+      peer_report_failure(rep, "%zu of %d receives completed", wcs.size(), kRecvCount);
     }
     for (size_t k = 0; rep.ok && k < wcs.size(); ++k) {
       const ibv_wc& wc = wcs[k];
@@ -127,15 +126,14 @@ struct RecvReport {
       bool imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
       if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || i != static_cast<int>(k) ||
           wc.byte_len != kSendLen[i] || imm != (i == 2) || (imm && ntohl(wc.imm_data) != kImm)) {
-        rep.ok = 0;
-        std::snprintf(rep.err, sizeof rep.err, "wc %zu: status %d opcode %d wr_id %llu len %u flags %u",
-                      k, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len, wc.wc_flags);
+        peer_report_failure(rep, "wc %zu: status %d opcode %d wr_id %llu len %u flags %u", k,
+                            wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len,
+                            wc.wc_flags);
         break;
       }
       for (uint32_t b = 0; b < kSendLen[i]; ++b)
         if (buf[recv_pos(i, b)] != pattern_byte(b + 7 * i)) {
-          rep.ok = 0;
-          std::snprintf(rep.err, sizeof rep.err, "message %d: byte %u differs", i, b);
+          peer_report_failure(rep, "message %d: byte %u differs", i, b);
           break;
         }
     }
@@ -146,8 +144,7 @@ struct RecvReport {
     peer_hear<uint8_t>();  // go
     RecvReport rep{1, {}};
     if (ibv_dereg_mr(mr)) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "ibv_dereg_mr failed");
+      peer_report_failure(rep, "ibv_dereg_mr failed");
     }
     static uint8_t snapshot[kPeerBuf];
     std::memcpy(snapshot, buf, sizeof buf);
@@ -155,8 +152,7 @@ struct RecvReport {
     write_all(kPeerOut, &done, 1);
     peer_hear<uint8_t>();  // the parent saw its writes fail
     if (rep.ok && std::memcmp(snapshot, buf, sizeof buf) != 0) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "the buffer changed after ibv_dereg_mr returned");
+      peer_report_failure(rep, "the buffer changed after ibv_dereg_mr returned");
     }
     peer_finish(rep);
   }

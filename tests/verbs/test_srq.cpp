@@ -455,20 +455,16 @@ struct SrqPeerReport {
       ibv_send_wr w = send_wr(uint64_t(j) << 16 | uint64_t(i), IBV_WR_SEND, &sg, 1);
       ibv_send_wr* bad = nullptr;
       if (ibv_post_send(qp[j], &w, &bad)) {
-        rep.ok = 0;
-        std::snprintf(rep.err, sizeof rep.err, "post_send %d/%d: errno %d", j, i, errno);
+        peer_report_failure(rep, "post_send %d/%d: errno %d", j, i, errno);
       }
     }
   auto wcs = poll_n(d.cq, kPeerQps * kPeerMsgs);
   if (rep.ok && wcs.size() != size_t(kPeerQps * kPeerMsgs)) {
-    rep.ok = 0;
-    std::snprintf(rep.err, sizeof rep.err, "%zu sends completed", wcs.size());
+    peer_report_failure(rep, "%zu sends completed", wcs.size());
   }
   for (const ibv_wc& wc : wcs)
     if (rep.ok && wc.status != IBV_WC_SUCCESS) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "send 0x%llx: status %d", (unsigned long long)wc.wr_id,
-                    wc.status);
+      peer_report_failure(rep, "send 0x%llx: status %d", (unsigned long long)wc.wr_id, wc.status);
     }
   peer_finish(rep);
 }

@@ -628,25 +628,20 @@ constexpr uint8_t kMcastSeed[2] = {0x31, 0x47};
   McastPeerReport rep{1, {}};
   auto wcs = poll_n(d.cq, 2);
   if (wcs.size() != 2) {
-    rep.ok = 0;
-    std::snprintf(rep.err, sizeof rep.err, "%zu of 2 datagrams arrived", wcs.size());
+    peer_report_failure(rep, "%zu of 2 datagrams arrived", wcs.size());
   }
   for (size_t k = 0; rep.ok && k < wcs.size(); ++k) {
     const ibv_wc& wc = wcs[k];
     const uint8_t* d = buf + 4096 * k;
     if (wc.status != IBV_WC_SUCCESS || wc.wr_id != 100 + k || wc.byte_len != kGrh + kMcastLen[k] ||
         wc.src_qp != parent.sender_qpn || wc.slid != parent.sender_lid || !(wc.wc_flags & IBV_WC_GRH)) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err,
-                    "wc %zu: status %d wr_id %llu len %u src_qp 0x%x slid %u flags 0x%x", k,
-                    wc.status, (unsigned long long)wc.wr_id, wc.byte_len, wc.src_qp, wc.slid,
-                    wc.wc_flags);
+      peer_report_failure(rep, "wc %zu: status %d wr_id %llu len %u src_qp 0x%x slid %u flags 0x%x",
+                          k, wc.status, (unsigned long long)wc.wr_id, wc.byte_len, wc.src_qp,
+                          wc.slid, wc.wc_flags);
     } else if (std::memcmp(d + 24, g.raw, 16) != 0 || d[6] != 0x1b) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "datagram %zu: GRH without the group's GID", k);
+      peer_report_failure(rep, "datagram %zu: GRH without the group's GID", k);
     } else if (!same_pattern(d + kGrh, kMcastLen[k], kMcastSeed[k])) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "datagram %zu: payload differs", k);
+      peer_report_failure(rep, "datagram %zu: payload differs", k);
     }
   }
   peer_finish(rep);
