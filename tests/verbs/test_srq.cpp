@@ -472,13 +472,13 @@ struct SrqPeerReport {
 const PeerRole kSrqSenders("srq-senders", run_srq_senders_peer);
 
 TEST_F(Srq, SharedByQpsWhoseSendersAreInAnotherProcess) {
-  Peer peer;
-  SrqPeerInfo pi{};
-  ASSERT_NO_FATAL_FAILURE(peer.start("srq-senders", &pi));
   constexpr int kSlot = 256, kTotal = kPeerQps * kPeerMsgs;
   ibv_srq* s = make_srq(kTotal, 1);
   ibv_cq* rcq = make_cq();
   ASSERT_TRUE(s && rcq);
+  Peer peer;
+  SrqPeerInfo pi{};
+  ASSERT_NO_FATAL_FAILURE(peer.start("srq-senders", &pi));
   ibv_qp* rq[kPeerQps];
   SrqParentInfo me{lid, {}};
   for (int j = 0; j < kPeerQps; ++j) {
