@@ -59,9 +59,7 @@ class Loopback : public VerbsTest {
   Buf la, lb;  // registered on A's and B's side (same PD)
 };
 
-void fill_pattern(uint8_t* d, size_t n, uint8_t seed) {
-  for (size_t i = 0; i < n; ++i) d[i] = static_cast<uint8_t>(seed + i * 7);
-}
+void fill_pattern(uint8_t* d, size_t n, uint8_t seed) { vt::fill_pattern(d, n, seed, 7); }
 
 TEST_F(Loopback, SendThreeSgesIntoTwoRecvSges) {
   fill_pattern(la.p, 600, 3);
@@ -248,18 +246,9 @@ TEST_F(Loopback, SqSigAll) {
 
 // The ibv_wr_* API on a QP made with ibv_create_qp_ex.
 TEST_F(Loopback, WrApi) {
-  ibv_qp_init_attr_ex ia;
-  std::memset(&ia, 0, sizeof ia);
-  ia.qp_type = IBV_QPT_RC;
-  ia.send_cq = p.cqa;
-  ia.recv_cq = p.cqa;
-  ia.cap = {16, 16, 2, 2, 64};
-  ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  ia.pd = pd;
-  ia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND;
-  ibv_qp* qa = ibv_create_qp_ex(ctx, &ia);
+  ibv_qp* qa = make_qp_ex(IBV_QPT_RC, p.cqa, {16, 16, 2, 2, 64},
+                          IBV_QP_EX_WITH_RDMA_WRITE | IBV_QP_EX_WITH_SEND);
   ASSERT_NE(qa, nullptr) << "errno " << errno;
-  qps.push_back(qa);
   ibv_qp* qb = make_qp(p.cqb, p.cqb);
   ASSERT_NE(qb, nullptr);
   ASSERT_EQ(connect_qp(qa, lid, qb->qp_num, 5, 6), 0);
@@ -373,13 +362,8 @@ TEST_F(Loopback, CompletionChannel) {
 // ---- error completions ----
 
 TEST_F(Loopback, RecvBufferTooSmall) {
-  ibv_sge r = lb.sge(0, 10);
-  ASSERT_EQ(post_recv(p.b, 71, &r, 1), 0);
-  ibv_sge s = la.sge(0, 100);
-  ibv_send_wr w = send_wr(72, IBV_WR_SEND, &s, 1);
-  ASSERT_EQ(post_one(p.a, &w), 0);
-  EXPECT_TRUE(wait_wc(p.cqa, IBV_WC_REM_INV_REQ_ERR, 72));
-  EXPECT_TRUE(wait_wc(p.cqb, IBV_WC_LOC_LEN_ERR, 71));
+  EXPECT_TRUE(send_through(p.a, p.cqa, la.sge(0, 100), p.b, p.cqb, lb.sge(0, 10), 71,
+                           IBV_WC_REM_INV_REQ_ERR, IBV_WC_LOC_LEN_ERR));
   EXPECT_EQ(lb.p[10], 0x22) << "wrote past the receive buffer";
   EXPECT_EQ(qp_state(p.a), IBV_QPS_ERR);
   EXPECT_EQ(qp_state(p.b), IBV_QPS_ERR);

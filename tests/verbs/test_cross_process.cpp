@@ -68,40 +68,22 @@ struct RecvReport {
 
 // ---- the peer process ----
 
-[[noreturn]] void peer_fail(const char* what) {
-  PeerInfo pi{};
-  std::snprintf(pi.err, sizeof pi.err, "%s (errno %d)", what, errno);
-  write_all(kPeerOut, &pi, sizeof pi);
-  _exit(2);
-}
-
 // Sets up a QP and a buffer, connects, reports "ready" and then blocks in read() without any
 // verbs call while the parent works on its memory. role "target" then checks the buffer; role
 // "victim" is killed by the parent while blocked.
 // Role "attach": only attach to the fabric (open emu0), report and exit.
 [[noreturn]] void run_attach_peer() {
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  ibv_context* ctx = nullptr;
-  for (int i = 0; list && i < n && !ctx; ++i)
-    if (std::string(ibv_get_device_name(list[i])) == "emu0") ctx = ibv_open_device(list[i]);
-  uint8_t ok = ctx != nullptr;
+  uint8_t ok = peer_open_emu0() != nullptr;
   write_all(kPeerOut, &ok, 1);
   _exit(ok ? 0 : 2);
 }
 
 [[noreturn]] void run_peer(std::string role) {
   if (role == "attach") run_attach_peer();
-  int n = 0;
-  ibv_device** list = ibv_get_device_list(&n);
-  ibv_context* ctx = nullptr;
-  for (int i = 0; list && i < n && !ctx; ++i)
-    if (std::string(ibv_get_device_name(list[i])) == "emu0") ctx = ibv_open_device(list[i]);
-  if (!ctx) peer_fail("open emu0");
-  ibv_pd* pd = ibv_alloc_pd(ctx);
-  ibv_cq* cq = pd ? ibv_create_cq(ctx, 16, nullptr, nullptr, 0) : nullptr;
-  ibv_qp* qp = cq ? create_rc_qp(pd, cq, cq) : nullptr;
-  if (!qp) peer_fail("pd/cq/qp");
+  PeerInfo me{};
+  PeerDevice d = peer_open_device(me, 16);
+  ibv_qp* qp = create_rc_qp(d.pd, d.cq, d.cq);
+  if (!qp) peer_fail(me, "pd/cq/qp");
   alignas(4096) static uint8_t buf[kPeerBuf];
   for (size_t i = 0; i < kReadLen; ++i) buf[kReadOff + i] = pattern_byte(i + 100);
   uint64_t init = kFaaInit;
@@ -112,16 +94,13 @@ struct RecvReport {
   bool iova = role == "receiver-iova";
   if (iova) role = "receiver";
   uint64_t base = iova ? kPeerIova : reinterpret_cast<uint64_t>(buf);
-  ibv_mr* mr = iova ? ibv_reg_mr_iova(pd, buf, sizeof buf, kPeerIova, kAllAccess)
-                    : ibv_reg_mr(pd, buf, sizeof buf, kAllAccess);
-  if (!mr) peer_fail("reg_mr");
-  ibv_port_attr pa;
-  if (ibv_query_port(ctx, 1, &pa)) peer_fail("query_port");
+  ibv_mr* mr = iova ? ibv_reg_mr_iova(d.pd, buf, sizeof buf, kPeerIova, kAllAccess)
+                    : ibv_reg_mr(d.pd, buf, sizeof buf, kAllAccess);
+  if (!mr) peer_fail(me, "reg_mr");
 
-  PeerInfo me{1, pa.lid, qp->qp_num, 0x4242, mr->rkey, reinterpret_cast<uint64_t>(buf), {}};
-  if (!write_all(kPeerOut, &me, sizeof me)) _exit(3);
-  ParentInfo other;
-  if (!read_all(kPeerIn, &other, sizeof other)) _exit(3);
+  me = {1, d.lid, qp->qp_num, 0x4242, mr->rkey, reinterpret_cast<uint64_t>(buf), {}};
+  peer_tell(me);
+  auto other = peer_hear<ParentInfo>();
   uint8_t ready = connect_qp(qp, other.lid, other.qpn, me.psn, other.psn) == 0 ? 1 : 0;
   if (role == "receiver") {
     // Receives for the parent's SENDs, posted once connected, before the connection is
@@ -129,23 +108,17 @@ struct RecvReport {
     for (int i = 0; i < kRecvCount; ++i) {
       ibv_sge sg[2] = {{base + kRecvOff[i], kRecvLen[i], mr->lkey},
                        {base + kSecondSgeOff, kSecondSgeLen, mr->lkey}};
-      ibv_recv_wr rw{};
-      rw.wr_id = 100 + i;
-      rw.sg_list = sg;
-      rw.num_sge = i == 3 ? 2 : 1;
-      ibv_recv_wr* bad = nullptr;
-      if (ibv_post_recv(qp, &rw, &bad)) peer_fail("post_recv");
+      if (post_recv(qp, 100 + i, sg, i == 3 ? 2 : 1)) peer_fail(me, "post_recv");
     }
   }
-  if (!write_all(kPeerOut, &ready, 1)) _exit(3);
+  peer_tell(ready);
 
   if (role == "receiver") {
     // Poll for the parent's SENDs and check what landed where.
     RecvReport rep{1, {}};
-    auto wcs = poll_n(cq, kRecvCount);
+    auto wcs = poll_n(d.cq, kRecvCount);
     if (wcs.size() != static_cast<size_t>(kRecvCount)) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "%zu of %d receives completed", wcs.size(), kRecvCount);
+      peer_report_failure(rep, "%zu of %d receives completed", wcs.size(), kRecvCount);
     }
     for (size_t k = 0; rep.ok && k < wcs.size(); ++k) {
       const ibv_wc& wc = wcs[k];
@@ -153,41 +126,35 @@ struct RecvReport {
       bool imm = (wc.wc_flags & IBV_WC_WITH_IMM) != 0;
       if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || i != static_cast<int>(k) ||
           wc.byte_len != kSendLen[i] || imm != (i == 2) || (imm && ntohl(wc.imm_data) != kImm)) {
-        rep.ok = 0;
-        std::snprintf(rep.err, sizeof rep.err, "wc %zu: status %d opcode %d wr_id %llu len %u flags %u",
-                      k, wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len, wc.wc_flags);
+        peer_report_failure(rep, "wc %zu: status %d opcode %d wr_id %llu len %u flags %u", k,
+                            wc.status, wc.opcode, (unsigned long long)wc.wr_id, wc.byte_len,
+                            wc.wc_flags);
         break;
       }
       for (uint32_t b = 0; b < kSendLen[i]; ++b)
         if (buf[recv_pos(i, b)] != pattern_byte(b + 7 * i)) {
-          rep.ok = 0;
-          std::snprintf(rep.err, sizeof rep.err, "message %d: byte %u differs", i, b);
+          peer_report_failure(rep, "message %d: byte %u differs", i, b);
           break;
         }
     }
-    write_all(kPeerOut, &rep, sizeof rep);
-    _exit(0);
+    peer_finish(rep);
   }
   if (role == "dereg") {
     // While the parent keeps writing into buf: deregister, then nothing may change buf any more.
-    uint8_t go;
-    if (!read_all(kPeerIn, &go, 1)) _exit(3);
+    peer_hear<uint8_t>();  // go
     RecvReport rep{1, {}};
     if (ibv_dereg_mr(mr)) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "ibv_dereg_mr failed");
+      peer_report_failure(rep, "ibv_dereg_mr failed");
     }
     static uint8_t snapshot[kPeerBuf];
     std::memcpy(snapshot, buf, sizeof buf);
     uint8_t done = 1;
     write_all(kPeerOut, &done, 1);
-    if (!read_all(kPeerIn, &done, 1)) _exit(3);  // the parent saw its writes fail
+    peer_hear<uint8_t>();  // the parent saw its writes fail
     if (rep.ok && std::memcmp(snapshot, buf, sizeof buf) != 0) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "the buffer changed after ibv_dereg_mr returned");
+      peer_report_failure(rep, "the buffer changed after ibv_dereg_mr returned");
     }
-    write_all(kPeerOut, &rep, sizeof rep);
-    _exit(0);
+    peer_finish(rep);
   }
   uint8_t go;
   if (!read_all(kPeerIn, &go, 1)) _exit(role == "victim" ? 0 : 3);  // blocked here: no verbs call
@@ -197,13 +164,12 @@ struct RecvReport {
     if (buf[kWriteOff + i] != pattern_byte(i)) rep.write_ok = 0;
   std::memcpy(&rep.faa_value, buf + kFaaOff, 8);
   rep.faa_value_ok = rep.faa_value == kFaaInit + kFaaAdd;
-  if (!write_all(kPeerOut, &rep, sizeof rep)) _exit(3);
+  peer_tell(rep);
   ibv_destroy_qp(qp);
   ibv_dereg_mr(mr);
-  ibv_destroy_cq(cq);
-  ibv_dealloc_pd(pd);
-  ibv_close_device(ctx);
-  ibv_free_device_list(list);
+  ibv_destroy_cq(d.cq);
+  ibv_dealloc_pd(d.pd);
+  ibv_close_device(d.ctx);
   _exit(0);
 }
 
@@ -221,9 +187,7 @@ class CrossProcess : public VerbsTest {
  protected:
   // Spawns the peer, exchanges connection data and connects qp (made with `params`).
   void connect_peer(const char* role, const ConnParams& params) {
-    ASSERT_TRUE(peer.spawn(role)) << "posix_spawn";
-    ASSERT_TRUE(peer.recv(&pi, sizeof pi)) << "peer died before reporting";
-    ASSERT_EQ(pi.ok, 1u) << "peer: " << pi.err;
+    ASSERT_NO_FATAL_FAILURE(peer.start(role, &pi));
     cq = make_cq();
     ASSERT_NE(cq, nullptr);
     qp = make_qp(cq, cq);
@@ -231,9 +195,7 @@ class CrossProcess : public VerbsTest {
     ParentInfo me{lid, qp->qp_num, 0x777};
     ASSERT_TRUE(peer.send(&me, sizeof me));
     ASSERT_EQ(connect_qp(qp, pi.lid, pi.qpn, me.psn, pi.psn, params), 0);
-    uint8_t ready = 0;
-    ASSERT_TRUE(peer.recv(&ready, 1));
-    ASSERT_EQ(ready, 1) << "peer could not connect";
+    ASSERT_NO_FATAL_FAILURE(peer.expect_ready());
     local = make_buf(4096, kAllAccess, 0);
   }
   // SENDs of every size class to a peer in role "receiver*", which checks what it received.
@@ -301,10 +263,7 @@ void CrossProcess::send_to_receiver(const char* role) {
     ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 10 + i));
   }
   RecvReport rep{};
-  ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
-  EXPECT_EQ(rep.ok, 1u) << rep.err;
-  int st = peer.wait();
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
+  peer.finish(&rep, 2 * kDeadline);
 }
 
 // Writes race the target's ibv_dereg_mr: once it returns, no write lands any more (as on hardware)
@@ -343,10 +302,7 @@ TEST_F(CrossProcess, NoWriteLandsAfterDeregReturns) {
   uint8_t done = 1;
   ASSERT_TRUE(peer.send(&done, 1));
   RecvReport rep{};
-  ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
-  EXPECT_EQ(rep.ok, 1u) << rep.err;
-  int st = peer.wait();
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
+  peer.finish(&rep, 2 * kDeadline);
 }
 
 // A responder whose process died answers nothing: the write exhausts its transport retries.

@@ -17,14 +17,10 @@ class Errno : public VerbsTest {
   }
 
   ibv_qp* try_create(ibv_qp_cap cap, ibv_qp_type type = IBV_QPT_RC) {
-    ibv_qp_init_attr ia;
-    std::memset(&ia, 0, sizeof ia);
-    ia.send_cq = cq;
-    ia.recv_cq = cq;
-    ia.qp_type = type;
-    ia.cap = cap;
     errno = 0;
-    ibv_qp* qp = ibv_create_qp(pd, &ia);
+    ibv_qp* qp = create_qp_of(pd, type, cq, cq,
+                              {cap.max_send_wr, cap.max_recv_wr, cap.max_send_sge, cap.max_recv_sge,
+                               cap.max_inline_data});
     if (qp) qps.push_back(qp);
     return qp;
   }
@@ -48,13 +44,7 @@ class Errno : public VerbsTest {
 };
 
 ibv_qp_cap caps(uint32_t swr, uint32_t rwr, uint32_t ssge, uint32_t rsge, uint32_t inl) {
-  ibv_qp_cap c;
-  c.max_send_wr = swr;
-  c.max_recv_wr = rwr;
-  c.max_send_sge = ssge;
-  c.max_recv_sge = rsge;
-  c.max_inline_data = inl;
-  return c;
+  return {swr, rwr, ssge, rsge, inl};
 }
 
 TEST_F(Errno, CreateQpTooManySendSge) {
@@ -104,15 +94,7 @@ TEST_F(Errno, ModifyInitToRtrWithSqPsn) {
   ibv_qp* qp = make_qp(cq, cq);
   ASSERT_NE(qp, nullptr);
   ASSERT_EQ(to_init(qp, kAllAccess), 0);
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = qp->qp_num;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.dlid = lid;
-  a.ah_attr.port_num = 1;
+  ibv_qp_attr a = rtr_attr(lid, qp->qp_num, 0, 1);
   a.sq_psn = 5;
   int base = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
              IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
@@ -405,17 +387,9 @@ TEST_F(Errno, CreateAhBeyondMaxAh) {
     ASSERT_NE(ah, nullptr) << "AH " << i;
     ahs.push_back(ah);
   }
-  errno = 0;
-  EXPECT_EQ(ibv_create_ah(pd, &a), nullptr);
-  EXPECT_EQ(errno, ENOMEM);
-  EXPECT_EQ(ibv_destroy_ah(ahs.back()), 0);
-  ahs.back() = ibv_create_ah(pd, &a);
-  EXPECT_NE(ahs.back(), nullptr);
-  for (ibv_ah* ah : ahs) {
-    if (ah) {
-      EXPECT_EQ(ibv_destroy_ah(ah), 0);
-    }
-  }
+  ASSERT_NO_FATAL_FAILURE(expect_full_until_one_goes(
+      ahs, [&] { return ibv_create_ah(pd, &a); }, ibv_destroy_ah));
+  expect_destroyed(ahs, ibv_destroy_ah);
 }
 
 }  // namespace

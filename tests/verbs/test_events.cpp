@@ -5,6 +5,7 @@
 #include <cstring>
 #include <future>
 #include <thread>
+#include <tuple>
 
 #include "verbs_fixture.h"
 
@@ -18,12 +19,9 @@ class Events : public VerbsTest, public ::testing::WithParamInterface<ibv_qp_typ
     VerbsTest::SetUp();
     if (HasFatalFailure()) return;
     type = GetParam();
-    cqa = make_cq();
-    cqb = make_cq();
-    ASSERT_TRUE(cqa && cqb);
-    a = make_qp_of(type, cqa, cqa);
-    b = make_qp_of(type, cqb, cqb);
-    ASSERT_TRUE(a && b);
+    Pair p = make_qps(type);
+    ASSERT_TRUE(p.a && p.b);
+    std::tie(a, b, cqa, cqb) = std::tie(p.a, p.b, p.cqa, p.cqb);
     ASSERT_NO_FATAL_FAILURE(connect_a_rts_b_rtr());
     la = make_buf(4096, kAllAccess, 0x11);
     lb = make_buf(4096, kAllAccess, 0x22);
@@ -37,20 +35,20 @@ class Events : public VerbsTest, public ::testing::WithParamInterface<ibv_qp_typ
       ASSERT_EQ(connect_qp(a, lid, b->qp_num, 0x100, 0x200), 0);
     }
     ASSERT_EQ(to_init(b, kAllAccess), 0);
-    ibv_qp_attr at;
-    std::memset(&at, 0, sizeof at);
-    at.qp_state = IBV_QPS_RTR;
-    at.path_mtu = IBV_MTU_1024;
-    at.dest_qp_num = a->qp_num;
-    at.rq_psn = 0x100;
-    at.max_dest_rd_atomic = 1;
-    at.min_rnr_timer = 1;
-    at.ah_attr.dlid = lid;
-    at.ah_attr.port_num = 1;
+    ibv_qp_attr at = rtr_attr(lid, a->qp_num, 0x100, 1);
     int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
     if (type == IBV_QPT_RC) mask |= IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
     ASSERT_EQ(ibv_modify_qp(b, &at, mask), 0);
     ASSERT_EQ(qp_state(b), IBV_QPS_RTR);
+  }
+
+  // b from RTR to RTS, with the attributes its type takes.
+  void b_to_rts() {
+    ibv_qp_attr at = rts_attr(0x200, 14, 7, 7);
+    int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
+    if (type == IBV_QPT_RC)
+      mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
+    ASSERT_EQ(ibv_modify_qp(b, &at, mask), 0);
   }
 
   void send_one(uint64_t id, uint32_t len) {
@@ -90,25 +88,11 @@ TEST_P(Events, CommEstOnceWhenAnRtrQpReceives) {
   // (A small SEND and a large one: the payload travels in the CQE or is copied.)
   ASSERT_NO_FATAL_FAILURE(send_one(2, 2000));
   ibv_async_event ev;
-  ASSERT_TRUE(get_async_event(ctx, &ev)) << "no COMM_EST";
-  EXPECT_EQ(ev.event_type, IBV_EVENT_COMM_EST);
+  ASSERT_TRUE(only_async_event(ctx, IBV_EVENT_COMM_EST, &ev));
   EXPECT_EQ(ev.element.qp, b);
-  ibv_ack_async_event(&ev);
-  EXPECT_FALSE(async_event_pending(ctx)) << "COMM_EST raised twice";
   EXPECT_EQ(qp_state(b), IBV_QPS_RTR) << "COMM_EST does not move the QP";
   // The owner moves it to RTS as usual; no further event.
-  ibv_qp_attr at;
-  std::memset(&at, 0, sizeof at);
-  at.qp_state = IBV_QPS_RTS;
-  at.sq_psn = 0x200;
-  at.timeout = 14;
-  at.retry_cnt = 7;
-  at.rnr_retry = 7;
-  at.max_rd_atomic = 1;
-  int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (type == IBV_QPT_RC)
-    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-  ASSERT_EQ(ibv_modify_qp(b, &at, mask), 0);
+  ASSERT_NO_FATAL_FAILURE(b_to_rts());
   ASSERT_NO_FATAL_FAILURE(send_one(3, 16));
   EXPECT_FALSE(async_event_pending(ctx));
   ASSERT_NO_FATAL_FAILURE(destroy_within_deadline(b));
@@ -116,18 +100,7 @@ TEST_P(Events, CommEstOnceWhenAnRtrQpReceives) {
 
 // A responder already in RTS raises no COMM_EST.
 TEST_P(Events, NoCommEstInRts) {
-  ibv_qp_attr at;
-  std::memset(&at, 0, sizeof at);
-  at.qp_state = IBV_QPS_RTS;
-  at.sq_psn = 0x200;
-  at.timeout = 14;
-  at.retry_cnt = 7;
-  at.rnr_retry = 7;
-  at.max_rd_atomic = 1;
-  int mask = IBV_QP_STATE | IBV_QP_SQ_PSN;
-  if (type == IBV_QPT_RC)
-    mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC;
-  ASSERT_EQ(ibv_modify_qp(b, &at, mask), 0);
+  ASSERT_NO_FATAL_FAILURE(b_to_rts());
   ASSERT_NO_FATAL_FAILURE(send_one(1, 8));
   EXPECT_FALSE(async_event_pending(ctx));
 }
@@ -146,11 +119,8 @@ TEST_P(Events, CommEstAgainAfterReset) {
   ASSERT_EQ(ibv_modify_qp(a, &at, IBV_QP_STATE), 0);
   ASSERT_NO_FATAL_FAILURE(connect_a_rts_b_rtr());
   ASSERT_NO_FATAL_FAILURE(send_one(2, 8));
-  ASSERT_TRUE(get_async_event(ctx, &ev)) << "no COMM_EST on the second connection";
-  EXPECT_EQ(ev.event_type, IBV_EVENT_COMM_EST);
+  ASSERT_TRUE(only_async_event(ctx, IBV_EVENT_COMM_EST, &ev)) << "on the second connection";
   EXPECT_EQ(ev.element.qp, b);
-  ibv_ack_async_event(&ev);
-  EXPECT_FALSE(async_event_pending(ctx));
 }
 
 INSTANTIATE_TEST_SUITE_P(Transport, Events, ::testing::Values(IBV_QPT_RC, IBV_QPT_UC),

@@ -36,14 +36,7 @@ TEST_F(Limits, RdAtomicDepthsBeyondTheDevice) {
   ibv_qp* qp = make_qp(cq, cq);
   ASSERT_NE(qp, nullptr);
   ASSERT_EQ(to_init(qp, kAllAccess), 0);
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = qp->qp_num;
-  a.ah_attr.dlid = lid;
-  a.ah_attr.port_num = 1;
-  a.min_rnr_timer = 1;
+  ibv_qp_attr a = rtr_attr(lid, qp->qp_num, 0, 1);  // max_dest_rd_atomic: set below
   int rtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
             IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
   a.max_dest_rd_atomic = static_cast<uint8_t>(da.max_qp_rd_atom + 1);
@@ -52,11 +45,7 @@ TEST_F(Limits, RdAtomicDepthsBeyondTheDevice) {
   a.max_dest_rd_atomic = static_cast<uint8_t>(da.max_qp_rd_atom);
   ASSERT_EQ(ibv_modify_qp(qp, &a, rtr), 0);
 
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
+  a = rts_attr(0, 14, 7, 7);  // max_rd_atomic: set below
   int rts = IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
             IBV_QP_MAX_QP_RD_ATOMIC;
   a.max_rd_atomic = static_cast<uint8_t>(da.max_qp_init_rd_atom + 1);
@@ -71,15 +60,8 @@ TEST_F(Limits, PathMtuOutsideTheIbRange) {
     ibv_qp* qp = make_qp(cq, cq);
     ASSERT_NE(qp, nullptr);
     ASSERT_EQ(to_init(qp, kAllAccess), 0);
-    ibv_qp_attr a;
-    std::memset(&a, 0, sizeof a);
-    a.qp_state = IBV_QPS_RTR;
+    ibv_qp_attr a = rtr_attr(lid, qp->qp_num, 0, 1);
     a.path_mtu = static_cast<ibv_mtu>(bad);
-    a.dest_qp_num = qp->qp_num;
-    a.ah_attr.dlid = lid;
-    a.ah_attr.port_num = 1;
-    a.max_dest_rd_atomic = 1;
-    a.min_rnr_timer = 1;
     EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
                                         IBV_QP_MIN_RNR_TIMER),
@@ -132,20 +114,10 @@ TEST_F(Limits, MaxQpQpsExistAtOnce) {
     qps.push_back(qp);
   }
   if (static_cast<int>(qps.size()) == da.max_qp) {
-    errno = 0;
-    ibv_qp* extra = ibv_create_qp(pd, &ia);
-    EXPECT_EQ(extra, nullptr);
-    EXPECT_EQ(errno, ENOMEM);
-    if (extra) qps.push_back(extra);
-    ASSERT_EQ(ibv_destroy_qp(qps.back()), 0);
-    qps.back() = ibv_create_qp(pd, &ia);
-    EXPECT_NE(qps.back(), nullptr);
+    ASSERT_NO_FATAL_FAILURE(expect_full_until_one_goes(
+        qps, [&] { return ibv_create_qp(pd, &ia); }, ibv_destroy_qp));
   }
-  for (ibv_qp* qp : qps) {
-    if (qp) {
-      EXPECT_EQ(ibv_destroy_qp(qp), 0);
-    }
-  }
+  expect_destroyed(qps, ibv_destroy_qp);
 }
 
 }  // namespace

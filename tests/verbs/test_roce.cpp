@@ -101,7 +101,7 @@ void expect_gid_table(ibv_context* ctx, uint8_t port, const testhost::HostNetdev
   EXPECT_EQ(ibv_query_gid(ctx, port, 16, &g), -1);
 }
 
-class Roce : public VerbsTest {
+class Roce : public GrhPairTest {
  protected:
   void SetUp() override {
     VerbsTest::SetUp();
@@ -111,17 +111,6 @@ class Roce : public VerbsTest {
 
   // The RoCE v2 GID of an interface's first IPv4 address: index 3, as perftest picks it.
   static constexpr int kIpv4V2 = 3;
-
-  // QPs a (on port pa) and b (on port pb) connected along the given paths.
-  void connect(GrhPath to_b, GrhPath to_a, uint8_t timeout = 14, uint8_t retry_cnt = 7) {
-    cqa = make_cq();
-    cqb = make_cq();
-    a = make_qp(cqa, cqa);
-    b = make_qp(cqb, cqb);
-    ASSERT_TRUE(a && b);
-    ASSERT_EQ(connect_grh(a, to_b, b->qp_num, timeout, retry_cnt), 0);
-    ASSERT_EQ(connect_grh(b, to_a, a->qp_num), 0);
-  }
 
   static GrhPath path(uint8_t from_port, const ibv_gid& dgid, uint8_t sgid_index) {
     GrhPath p;
@@ -135,12 +124,7 @@ class Roce : public VerbsTest {
   void send_and_write() {
     Buf src = make_buf(8192), dst = make_buf(8192);
     for (size_t i = 0; i < 8192; ++i) src.p[i] = static_cast<uint8_t>(i * 7 + 1);
-    ibv_sge r = dst.sge(0, 4096), s = src.sge(0, 4096);
-    ASSERT_EQ(post_recv(b, 10, &r, 1), 0);
-    ibv_send_wr w = send_wr(11, IBV_WR_SEND, &s, 1);
-    ASSERT_EQ(post_one(a, &w), 0);
-    EXPECT_TRUE(wait_wc(cqa, IBV_WC_SUCCESS, 11));
-    EXPECT_TRUE(wait_wc(cqb, IBV_WC_SUCCESS, 10));
+    EXPECT_TRUE(send_through(a, cqa, src.sge(0, 4096), b, cqb, dst.sge(0, 4096), 10));
     ibv_sge ws = src.sge(4096, 4096);
     ibv_send_wr ww = rdma_wr(12, IBV_WR_RDMA_WRITE, &ws, 1, dst.addr() + 4096, dst.rkey());
     ASSERT_EQ(post_one(a, &ww), 0);
@@ -148,20 +132,7 @@ class Roce : public VerbsTest {
     EXPECT_EQ(std::memcmp(src.p, dst.p, 8192), 0);
   }
 
-  // a's first message goes nowhere: RETRY_EXC_ERR, and b sees nothing.
-  void expect_unreachable() {
-    Buf sa = make_buf(64), rb = make_buf(64);
-    ibv_sge r = rb.sge(0, 64), s = sa.sge(0, 64);
-    ASSERT_EQ(post_recv(b, 20, &r, 1), 0);
-    ibv_send_wr w = send_wr(21, IBV_WR_SEND, &s, 1);
-    ASSERT_EQ(post_one(a, &w), 0);
-    EXPECT_TRUE(wait_wc(cqa, IBV_WC_RETRY_EXC_ERR, 21));
-    EXPECT_TRUE(drain(cqb).empty());
-  }
-
   testhost::HostNetdev dflt, lo;
-  ibv_cq *cqa = nullptr, *cqb = nullptr;
-  ibv_qp *a = nullptr, *b = nullptr;
 };
 
 TEST_F(Roce, PortAttributesOfAnEthernetPort) {

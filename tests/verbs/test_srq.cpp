@@ -427,37 +427,24 @@ struct SrqPeerReport {
 // The peer: kPeerQps RC QPs, each sending kPeerMsgs messages (sender j = QP j) once told to.
 [[noreturn]] void run_srq_senders_peer() {
   SrqPeerInfo me{};
-  auto fail = [&](const char* what) {
-    std::snprintf(me.err, sizeof me.err, "%s (errno %d)", what, errno);
-    write_all(kPeerOut, &me, sizeof me);
-    _exit(2);
-  };
-  ibv_context* c = peer_open_emu0();
-  if (!c) fail("open emu0");
-  ibv_pd* pd = ibv_alloc_pd(c);
-  ibv_cq* cq = pd ? ibv_create_cq(c, 64, nullptr, nullptr, 0) : nullptr;
-  if (!cq) fail("pd/cq");
+  PeerDevice d = peer_open_device(me, 64);
   ibv_qp* qp[kPeerQps];
   for (auto& q : qp)
-    if (!(q = create_rc_qp(pd, cq, cq))) fail("create_qp");
+    if (!(q = create_rc_qp(d.pd, d.cq, d.cq))) peer_fail(me, "create_qp");
   constexpr size_t kSlot = 256;
   alignas(4096) static uint8_t buf[kPeerQps * kPeerMsgs * kSlot];
-  ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
-  if (!mr) fail("reg_mr");
-  ibv_port_attr pa;
-  if (ibv_query_port(c, 1, &pa)) fail("query_port");
+  ibv_mr* mr = ibv_reg_mr(d.pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+  if (!mr) peer_fail(me, "reg_mr");
   me.ok = 1;
-  me.lid = pa.lid;
+  me.lid = d.lid;
   for (int j = 0; j < kPeerQps; ++j) me.qpn[j] = qp[j]->qp_num;
-  if (!write_all(kPeerOut, &me, sizeof me)) _exit(3);
-  SrqParentInfo parent;
-  if (!read_all(kPeerIn, &parent, sizeof parent)) _exit(3);
+  peer_tell(me);
+  auto parent = peer_hear<SrqParentInfo>();
   uint8_t ready = 1;
   for (int j = 0; j < kPeerQps; ++j)
     if (connect_qp(qp[j], parent.lid, parent.qpn[j], 0x30, 0x40)) ready = 0;
-  if (!write_all(kPeerOut, &ready, 1)) _exit(3);
-  uint8_t go;
-  if (!read_all(kPeerIn, &go, 1)) _exit(3);
+  peer_tell(ready);
+  peer_hear<uint8_t>();  // go
 
   SrqPeerReport rep{1, {}};
   for (int i = 0; i < kPeerMsgs && rep.ok; ++i)
@@ -468,39 +455,30 @@ struct SrqPeerReport {
       ibv_send_wr w = send_wr(uint64_t(j) << 16 | uint64_t(i), IBV_WR_SEND, &sg, 1);
       ibv_send_wr* bad = nullptr;
       if (ibv_post_send(qp[j], &w, &bad)) {
-        rep.ok = 0;
-        std::snprintf(rep.err, sizeof rep.err, "post_send %d/%d: errno %d", j, i, errno);
+        peer_report_failure(rep, "post_send %d/%d: errno %d", j, i, errno);
       }
     }
-  auto wcs = poll_n(cq, kPeerQps * kPeerMsgs);
+  auto wcs = poll_n(d.cq, kPeerQps * kPeerMsgs);
   if (rep.ok && wcs.size() != size_t(kPeerQps * kPeerMsgs)) {
-    rep.ok = 0;
-    std::snprintf(rep.err, sizeof rep.err, "%zu sends completed", wcs.size());
+    peer_report_failure(rep, "%zu sends completed", wcs.size());
   }
   for (const ibv_wc& wc : wcs)
     if (rep.ok && wc.status != IBV_WC_SUCCESS) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "send 0x%llx: status %d", (unsigned long long)wc.wr_id,
-                    wc.status);
+      peer_report_failure(rep, "send 0x%llx: status %d", (unsigned long long)wc.wr_id, wc.status);
     }
-  write_all(kPeerOut, &rep, sizeof rep);
-  _exit(0);
+  peer_finish(rep);
 }
 
-__attribute__((constructor)) void maybe_run_srq_peer() {
-  if (peer_role() == "srq-senders") run_srq_senders_peer();
-}
+const PeerRole kSrqSenders("srq-senders", run_srq_senders_peer);
 
 TEST_F(Srq, SharedByQpsWhoseSendersAreInAnotherProcess) {
-  Peer peer;
-  ASSERT_TRUE(peer.spawn("srq-senders")) << "posix_spawn";
-  SrqPeerInfo pi{};
-  ASSERT_TRUE(peer.recv(&pi, sizeof pi)) << "peer died before reporting";
-  ASSERT_EQ(pi.ok, 1u) << "peer: " << pi.err;
   constexpr int kSlot = 256, kTotal = kPeerQps * kPeerMsgs;
   ibv_srq* s = make_srq(kTotal, 1);
   ibv_cq* rcq = make_cq();
   ASSERT_TRUE(s && rcq);
+  Peer peer;
+  SrqPeerInfo pi{};
+  ASSERT_NO_FATAL_FAILURE(peer.start("srq-senders", &pi));
   ibv_qp* rq[kPeerQps];
   SrqParentInfo me{lid, {}};
   for (int j = 0; j < kPeerQps; ++j) {
@@ -520,9 +498,7 @@ TEST_F(Srq, SharedByQpsWhoseSendersAreInAnotherProcess) {
   ASSERT_EQ(ibv_modify_srq(s, &lim, IBV_SRQ_LIMIT), 0);
   ASSERT_TRUE(peer.send(&me, sizeof me));
   for (int j = 0; j < kPeerQps; ++j) ASSERT_EQ(connect_qp(rq[j], pi.lid, pi.qpn[j], 0x40, 0x30), 0);
-  uint8_t ready = 0;
-  ASSERT_TRUE(peer.recv(&ready, 1));
-  ASSERT_EQ(ready, 1) << "peer could not connect";
+  ASSERT_NO_FATAL_FAILURE(peer.expect_ready());
   uint8_t go = 1;
   ASSERT_TRUE(peer.send(&go, 1));
 
@@ -541,16 +517,10 @@ TEST_F(Srq, SharedByQpsWhoseSendersAreInAnotherProcess) {
   }
   EXPECT_EQ(seen.size(), size_t(kTotal));
   ibv_async_event ev;
-  ASSERT_TRUE(get_async_event(ctx, &ev)) << "no SRQ_LIMIT_REACHED";
-  EXPECT_EQ(ev.event_type, IBV_EVENT_SRQ_LIMIT_REACHED);
+  ASSERT_TRUE(only_async_event(ctx, IBV_EVENT_SRQ_LIMIT_REACHED, &ev));
   EXPECT_EQ(ev.element.srq, s);
-  ibv_ack_async_event(&ev);
-  EXPECT_FALSE(async_event_pending(ctx)) << "more than one event";
   SrqPeerReport rep{};
-  ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
-  EXPECT_EQ(rep.ok, 1u) << "peer: " << rep.err;
-  int st = peer.wait();
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
+  peer.finish(&rep, 2 * kDeadline);
 }
 
 }  // namespace

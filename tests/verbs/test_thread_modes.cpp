@@ -3,7 +3,6 @@
 // checker of lockless QPs, EMU_SINGLE_THREADED (in a peer process, since the provider reads its
 // knobs once per process), and eight threads posting through each mode without a race event.
 #include <sys/syscall.h>
-#include <dlfcn.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,43 +16,25 @@
 #include <thread>
 #include <vector>
 
-#include "emudv.h"
+#include "emudv_link.h"
 #include "peer.h"
 #include "verbs_fixture.h"
 
 namespace vt {
 namespace {
 
-// The emudv_* functions are reached with dlsym(RTLD_DEFAULT) rather than by linking
-// libemu_verbs.so: the test binary stays a plain libibverbs program that gets the provider by
-// LD_PRELOAD (emu-run), as every verbs test does, so there is exactly one copy of the provider
-// and its symbols bind the same way as in an unmodified program. The preloaded copy exports them
-// (EMUDV_1.0), and it is the one whose segment the test's objects live in.
-struct Dv {
-  decltype(&emudv_init_qp) init_qp = nullptr;
-  decltype(&emudv_races_recorded) races_recorded = nullptr;
-  decltype(&emudv_read_races) read_races = nullptr;
-  bool ok() const { return init_qp && races_recorded && read_races; }
-};
-
-const Dv& dv() {
-  static const Dv d = [] {
-    Dv r;
-    r.init_qp = reinterpret_cast<decltype(&emudv_init_qp)>(dlsym(RTLD_DEFAULT, "emudv_init_qp"));
-    r.races_recorded =
-        reinterpret_cast<decltype(&emudv_races_recorded)>(dlsym(RTLD_DEFAULT, "emudv_races_recorded"));
-    r.read_races = reinterpret_cast<decltype(&emudv_read_races)>(dlsym(RTLD_DEFAULT, "emudv_read_races"));
-    return r;
-  }();
-  return d;
-}
+// The emudv_* functions of the preloaded provider, or nullptr when it is not loaded. Looked up
+// (stress/emudv_link.h) rather than linked: the test binary stays a plain libibverbs program that
+// gets the provider by LD_PRELOAD (emu-run), as every verbs test does, so there is exactly one
+// copy of the provider and it is the one whose segment the test's objects live in.
+const uctlite::EmudvFns* dv() { return uctlite::emudv_fns(); }
 
 uint32_t gettid_u32() { return static_cast<uint32_t>(syscall(SYS_gettid)); }
 
 // This process's race events numbered >= from, of one QP (qpn 0: any).
 std::vector<emudv_race> races_since(uint64_t from, uint32_t qpn = 0) {
   std::vector<emudv_race> all(1024), out;
-  int n = dv().read_races(from, all.data(), static_cast<int>(all.size()));
+  int n = dv()->read_races(from, all.data(), static_cast<int>(all.size()));
   for (int i = 0; i < n; ++i)
     if (all[i].pid == getpid() && (qpn == 0 || all[i].qpn == qpn)) out.push_back(all[i]);
   return out;
@@ -81,27 +62,14 @@ uint32_t td_uars() { return knob("EMU_TD_UARS", 16); }
 
 int uar_index(ibv_qp* qp) {
   emudv_qp q;
-  return dv().init_qp(qp, &q) == 0 ? static_cast<int>(q.uar.index) : -1;
+  return dv()->init_qp(qp, &q) == 0 ? static_cast<int>(q.uar.index) : -1;
 }
 
 constexpr uint32_t kMsg = 64;
 
 // An RC QP made with ibv_create_qp_ex on pd (a PD or a parent domain), with the ibv_wr_* API.
 ibv_qp* create_wr_qp(ibv_context* ctx, ibv_pd* pd, ibv_cq* cq) {
-  ibv_qp_init_attr_ex ia;
-  std::memset(&ia, 0, sizeof ia);
-  ia.qp_type = IBV_QPT_RC;
-  ia.send_cq = cq;
-  ia.recv_cq = cq;
-  ia.cap.max_send_wr = 64;
-  ia.cap.max_recv_wr = 16;
-  ia.cap.max_send_sge = 1;
-  ia.cap.max_recv_sge = 1;
-  ia.cap.max_inline_data = kMsg;
-  ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  ia.pd = pd;
-  ia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE;
-  return ibv_create_qp_ex(ctx, &ia);
+  return create_qp_ex(ctx, pd, IBV_QPT_RC, cq, {64, 16, 1, 1, kMsg}, IBV_QP_EX_WITH_RDMA_WRITE);
 }
 
 int post_inline_write(ibv_qp* qp, uint64_t wr_id, const void* src, uint64_t raddr, uint32_t rkey) {
@@ -189,7 +157,7 @@ class ThreadModes : public VerbsTest {
  protected:
   void SetUp() override {
     VerbsTest::SetUp();
-    ASSERT_TRUE(dv().ok()) << "emudv_* not found: is libemu_verbs.so preloaded?";
+    ASSERT_TRUE(dv()) << "emudv_* not found: is libemu_verbs.so preloaded?";
   }
   void TearDown() override {
     // Everything made with a parent domain goes before it, and parent domains before the thread
@@ -394,13 +362,7 @@ TEST_F(ThreadModes, ParentDomainObjectsUseTheProtectionDomainsKeys) {
   EXPECT_EQ(std::memcmp(local.p + 1024, local.p, 256), 0);
 
   // SENDs from the responder into receives posted on the thread-domain QP.
-  ibv_sge rq = local.sge(2048, 64);
-  ASSERT_EQ(post_recv(p.a, 3, &rq, 1), 0);
-  ibv_sge ss = local.sge(0, 40);
-  ibv_send_wr s = send_wr(4, IBV_WR_SEND, &ss, 1);
-  ASSERT_EQ(post_one(p.b, &s), 0);
-  ASSERT_TRUE(wait_wc(p.cqb, IBV_WC_SUCCESS, 4));
-  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 3));
+  ASSERT_TRUE(send_through(p.b, p.cqb, local.sge(0, 40), p.a, p.cqa, local.sge(2048, 64), 3));
   EXPECT_EQ(std::memcmp(local.p + 2048, local.p, 40), 0);
 
   // An SRQ made with the parent domain (no lock: the thread domain's), receiving for a QP.
@@ -418,6 +380,7 @@ TEST_F(ThreadModes, ParentDomainObjectsUseTheProtectionDomainsKeys) {
   ASSERT_EQ(connect_qp(tx, lid, rx->qp_num, 2, 1), 0);
   ibv_sge srs = local.sge(3072, 64);
   ASSERT_EQ(post_srq(srq, 5, &srs), 0);
+  ibv_sge ss = local.sge(0, 40);
   ibv_send_wr s2 = send_wr(6, IBV_WR_SEND, &ss, 1);
   ASSERT_EQ(post_one(tx, &s2), 0);
   auto wcs = poll_n(cq, 2);
@@ -452,7 +415,7 @@ TEST_F(ThreadModes, OwnerCheckerNamesBothThreads) {
   ASSERT_NO_FATAL_FAILURE(td_qp_with_peer(&a, &cq));
   Buf target = make_buf(4096);
 
-  uint64_t before = dv().races_recorded();
+  uint64_t before = dv()->races_recorded();
   Overlap o = overlap_on(a, target.addr(), target.rkey(), 0x5a);
   EXPECT_EQ(o.rc_post, 0);
   EXPECT_EQ(o.rc_complete, 0);
@@ -481,7 +444,7 @@ TEST_F(ThreadModes, OwnerCheckerQuietForSequentialUse) {
   ASSERT_NO_FATAL_FAILURE(td_qp_with_peer(&a, &cq));
   Buf target = make_buf(4096);
 
-  uint64_t before = dv().races_recorded();
+  uint64_t before = dv()->races_recorded();
   int errors = 0;
   sequential_on(a, target.addr(), target.rkey(), target.sge(1024, 64), &errors);
   EXPECT_EQ(errors, 0);
@@ -510,7 +473,7 @@ struct SingleReport {
 // reported on it too; used by two threads one after the other, it is not.
 [[noreturn]] void run_single_threaded_peer() {
   ibv_context* ctx = peer_open_emu0();
-  if (!ctx || !dv().ok()) single_fail("open emu0 / emudv");
+  if (!ctx || !dv()) single_fail("open emu0 / emudv");
   ibv_pd* pd = ibv_alloc_pd(ctx);
   ibv_cq* cq = pd ? ibv_create_cq(ctx, 64, nullptr, nullptr, 0) : nullptr;
   ibv_qp* a = cq ? create_wr_qp(ctx, pd, cq) : nullptr;
@@ -524,7 +487,7 @@ struct SingleReport {
   ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof buf, kAllAccess);
   if (!mr) single_fail("reg_mr");
 
-  uint64_t before = dv().races_recorded();
+  uint64_t before = dv()->races_recorded();
   Overlap o = overlap_on(a, reinterpret_cast<uint64_t>(buf), mr->rkey, 0x21);
   if (o.rc_post || o.rc_complete)
     single_fail("overlap: post %u, complete %u", static_cast<unsigned>(o.rc_post),
@@ -537,7 +500,7 @@ struct SingleReport {
     single_fail("%u events on the plain QP, first of kind %u (expected one owner_conflict)",
                 static_cast<unsigned>(ev.size()), ev.empty() ? 0u : ev[0].kind);
 
-  before = dv().races_recorded();
+  before = dv()->races_recorded();
   int errors = 0;
   ibv_sge rs{reinterpret_cast<uint64_t>(buf) + 1024, 64, mr->lkey};
   sequential_on(a, reinterpret_cast<uint64_t>(buf), mr->rkey, rs, &errors);
@@ -549,24 +512,17 @@ struct SingleReport {
   SingleReport r{};
   r.ok = 1;
   r.plain_reg = static_cast<uint32_t>(uar_index(a));
-  write_all(kPeerOut, &r, sizeof r);
-  _exit(0);
+  peer_finish(r);
 }
 
-__attribute__((constructor)) void maybe_run_thread_modes_peer() {
-  if (peer_role() == "single-threaded") run_single_threaded_peer();
-}
+const PeerRole kSingleThreaded("single-threaded", run_single_threaded_peer);
 
 TEST(ThreadModesSingle, EveryQpIsCheckedUnderEmuSingleThreaded) {
   Peer peer;
   ASSERT_TRUE(peer.spawn("single-threaded", "EMU_SINGLE_THREADED=1"));
   SingleReport r{};
-  ASSERT_TRUE(peer.recv_by(&r, sizeof r, std::chrono::steady_clock::now() + kDeadline))
-      << "no report from the peer";
-  EXPECT_EQ(r.ok, 1u) << r.err;
+  ASSERT_NO_FATAL_FAILURE(peer.finish(&r, kDeadline));
   EXPECT_LT(r.plain_reg, shared_uars()) << "registers are still the shared ones";
-  int st = peer.wait();
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
 }
 
 // ---- eight threads posting, per mode: no race event, every WRITE once, the bytes in place ----
@@ -601,7 +557,7 @@ struct Tally {
 // Thread t posts its kPerThread inline WRITEs through qps[t % qps.size()], each to its own 64-byte
 // place in target, polling its QP's CQ whenever the send queue is full.
 void eight_threads(const std::vector<ibv_qp*>& qps, const std::vector<ibv_cq*>& cqs, const Buf& target) {
-  uint64_t before = dv().races_recorded();
+  uint64_t before = dv()->races_recorded();
   Tally tally;
   auto until = std::chrono::steady_clock::now() + kDeadline;
   std::vector<std::thread> threads;

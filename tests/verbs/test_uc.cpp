@@ -4,33 +4,24 @@
 
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 
 #include "verbs_fixture.h"
 
 namespace vt {
 namespace {
 
-void fill(uint8_t* d, size_t n, uint8_t seed) {
-  for (size_t i = 0; i < n; ++i) d[i] = static_cast<uint8_t>(seed + i * 5);
-}
-
-bool same_pattern(const uint8_t* d, size_t n, uint8_t seed) {
-  for (size_t i = 0; i < n; ++i)
-    if (d[i] != static_cast<uint8_t>(seed + i * 5)) return false;
-  return true;
-}
+void fill(uint8_t* d, size_t n, uint8_t seed) { fill_pattern(d, n, seed, 5); }
+bool same_pattern(const uint8_t* d, size_t n, uint8_t seed) { return has_pattern(d, n, seed, 5); }
 
 class Uc : public VerbsTest {
  protected:
   void SetUp() override {
     VerbsTest::SetUp();
     if (HasFatalFailure()) return;
-    cqa = make_cq();
-    cqb = make_cq();
-    ASSERT_TRUE(cqa && cqb);
-    a = make_qp_of(IBV_QPT_UC, cqa, cqa);
-    b = make_qp_of(IBV_QPT_UC, cqb, cqb);
-    ASSERT_TRUE(a && b);
+    Pair p = make_qps(IBV_QPT_UC);
+    ASSERT_TRUE(p.a && p.b);
+    std::tie(a, b, cqa, cqb) = std::tie(p.a, p.b, p.cqa, p.cqb);
     ASSERT_EQ(connect_uc(a, lid, b->qp_num, 0x100, 0x200), 0);
     ASSERT_EQ(connect_uc(b, lid, a->qp_num, 0x200, 0x100), 0);
     la = make_buf(16384, kAllAccess, 0x11);
@@ -158,23 +149,9 @@ TEST_F(Uc, ReadAndAtomicsRefusedAtPost) {
 }
 
 TEST_F(Uc, CreateQpExWithReadOrAtomicsIsNotSupported) {
-  for (uint64_t op : {uint64_t(IBV_QP_EX_WITH_RDMA_READ), uint64_t(IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP),
-                      uint64_t(IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)}) {
-    ibv_qp_init_attr_ex ia;
-    std::memset(&ia, 0, sizeof ia);
-    ia.qp_type = IBV_QPT_UC;
-    ia.send_cq = cqa;
-    ia.recv_cq = cqa;
-    ia.cap = {16, 16, 1, 1, 0};
-    ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-    ia.pd = pd;
-    ia.send_ops_flags = IBV_QP_EX_WITH_RDMA_WRITE | op;
-    errno = 0;
-    ibv_qp* q = ibv_create_qp_ex(ctx, &ia);
-    EXPECT_EQ(q, nullptr) << "send_ops_flags " << op;
-    if (q) qps.push_back(q);
-    EXPECT_EQ(errno, EOPNOTSUPP);
-  }
+  expect_qp_ex_unsupported(IBV_QPT_UC, cqa, IBV_QP_EX_WITH_RDMA_WRITE,
+                           {IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP,
+                            IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD});
 }
 
 // ibv_modify_qp(3) for UC: RC's table without the reliability attributes (RNR timer, RDMA-read
@@ -183,16 +160,8 @@ TEST_F(Uc, ModifyAttributeRules) {
   ibv_qp* q = make_qp_of(IBV_QPT_UC, cqa, cqa);
   ASSERT_NE(q, nullptr);
   ASSERT_EQ(to_init(q, IBV_ACCESS_REMOTE_WRITE), 0);
-  ibv_qp_attr at;
-  std::memset(&at, 0, sizeof at);
-  at.qp_state = IBV_QPS_RTR;
+  ibv_qp_attr at = rtr_attr(lid, b->qp_num, 0x55, 12);
   at.path_mtu = IBV_MTU_2048;
-  at.dest_qp_num = b->qp_num;
-  at.rq_psn = 0x55;
-  at.ah_attr.dlid = lid;
-  at.ah_attr.port_num = 1;
-  at.min_rnr_timer = 12;
-  at.max_dest_rd_atomic = 1;
   constexpr int kRtr = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
   EXPECT_EQ(ibv_modify_qp(q, &at, kRtr | IBV_QP_MIN_RNR_TIMER), EINVAL);
   EXPECT_EQ(ibv_modify_qp(q, &at, kRtr | IBV_QP_MAX_DEST_RD_ATOMIC), EINVAL);
@@ -200,13 +169,7 @@ TEST_F(Uc, ModifyAttributeRules) {
   EXPECT_EQ(qp_state(q), IBV_QPS_INIT);
   ASSERT_EQ(ibv_modify_qp(q, &at, kRtr), 0);
 
-  std::memset(&at, 0, sizeof at);
-  at.qp_state = IBV_QPS_RTS;
-  at.sq_psn = 0x66;
-  at.timeout = 14;
-  at.retry_cnt = 7;
-  at.rnr_retry = 7;
-  at.max_rd_atomic = 1;
+  at = rts_attr(0x66, 14, 7, 7);
   EXPECT_EQ(ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT), EINVAL);
   EXPECT_EQ(ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_RETRY_CNT), EINVAL);
   EXPECT_EQ(ibv_modify_qp(q, &at, IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_RNR_RETRY), EINVAL);

@@ -17,15 +17,8 @@ namespace {
 constexpr uint32_t kQkey = 0x11110000;
 constexpr uint32_t kGrh = 40;
 
-void fill(uint8_t* d, size_t n, uint8_t seed) {
-  for (size_t i = 0; i < n; ++i) d[i] = static_cast<uint8_t>(seed + i * 11);
-}
-
-bool same_pattern(const uint8_t* d, size_t n, uint8_t seed) {
-  for (size_t i = 0; i < n; ++i)
-    if (d[i] != static_cast<uint8_t>(seed + i * 11)) return false;
-  return true;
-}
+void fill(uint8_t* d, size_t n, uint8_t seed) { fill_pattern(d, n, seed, 11); }
+bool same_pattern(const uint8_t* d, size_t n, uint8_t seed) { return has_pattern(d, n, seed, 11); }
 
 ibv_send_wr ud_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, ibv_ah* ah, uint32_t dqpn,
                   uint32_t qkey) {
@@ -382,18 +375,9 @@ TEST_F(Ud, RdmaAndAtomicsRefusedAtPost) {
 
 // The ibv_wr_* API on a UD QP: the address per WR with ibv_wr_set_ud_addr.
 TEST_F(Ud, WrApiWithSetUdAddr) {
-  ibv_qp_init_attr_ex ia;
-  std::memset(&ia, 0, sizeof ia);
-  ia.qp_type = IBV_QPT_UD;
-  ia.send_cq = scq;
-  ia.recv_cq = scq;
-  ia.cap = {16, 16, 1, 1, 0};
-  ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-  ia.pd = pd;
-  ia.send_ops_flags = IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM;
-  ibv_qp* q = ibv_create_qp_ex(ctx, &ia);
+  ibv_qp* q = make_qp_ex(IBV_QPT_UD, scq, {16, 16, 1, 1, 0},
+                         IBV_QP_EX_WITH_SEND | IBV_QP_EX_WITH_SEND_WITH_IMM);
   ASSERT_NE(q, nullptr) << "errno " << errno;
-  qps.push_back(q);
   ASSERT_EQ(ud_to_rts(q, kQkey), 0);
   ibv_qp_ex* x = ibv_qp_to_qp_ex(q);
   ASSERT_NE(x, nullptr);
@@ -439,23 +423,9 @@ TEST_F(Ud, WrApiWithSetUdAddr) {
 }
 
 TEST_F(Ud, CreateQpExWithRdmaOpsIsNotSupported) {
-  for (uint64_t op : {uint64_t(IBV_QP_EX_WITH_RDMA_WRITE), uint64_t(IBV_QP_EX_WITH_RDMA_READ),
-                      uint64_t(IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD)}) {
-    ibv_qp_init_attr_ex ia;
-    std::memset(&ia, 0, sizeof ia);
-    ia.qp_type = IBV_QPT_UD;
-    ia.send_cq = scq;
-    ia.recv_cq = scq;
-    ia.cap = {16, 16, 1, 1, 0};
-    ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
-    ia.pd = pd;
-    ia.send_ops_flags = IBV_QP_EX_WITH_SEND | op;
-    errno = 0;
-    ibv_qp* q = ibv_create_qp_ex(ctx, &ia);
-    EXPECT_EQ(q, nullptr) << "send_ops_flags " << op;
-    if (q) qps.push_back(q);
-    EXPECT_EQ(errno, EOPNOTSUPP);
-  }
+  expect_qp_ex_unsupported(
+      IBV_QPT_UD, scq, IBV_QP_EX_WITH_SEND,
+      {IBV_QP_EX_WITH_RDMA_WRITE, IBV_QP_EX_WITH_RDMA_READ, IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD});
 }
 
 // ibv_modify_qp(3) for UD: the Q_Key instead of access flags, no address vector or path, a send
@@ -463,12 +433,8 @@ TEST_F(Ud, CreateQpExWithRdmaOpsIsNotSupported) {
 TEST_F(Ud, ModifyAttributeRules) {
   ibv_qp* q = make_qp_of(IBV_QPT_UD, scq, scq);
   ASSERT_NE(q, nullptr);
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
+  ibv_qp_attr a = init_attr(IBV_ACCESS_LOCAL_WRITE);
   a.qkey = 0x4321;
-  a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE;
   constexpr int kInit = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
   EXPECT_EQ(ibv_modify_qp(q, &a, kInit), EINVAL) << "INIT without a Q_Key";
   EXPECT_EQ(ibv_modify_qp(q, &a, kInit | IBV_QP_QKEY | IBV_QP_ACCESS_FLAGS), EINVAL)
@@ -641,78 +607,54 @@ constexpr uint8_t kMcastSeed[2] = {0x31, 0x47};
 
 [[noreturn]] void run_mcast_peer() {
   McastPeerInfo me{};
-  auto fail = [&](const char* what) {
-    std::snprintf(me.err, sizeof me.err, "%s (errno %d)", what, errno);
-    write_all(kPeerOut, &me, sizeof me);
-    _exit(2);
-  };
-  ibv_context* c = peer_open_emu0();
-  if (!c) fail("open emu0");
-  ibv_pd* pd = ibv_alloc_pd(c);
-  ibv_cq* cq = pd ? ibv_create_cq(c, 16, nullptr, nullptr, 0) : nullptr;
-  ibv_qp* qp = cq ? create_qp_of(pd, IBV_QPT_UD, cq, cq) : nullptr;
-  if (!qp) fail("pd/cq/qp");
-  if (ud_to_rts(qp, kQkey)) fail("modify to RTS");
+  PeerDevice d = peer_open_device(me, 16);
+  ibv_qp* qp = create_qp_of(d.pd, IBV_QPT_UD, d.cq, d.cq);
+  if (!qp) peer_fail(me, "pd/cq/qp");
+  if (ud_to_rts(qp, kQkey)) peer_fail(me, "modify to RTS");
   ibv_gid g = mgid(1);
-  if (ibv_attach_mcast(qp, &g, kMlid)) fail("attach_mcast");
+  if (ibv_attach_mcast(qp, &g, kMlid)) peer_fail(me, "attach_mcast");
   alignas(4096) static uint8_t buf[8192];
-  ibv_mr* mr = ibv_reg_mr(pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
-  if (!mr) fail("reg_mr");
+  ibv_mr* mr = ibv_reg_mr(d.pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+  if (!mr) peer_fail(me, "reg_mr");
   for (int i = 0; i < 2; ++i) {
     ibv_sge sg{reinterpret_cast<uint64_t>(buf) + 4096 * i, 4096, mr->lkey};
-    ibv_recv_wr rw{};
-    rw.wr_id = 100 + i;
-    rw.sg_list = &sg;
-    rw.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    if (ibv_post_recv(qp, &rw, &bad)) fail("post_recv");
+    if (post_recv(qp, 100 + i, &sg, 1)) peer_fail(me, "post_recv");
   }
   me.ok = 1;
   me.qpn = qp->qp_num;
-  if (!write_all(kPeerOut, &me, sizeof me)) _exit(3);
-  McastParentInfo parent;
-  if (!read_all(kPeerIn, &parent, sizeof parent)) _exit(3);
+  peer_tell(me);
+  auto parent = peer_hear<McastParentInfo>();
 
   McastPeerReport rep{1, {}};
-  auto wcs = poll_n(cq, 2);
+  auto wcs = poll_n(d.cq, 2);
   if (wcs.size() != 2) {
-    rep.ok = 0;
-    std::snprintf(rep.err, sizeof rep.err, "%zu of 2 datagrams arrived", wcs.size());
+    peer_report_failure(rep, "%zu of 2 datagrams arrived", wcs.size());
   }
   for (size_t k = 0; rep.ok && k < wcs.size(); ++k) {
     const ibv_wc& wc = wcs[k];
     const uint8_t* d = buf + 4096 * k;
     if (wc.status != IBV_WC_SUCCESS || wc.wr_id != 100 + k || wc.byte_len != kGrh + kMcastLen[k] ||
         wc.src_qp != parent.sender_qpn || wc.slid != parent.sender_lid || !(wc.wc_flags & IBV_WC_GRH)) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err,
-                    "wc %zu: status %d wr_id %llu len %u src_qp 0x%x slid %u flags 0x%x", k,
-                    wc.status, (unsigned long long)wc.wr_id, wc.byte_len, wc.src_qp, wc.slid,
-                    wc.wc_flags);
+      peer_report_failure(rep, "wc %zu: status %d wr_id %llu len %u src_qp 0x%x slid %u flags 0x%x",
+                          k, wc.status, (unsigned long long)wc.wr_id, wc.byte_len, wc.src_qp,
+                          wc.slid, wc.wc_flags);
     } else if (std::memcmp(d + 24, g.raw, 16) != 0 || d[6] != 0x1b) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "datagram %zu: GRH without the group's GID", k);
+      peer_report_failure(rep, "datagram %zu: GRH without the group's GID", k);
     } else if (!same_pattern(d + kGrh, kMcastLen[k], kMcastSeed[k])) {
-      rep.ok = 0;
-      std::snprintf(rep.err, sizeof rep.err, "datagram %zu: payload differs", k);
+      peer_report_failure(rep, "datagram %zu: payload differs", k);
     }
   }
-  write_all(kPeerOut, &rep, sizeof rep);
-  _exit(0);
+  peer_finish(rep);
 }
 
-__attribute__((constructor)) void maybe_run_ud_peer() {
-  if (peer_role() == "ud-mcast-receiver") run_mcast_peer();
-}
+const PeerRole kMcastReceiver("ud-mcast-receiver", run_mcast_peer);
 
 // A SEND to the group reaches every member: two QPs here and one in another process. After a
 // detach, the QP that left receives no more; the others still do.
 TEST_F(Ud, MulticastReachesThreeReceiversInTwoProcesses) {
   Peer peer;
-  ASSERT_TRUE(peer.spawn("ud-mcast-receiver")) << "posix_spawn";
   McastPeerInfo pi{};
-  ASSERT_TRUE(peer.recv(&pi, sizeof pi)) << "peer died before reporting";
-  ASSERT_EQ(pi.ok, 1u) << "peer: " << pi.err;
+  ASSERT_NO_FATAL_FAILURE(peer.start("ud-mcast-receiver", &pi));
 
   ibv_cq* cq2 = make_cq();
   ibv_qp* r2 = make_ud(cq2, kQkey);
@@ -755,11 +697,7 @@ TEST_F(Ud, MulticastReachesThreeReceiversInTwoProcesses) {
   EXPECT_TRUE(drain(cq2).empty()) << "a QP received after ibv_detach_mcast";
 
   McastPeerReport rep{};
-  ASSERT_TRUE(peer.recv_by(&rep, sizeof rep, std::chrono::steady_clock::now() + 2 * kDeadline))
-      << "no report from the peer";
-  EXPECT_EQ(rep.ok, 1u) << "peer: " << rep.err;
-  int st = peer.wait();
-  EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
+  ASSERT_NO_FATAL_FAILURE(peer.finish(&rep, 2 * kDeadline));
   // r2's second receive is still there: a unicast datagram takes it.
   ibv_ah* uni = make_ah(ah_attr(lid));
   ASSERT_NE(uni, nullptr);

@@ -289,13 +289,8 @@ std::string player_step(PlayerState& p, const std::string& line) {
   _exit(0);
 }
 
-struct Roles {
-  Roles() {
-    std::string r = peer_role();
-    if (r == kPlayerRole) run_player();
-    if (r == kCensusRole) run_census();
-  }
-} g_roles;
+const PeerRole kPlayer(kPlayerRole, run_player);
+const PeerRole kCensus(kCensusRole, run_census);
 
 void parse_pids(std::istringstream& in, std::vector<int>* pids, std::vector<bool>* alive) {
   std::string w;

@@ -2,6 +2,7 @@
 // GID index), on any port: what RoCE requires and InfiniBand allows.
 #pragma once
 #include <cstring>
+#include <tuple>
 
 #include "verbs_fixture.h"
 
@@ -20,28 +21,12 @@ struct GrhPath {
   uint8_t sgid_index = 0;
 };
 
-inline int to_init_on(ibv_qp* qp, uint8_t port, int access = kAllAccess) {
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = port;
-  a.qp_access_flags = access;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
-}
+inline int to_init_on(ibv_qp* qp, uint8_t port) { return to_init(qp, kAllAccess, port); }
 
 // INIT -> RTR with `path` as the address vector (ah_attr.port_num 0 = the QP's port if av_port
 // is 0).
 inline int to_rtr_grh(ibv_qp* qp, const GrhPath& path, uint32_t dest_qpn, uint8_t av_port) {
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest_qpn;
-  a.rq_psn = 0;
-  a.max_dest_rd_atomic = 1;
-  a.min_rnr_timer = 1;
-  a.ah_attr.dlid = path.dlid;
+  ibv_qp_attr a = rtr_attr(path.dlid, dest_qpn, 0, 1);
   a.ah_attr.port_num = av_port;
   a.ah_attr.is_global = path.is_global;
   a.ah_attr.grh.dgid = path.dgid;
@@ -59,6 +44,32 @@ inline int connect_grh(ibv_qp* qp, const GrhPath& path, uint32_t dest_qpn, uint8
   if (int rc = to_rtr_grh(qp, path, dest_qpn, path.port)) return rc;
   return to_rts(qp, 0, timeout, retry_cnt, 7);
 }
+
+// A fixture with two RC QPs, a and b (each with its own CQ), connected along GRH paths.
+class GrhPairTest : public VerbsTest {
+ protected:
+  // a connects along `to_b`, b along `to_a` (their ports and GIDs; destination QPNs filled in).
+  void connect(GrhPath to_b, GrhPath to_a, uint8_t timeout = 14, uint8_t retry_cnt = 7) {
+    Pair p = make_qps(IBV_QPT_RC);
+    ASSERT_TRUE(p.a && p.b);
+    std::tie(a, b, cqa, cqb) = std::tie(p.a, p.b, p.cqa, p.cqb);
+    ASSERT_EQ(connect_grh(a, to_b, b->qp_num, timeout, retry_cnt), 0);
+    ASSERT_EQ(connect_grh(b, to_a, a->qp_num), 0);
+  }
+  // a's first message goes nowhere: RETRY_EXC_ERR, and b sees nothing.
+  void expect_unreachable() {
+    Buf sa = make_buf(64), rb = make_buf(64);
+    ibv_sge r = rb.sge(0, 64);
+    ASSERT_EQ(post_recv(b, 20, &r, 1), 0);
+    ibv_sge s = sa.sge(0, 64);
+    ibv_send_wr w = send_wr(21, IBV_WR_SEND, &s, 1);
+    ASSERT_EQ(post_one(a, &w), 0);
+    EXPECT_TRUE(wait_wc(cqa, IBV_WC_RETRY_EXC_ERR, 21));
+    EXPECT_TRUE(drain(cqb).empty());
+  }
+  ibv_cq *cqa = nullptr, *cqb = nullptr;
+  ibv_qp *a = nullptr, *b = nullptr;
+};
 
 inline ibv_gid gid_of(ibv_context* ctx, uint8_t port, int index) {
   ibv_gid g;

@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <initializer_list>
 #include <vector>
 
 namespace vt {
@@ -49,6 +51,11 @@ struct ConnParams {
 ibv_qp* create_qp_of(ibv_pd* pd, ibv_qp_type type, ibv_cq* send_cq, ibv_cq* recv_cq,
                      const QpCaps& caps = {}, ibv_srq* srq = nullptr, ibv_qp_cap* out_cap = nullptr);
 
+// ibv_create_qp_ex of a QP of `type` on pd (a PD or a parent domain), one CQ for both queues, with
+// the ibv_wr_* operations `send_ops`.
+ibv_qp* create_qp_ex(ibv_context* ctx, ibv_pd* pd, ibv_qp_type type, ibv_cq* cq, const QpCaps& caps,
+                     uint64_t send_ops);
+
 // UD: RESET -> INIT (port 1, Q_Key) -> RTR -> RTS (send PSN sq_psn).
 int ud_to_rts(ibv_qp* qp, uint32_t qkey, uint32_t sq_psn = 0);
 
@@ -62,9 +69,20 @@ int connect_uc(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, ui
 bool get_async_event(ibv_context* ctx, ibv_async_event* ev, std::chrono::milliseconds deadline = kDeadline);
 // Whether an async event can be read right now (a poll() that does not wait).
 bool async_event_pending(ibv_context* ctx);
+// The next async event (by the deadline) is of type `want`, and it is then the last one: none
+// other is pending. *out gets it, acked (its element is still the object's pointer).
+::testing::AssertionResult only_async_event(ibv_context* ctx, ibv_event_type want,
+                                            ibv_async_event* out);
+
+// The attributes of the three transitions (the rest zero), for tests that vary them: INIT on
+// `port`; RTR towards (dlid, dest_qpn) on port 1, path MTU 1024, one RDMA-read depth; RTS with one
+// RDMA-read depth.
+ibv_qp_attr init_attr(int access, uint8_t port = 1);
+ibv_qp_attr rtr_attr(uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t min_rnr_timer);
+ibv_qp_attr rts_attr(uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry);
 
 // The three transitions one at a time (each returns ibv_modify_qp's result).
-int to_init(ibv_qp* qp, int access);
+int to_init(ibv_qp* qp, int access, uint8_t port = 1);
 int to_rtr(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t min_rnr_timer);
 int to_rts(ibv_qp* qp, uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry);
 
@@ -87,6 +105,35 @@ std::vector<ibv_wc> drain(ibv_cq* cq, int tries = 200);
 ::testing::AssertionResult wait_wc(ibv_cq* cq, ibv_wc_status status, uint64_t wr_id,
                                    ibv_wc* out = nullptr);
 
+// A table at its limit: `made` holds as many objects as the device allows. One more (create()) is
+// refused with ENOMEM, and destroying the last makes room for one again (made.back() is the new
+// one, or nullptr).
+template <typename T, typename Create, typename Destroy>
+void expect_full_until_one_goes(std::vector<T*>& made, Create create, Destroy destroy) {
+  errno = 0;
+  T* extra = create();
+  EXPECT_EQ(extra, nullptr);
+  EXPECT_EQ(errno, ENOMEM);
+  if (extra) made.push_back(extra);
+  ASSERT_EQ(destroy(made.back()), 0);
+  made.back() = create();
+  EXPECT_NE(made.back(), nullptr);
+}
+
+// Destroys every object of `made` that is there (nullptr entries are skipped), expecting success.
+template <typename T, typename Destroy>
+void expect_destroyed(const std::vector<T*>& made, Destroy destroy) {
+  for (T* o : made) {
+    if (o) {
+      EXPECT_EQ(destroy(o), 0);
+    }
+  }
+}
+
+// Test payloads: byte i of a pattern is seed + i * step.
+void fill_pattern(uint8_t* d, size_t n, uint8_t seed, uint8_t step);
+bool has_pattern(const uint8_t* d, size_t n, uint8_t seed, uint8_t step);
+
 // Page-aligned memory registered on pd (filled with `fill`).
 struct Buf {
   uint8_t* p = nullptr;
@@ -108,6 +155,13 @@ int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n);
 int post_srq(ibv_srq* srq, uint64_t wr_id, ibv_sge* sg, int n = 1);  // ibv_post_srq_recv of one WR
 int post_one(ibv_qp* qp, ibv_send_wr* wr);  // ibv_post_send of one WR (checks bad_wr on error)
 
+// A SEND of `s` from `from` into a receive of `r` posted on `to` (receive wr_id `id`, the send's
+// id + 1); waits for the sender's completion on from_cq, then the receiver's on to_cq.
+::testing::AssertionResult send_through(ibv_qp* from, ibv_cq* from_cq, ibv_sge s, ibv_qp* to,
+                                        ibv_cq* to_cq, ibv_sge r, uint64_t id,
+                                        ibv_wc_status send_status = IBV_WC_SUCCESS,
+                                        ibv_wc_status recv_status = IBV_WC_SUCCESS);
+
 // One device, one PD and whatever the test makes from them; everything is released in TearDown in
 // a safe order (QPs, AHs, SRQs, CQs, channels, MRs, PD, context).
 class VerbsTest : public ::testing::Test {
@@ -120,6 +174,12 @@ class VerbsTest : public ::testing::Test {
   // A QP of any type, optionally on an SRQ (nullptr with a gtest failure if refused).
   ibv_qp* make_qp_of(ibv_qp_type type, ibv_cq* scq, ibv_cq* rcq, const QpCaps& caps = {},
                      ibv_srq* srq = nullptr, ibv_qp_cap* out = nullptr);
+  // create_qp_ex on this PD; nullptr (errno from ibv_create_qp_ex, no gtest failure) if refused.
+  ibv_qp* make_qp_ex(ibv_qp_type type, ibv_cq* cq, const QpCaps& caps, uint64_t send_ops);
+  // ibv_create_qp_ex refuses a QP of `type` with send_ops | op, for each op of `ops`, with
+  // EOPNOTSUPP.
+  void expect_qp_ex_unsupported(ibv_qp_type type, ibv_cq* cq, uint64_t send_ops,
+                                std::initializer_list<uint64_t> ops);
   // An SRQ of max_wr WQEs of max_sge SGEs; *out (if given) is what ibv_create_srq reported.
   ibv_srq* make_srq(uint32_t max_wr, uint32_t max_sge = 1, ibv_srq_attr* out = nullptr);
   ibv_ah* make_ah(ibv_ah_attr attr);
@@ -133,6 +193,8 @@ class VerbsTest : public ::testing::Test {
     ibv_cq* cqb = nullptr;
   };
   Pair make_pair(const QpCaps& caps = {}, const ConnParams& pa = {}, const ConnParams& pb = {});
+  // Two QPs of `type`, not connected, each with its own CQ (gtest failures for what is refused).
+  Pair make_qps(ibv_qp_type type, const QpCaps& caps = {});
 
   // Forget a QP/CQ the test destroyed itself.
   void forget(ibv_qp* qp);

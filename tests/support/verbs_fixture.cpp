@@ -45,6 +45,14 @@ ibv_qp* create_rc_qp(ibv_pd* pd, ibv_cq* send_cq, ibv_cq* recv_cq, const QpCaps&
   return create_qp_of(pd, IBV_QPT_RC, send_cq, recv_cq, caps, nullptr, out_cap);
 }
 
+namespace {
+
+ibv_qp_cap to_cap(const QpCaps& c) {
+  return {c.max_send_wr, c.max_recv_wr, c.max_send_sge, c.max_recv_sge, c.max_inline_data};
+}
+
+}  // namespace
+
 ibv_qp* create_qp_of(ibv_pd* pd, ibv_qp_type type, ibv_cq* send_cq, ibv_cq* recv_cq,
                      const QpCaps& caps, ibv_srq* srq, ibv_qp_cap* out_cap) {
   ibv_qp_init_attr ia;
@@ -54,27 +62,37 @@ ibv_qp* create_qp_of(ibv_pd* pd, ibv_qp_type type, ibv_cq* send_cq, ibv_cq* recv
   ia.srq = srq;
   ia.qp_type = type;
   ia.sq_sig_all = caps.sq_sig_all;
-  ia.cap.max_send_wr = caps.max_send_wr;
-  ia.cap.max_recv_wr = caps.max_recv_wr;
-  ia.cap.max_send_sge = caps.max_send_sge;
-  ia.cap.max_recv_sge = caps.max_recv_sge;
-  ia.cap.max_inline_data = caps.max_inline_data;
+  ia.cap = to_cap(caps);
   ibv_qp* qp = ibv_create_qp(pd, &ia);
   if (qp && out_cap) *out_cap = ia.cap;
   return qp;
 }
 
-int to_init(ibv_qp* qp, int access) {
+ibv_qp* create_qp_ex(ibv_context* ctx, ibv_pd* pd, ibv_qp_type type, ibv_cq* cq, const QpCaps& caps,
+                     uint64_t send_ops) {
+  ibv_qp_init_attr_ex ia;
+  std::memset(&ia, 0, sizeof ia);
+  ia.qp_type = type;
+  ia.send_cq = cq;
+  ia.recv_cq = cq;
+  ia.sq_sig_all = caps.sq_sig_all;
+  ia.cap = to_cap(caps);
+  ia.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS;
+  ia.pd = pd;
+  ia.send_ops_flags = send_ops;
+  return ibv_create_qp_ex(ctx, &ia);
+}
+
+ibv_qp_attr init_attr(int access, uint8_t port) {
   ibv_qp_attr a;
   std::memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_INIT;
-  a.port_num = 1;
-  a.pkey_index = 0;
+  a.port_num = port;
   a.qp_access_flags = access;
-  return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+  return a;
 }
 
-int to_rtr(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t min_rnr_timer) {
+ibv_qp_attr rtr_attr(uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t min_rnr_timer) {
   ibv_qp_attr a;
   std::memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTR;
@@ -85,12 +103,10 @@ int to_rtr(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_
   a.min_rnr_timer = min_rnr_timer;
   a.ah_attr.dlid = dlid;
   a.ah_attr.port_num = 1;
-  return ibv_modify_qp(qp, &a,
-                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+  return a;
 }
 
-int to_rts(ibv_qp* qp, uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry) {
+ibv_qp_attr rts_attr(uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry) {
   ibv_qp_attr a;
   std::memset(&a, 0, sizeof a);
   a.qp_state = IBV_QPS_RTS;
@@ -99,6 +115,24 @@ int to_rts(ibv_qp* qp, uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt, uint
   a.retry_cnt = retry_cnt;
   a.rnr_retry = rnr_retry;
   a.max_rd_atomic = 1;
+  return a;
+}
+
+int to_init(ibv_qp* qp, int access, uint8_t port) {
+  ibv_qp_attr a = init_attr(access, port);
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+int to_rtr(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t min_rnr_timer) {
+  ibv_qp_attr a = rtr_attr(dlid, dest_qpn, rq_psn, min_rnr_timer);
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                           IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER);
+}
+
+int to_rts(ibv_qp* qp, uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry) {
+  ibv_qp_attr a = rts_attr(sq_psn, timeout, retry_cnt, rnr_retry);
   return ibv_modify_qp(qp, &a,
                        IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
                            IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC);
@@ -131,20 +165,12 @@ int ud_to_rts(ibv_qp* qp, uint32_t qkey, uint32_t sq_psn) {
 int connect_uc(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, uint32_t peer_psn,
                int access) {
   if (int rc = to_init(qp, access)) return rc;
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTR;
-  a.path_mtu = IBV_MTU_1024;
-  a.dest_qp_num = dest_qpn;
-  a.rq_psn = peer_psn;
-  a.ah_attr.dlid = dlid;
-  a.ah_attr.port_num = 1;
+  // Only the attributes UC takes are in the masks; the others the builders fill are ignored.
+  ibv_qp_attr a = rtr_attr(dlid, dest_qpn, peer_psn, 0);
   if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
                                          IBV_QP_RQ_PSN))
     return rc;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = my_psn;
+  a = rts_attr(my_psn, 0, 0, 0);
   return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
 }
 
@@ -172,6 +198,31 @@ bool get_async_event(ibv_context* ctx, ibv_async_event* ev, std::chrono::millise
 bool async_event_pending(ibv_context* ctx) {
   pollfd pf{ctx->async_fd, POLLIN, 0};
   return poll(&pf, 1, 0) == 1;
+}
+
+::testing::AssertionResult send_through(ibv_qp* from, ibv_cq* from_cq, ibv_sge s, ibv_qp* to,
+                                        ibv_cq* to_cq, ibv_sge r, uint64_t id,
+                                        ibv_wc_status send_status, ibv_wc_status recv_status) {
+  if (int rc = post_recv(to, id, &r, 1)) return ::testing::AssertionFailure() << "post_recv " << rc;
+  ibv_send_wr w = send_wr(id + 1, IBV_WR_SEND, &s, 1);
+  if (int rc = post_one(from, &w)) return ::testing::AssertionFailure() << "post_send " << rc;
+  ::testing::AssertionResult sent = wait_wc(from_cq, send_status, id + 1);
+  if (!sent) return sent;
+  return wait_wc(to_cq, recv_status, id);
+}
+
+::testing::AssertionResult only_async_event(ibv_context* ctx, ibv_event_type want,
+                                            ibv_async_event* out) {
+  if (!get_async_event(ctx, out))
+    return ::testing::AssertionFailure() << "no " << ibv_event_type_str(want);
+  ibv_ack_async_event(out);
+  if (out->event_type != want)
+    return ::testing::AssertionFailure()
+           << ibv_event_type_str(out->event_type) << ", not " << ibv_event_type_str(want);
+  if (async_event_pending(ctx))
+    return ::testing::AssertionFailure()
+           << "more than one event after " << ibv_event_type_str(want);
+  return ::testing::AssertionSuccess();
 }
 
 ibv_qp_state qp_state(ibv_qp* qp) {
@@ -256,32 +307,43 @@ ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, uint64_t ra
   return wr;
 }
 
-int post_srq(ibv_srq* srq, uint64_t wr_id, ibv_sge* sg, int n) {
-  ibv_recv_wr w;
-  std::memset(&w, 0, sizeof w);
-  w.wr_id = wr_id;
-  w.sg_list = sg;
-  w.num_sge = n;
-  ibv_recv_wr* bad = nullptr;
-  int rc = ibv_post_srq_recv(srq, &w, &bad);
-  if (rc) {
-    EXPECT_EQ(bad, &w) << "bad_wr of a failed ibv_post_srq_recv";
-  }
-  return rc;
-}
+namespace {
 
-int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n) {
+// One receive WR posted with `post` (ibv_post_recv or ibv_post_srq_recv, named `what`).
+template <typename Queue>
+int post_one_recv(int (*post)(Queue*, ibv_recv_wr*, ibv_recv_wr**), const char* what, Queue* q,
+                  uint64_t wr_id, ibv_sge* sg, int n) {
   ibv_recv_wr wr;
   std::memset(&wr, 0, sizeof wr);
   wr.wr_id = wr_id;
   wr.sg_list = sg;
   wr.num_sge = n;
   ibv_recv_wr* bad = nullptr;
-  int rc = ibv_post_recv(qp, &wr, &bad);
+  int rc = post(q, &wr, &bad);
   if (rc) {
-    EXPECT_EQ(bad, &wr) << "bad_wr of a failed ibv_post_recv";
+    EXPECT_EQ(bad, &wr) << "bad_wr of a failed " << what;
   }
   return rc;
+}
+
+}  // namespace
+
+int post_srq(ibv_srq* srq, uint64_t wr_id, ibv_sge* sg, int n) {
+  return post_one_recv(ibv_post_srq_recv, "ibv_post_srq_recv", srq, wr_id, sg, n);
+}
+
+int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n) {
+  return post_one_recv(ibv_post_recv, "ibv_post_recv", qp, wr_id, sg, n);
+}
+
+void fill_pattern(uint8_t* d, size_t n, uint8_t seed, uint8_t step) {
+  for (size_t i = 0; i < n; ++i) d[i] = static_cast<uint8_t>(seed + i * step);
+}
+
+bool has_pattern(const uint8_t* d, size_t n, uint8_t seed, uint8_t step) {
+  for (size_t i = 0; i < n; ++i)
+    if (d[i] != static_cast<uint8_t>(seed + i * step)) return false;
+  return true;
 }
 
 int post_one(ibv_qp* qp, ibv_send_wr* wr) {
@@ -344,6 +406,24 @@ ibv_qp* VerbsTest::make_qp_of(ibv_qp_type type, ibv_cq* scq, ibv_cq* rcq, const 
   return qp;
 }
 
+ibv_qp* VerbsTest::make_qp_ex(ibv_qp_type type, ibv_cq* cq, const QpCaps& caps, uint64_t send_ops) {
+  ibv_qp* qp = create_qp_ex(ctx, pd, type, cq, caps, send_ops);
+  int err = errno;  // the caller may check why it was refused
+  if (qp) qps.push_back(qp);
+  errno = err;
+  return qp;
+}
+
+void VerbsTest::expect_qp_ex_unsupported(ibv_qp_type type, ibv_cq* cq, uint64_t send_ops,
+                                         std::initializer_list<uint64_t> ops) {
+  for (uint64_t op : ops) {
+    errno = 0;
+    EXPECT_EQ(make_qp_ex(type, cq, {16, 16, 1, 1, 0}, send_ops | op), nullptr)
+        << "send_ops_flags " << op;
+    EXPECT_EQ(errno, EOPNOTSUPP);
+  }
+}
+
 ibv_srq* VerbsTest::make_srq(uint32_t max_wr, uint32_t max_sge, ibv_srq_attr* out) {
   ibv_srq_init_attr ia;
   std::memset(&ia, 0, sizeof ia);
@@ -380,13 +460,19 @@ Buf VerbsTest::make_buf(size_t len, int access, uint8_t fill) {
   return b;
 }
 
-VerbsTest::Pair VerbsTest::make_pair(const QpCaps& caps, const ConnParams& pa, const ConnParams& pb) {
+VerbsTest::Pair VerbsTest::make_qps(ibv_qp_type type, const QpCaps& caps) {
   Pair p;
   p.cqa = make_cq();
   p.cqb = make_cq();
   if (!p.cqa || !p.cqb) return p;
-  p.a = make_qp(p.cqa, p.cqa, caps);
-  p.b = make_qp(p.cqb, p.cqb, caps);
+  p.a = make_qp_of(type, p.cqa, p.cqa, caps);
+  p.b = make_qp_of(type, p.cqb, p.cqb, caps);
+  return p;
+}
+
+VerbsTest::Pair VerbsTest::make_pair(const QpCaps& caps, const ConnParams& pa,
+                                     const ConnParams& pb) {
+  Pair p = make_qps(IBV_QPT_RC, caps);
   if (!p.a || !p.b) return p;
   EXPECT_EQ(connect_qp(p.a, lid, p.b->qp_num, 0x100, 0x200, pa), 0);
   EXPECT_EQ(connect_qp(p.b, lid, p.a->qp_num, 0x200, 0x100, pb), 0);
