@@ -12,6 +12,7 @@
 #include "forward.h"
 #include "emu/notify.h"
 #include "emu/device.h"
+#include "emu/objects.h"
 #include "provider.h"
 #include "emu/reclaim.h"
 
@@ -317,30 +318,21 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
   if (cqe < 1 || static_cast<uint32_t>(cqe) > Limits::max_cqe || comp_vector < 0 ||
       comp_vector >= context->num_comp_vectors || (channel && channel->context != context))
     return fail_null<EmuCq>(EINVAL);
-  Segment* seg = segment();
   uint32_t log = 1;
   while ((1u << log) < static_cast<uint32_t>(cqe) + 1) ++log;
   uint32_t cnt = 1u << log;
+  auto* cq = new (std::nothrow) EmuCq();
+  if (!cq) return fail_null<EmuCq>(ENOMEM);
+  CqSpec spec{to_ctx(context)->dev, to_ctx(context)->slot, log,
+              channel ? to_channel(channel)->wfd : -1, channel ? to_channel(channel)->uid : 0};
+  Segment* seg = segment();
   uint32_t slot;
-  if (seg->alloc_cq(&slot) != Status::ok) return fail_null<EmuCq>(ENOMEM);
-  CqSlot& cs = seg->hdr()->cqs[slot];
-  cs.buf_off = seg->alloc(size_t(cnt) * sizeof(Cqe64), 4096);
-  auto* cq = cs.buf_off ? new (std::nothrow) EmuCq() : nullptr;
-  if (!cq) {
-    seg->free(cs.buf_off);
-    cs.state.store(kSlotFree);
+  if (create_cq(seg, spec, &slot) != Status::ok) {
+    delete cq;
     return fail_null<EmuCq>(ENOMEM);
   }
-  cs.dev = to_ctx(context)->dev;
-  cs.ctx = to_ctx(context)->slot;
-  cs.cqe_cnt = cnt;
-  cs.log_cqe_cnt = log;
-  cs.uid = seg->new_uid();
-  cs.chan_wfd = channel ? to_channel(channel)->wfd : -1;
-  cs.chan_uid = channel ? to_channel(channel)->uid : 0;
-  cs.stamp = 0;
+  CqSlot& cs = seg->hdr()->cqs[slot];
   cq->ring = seg->at<Cqe64>(cs.buf_off);
-  for (uint32_t i = 0; i < cnt; ++i) cq->ring[i].op_own = kCqeInvalid << 4 | 1;
   cq->slot = slot;
   cq->shm = &cs;
   cq->uid = cs.uid;
@@ -535,11 +527,7 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
          ibcq->async_events_completed != cq->async_events_read.load())
     pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
   pthread_mutex_unlock(&ibcq->mutex);
-  Segment* seg = segment();
-  cq->shm->state.store(kSlotDying, std::memory_order_release);
-  wait_for_engines(seg);  // no engine still writes into the ring
-  seg->free(cq->shm->buf_off);
-  cq->shm->state.store(kSlotFree, std::memory_order_release);
+  retire_cq(segment(), *cq->shm);
   if (cq->parent_domain) cq->parent_domain->refs.fetch_sub(1);
   if (ibcq->channel) {
     pthread_mutex_lock(&ibcq->context->mutex);
