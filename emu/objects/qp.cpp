@@ -29,32 +29,26 @@ Status claim_qp(Segment* seg, const QpRings& r, uint32_t* idx) {
   return Status::no_memory;
 }
 
-void fill_common(Segment* seg, QpSlot& s, uint32_t dev, uint32_t ctx, uint8_t type) {
-  s.dev = dev;
-  s.ctx = ctx;
-  s.port = 1;
-  s.type = type;
-  s.uid = seg->new_uid();
-  s.path_mtu = kMtu1024;
-}
-
-}  // namespace
-
-Status create_qp(Segment* seg, const QpSpec& spec, uint32_t* idx) {
-  QpRings r{uint64_t(spec.sq_bbs) * kSendWqeBB, uint64_t(spec.rq_wqe_cnt) * spec.rq_stride,
-            uint64_t(spec.sq_bbs) * sizeof(WqeWriteRec), 4096};
+// Every QP kind, once its rings are sized: fields other processes read are set before anyone is
+// told its number (the creator returns it).
+Status make_qp(Segment* seg, const QpSpec& spec, const QpRings& r, uint32_t* idx) {
   if (Status st = claim_qp(seg, r, idx); st != Status::ok) return st;
   QpSlot& s = seg->hdr()->qps[*idx];
-  fill_common(seg, s, spec.dev, spec.ctx, spec.type);
+  s.dev = spec.dev;
+  s.ctx = spec.ctx;
+  s.port = 1;
+  s.type = spec.type;
   s.srq_ref = spec.srq_ref;
   s.sq_sig_all = spec.sq_sig_all;
   s.pd = spec.pd;
   s.send_cq = spec.send_cq;
   s.recv_cq = spec.recv_cq;
+  s.uid = seg->new_uid();
   s.sq_bbs = spec.sq_bbs;
   s.rq_wqe_cnt = spec.rq_wqe_cnt;
   s.rq_stride = spec.rq_stride;
   s.uar_index = spec.uar_index;
+  s.path_mtu = kMtu1024;
   s.qp_state.store(kQpsReset);
   s.wrec_tracked.store(0);
   reset_race_state(seg, s);
@@ -63,19 +57,18 @@ Status create_qp(Segment* seg, const QpSpec& spec, uint32_t* idx) {
   return Status::ok;
 }
 
+}  // namespace
+
+Status create_qp(Segment* seg, const QpSpec& spec, uint32_t* idx) {
+  QpRings r{uint64_t(spec.sq_bbs) * kSendWqeBB, uint64_t(spec.rq_wqe_cnt) * spec.rq_stride,
+            uint64_t(spec.sq_bbs) * sizeof(WqeWriteRec), 4096};
+  return make_qp(seg, spec, r, idx);
+}
+
 Status create_tgt_qp(Segment* seg, uint32_t dev, uint32_t ctx, uint32_t* idx) {
-  QpRings r{kSendWqeBB, sizeof(DataSeg), 0, 64};
-  if (Status st = claim_qp(seg, r, idx); st != Status::ok) return st;
-  QpSlot& s = seg->hdr()->qps[*idx];
-  fill_common(seg, s, dev, ctx, kQptXrcRecv);
-  s.pd = 0xffffffff;  // none: its receives are the SRQs' (their PD)
-  s.send_cq = s.recv_cq = 0;
-  s.sq_bbs = 1;
-  reset_race_state(seg, s);
-  s.rq_wqe_cnt = 1;
-  s.rq_stride = sizeof(DataSeg);
-  s.qp_state.store(kQpsReset);
-  return Status::ok;
+  // No PD (its receives are the SRQs', with their PD), no CQs, one-entry rings, no write record.
+  QpSpec spec{dev, ctx, kQptXrcRecv, 0, 0, 0xffffffff, 0, 0, 0, 1, 1, sizeof(DataSeg)};
+  return make_qp(seg, spec, QpRings{kSendWqeBB, sizeof(DataSeg), 0, 64}, idx);
 }
 
 void stop_qp(Segment* seg, QpSlot& s) {
