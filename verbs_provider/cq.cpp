@@ -313,8 +313,9 @@ constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 
+// stamp: the CQEs carry a timestamp (a CQ made to report one).
 EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
-                        int comp_vector) {
+                        int comp_vector, bool stamp = false) {
   if (cqe < 1 || static_cast<uint32_t>(cqe) > Limits::max_cqe || comp_vector < 0 ||
       comp_vector >= context->num_comp_vectors || (channel && channel->context != context))
     return fail_null<EmuCq>(EINVAL);
@@ -324,7 +325,8 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
   auto* cq = new (std::nothrow) EmuCq();
   if (!cq) return fail_null<EmuCq>(ENOMEM);
   CqSpec spec{to_ctx(context)->dev, to_ctx(context)->slot, log,
-              channel ? to_channel(channel)->wfd : -1, channel ? to_channel(channel)->uid : 0};
+              channel ? to_channel(channel)->wfd : -1, channel ? to_channel(channel)->uid : 0,
+              stamp};
   Segment* seg = segment();
   uint32_t slot;
   if (create_cq(seg, spec, &slot) != Status::ok) {
@@ -415,8 +417,11 @@ ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
       return fail_null<ibv_cq_ex>(EINVAL);
     parent = to_pd(attr->parent_domain);
   }
+  // Reading the clock per CQE costs a fifth of a small message: only for a CQ that reports it.
+  bool stamp = (attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                                  IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) != 0;
   EmuCq* cq = create_cq_common(context, static_cast<int>(attr->cqe), attr->cq_context,
-                               attr->channel, static_cast<int>(attr->comp_vector));
+                               attr->channel, static_cast<int>(attr->comp_vector), stamp);
   if (!cq) return nullptr;
   if (parent) {
     cq->parent_domain = parent;
@@ -428,9 +433,6 @@ ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
       (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED))
     cq->poll_ex_lockless = true;
   cq->wc_flags_mask = attr->wc_flags;
-  // Reading the clock per CQE costs a fifth of a small message: only for a CQ that reports it.
-  cq->shm->stamp = (attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
-                                      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) != 0;
   ibv_cq_ex& x = cq->cqx;
   x.start_poll = start_poll;
   x.next_poll = next_poll;

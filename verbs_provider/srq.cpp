@@ -132,7 +132,9 @@ EmuSrq* srq_by_num(uint32_t srqn) {
   return s && s->shm->srqn == srqn ? s : nullptr;
 }
 
-EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context) {
+// xrcd and cq: an XRC SRQ's domain and the CQ its completions go to (nullptr for a basic SRQ).
+EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrcd* xrcd = nullptr,
+                          EmuCq* cq = nullptr) {
   if (a.max_wr == 0 || a.max_wr > Limits::max_srq_wr || a.max_sge > Limits::max_srq_sge)
     return fail_null<EmuSrq>(EINVAL);
   uint32_t sge = pow2_at_least(a.max_sge ? a.max_sge : 1);
@@ -143,14 +145,16 @@ EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context) {
   if (!s) return fail_null<EmuSrq>(ENOMEM);
   Segment* seg = segment();
   uint32_t slot;
-  if (create_srq(seg, SrqSpec{ctx->dev, ctx->slot, to_pd(pd)->slot, cnt, stride}, &slot) !=
-      Status::ok) {
+  SrqSpec spec{ctx->dev, ctx->slot, to_pd(pd)->slot, cnt, stride, xrcd ? xrcd->slot + 1 : 0,
+               cq ? cq->slot : 0};
+  if (create_srq(seg, spec, &slot) != Status::ok) {
     delete s;
     return fail_null<EmuSrq>(ENOMEM);
   }
   SrqSlot& ss = seg->hdr()->srqs[slot];
   s->slot = slot;
   s->shm = &ss;
+  s->xrcd = xrcd;
   s->ctx = ctx;
   s->buf = seg->at<uint8_t>(ss.buf_off);
   s->dbrec = seg->at<uint32_t>(ss.dbrec_off);
@@ -199,15 +203,9 @@ ibv_srq* emu_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     xrcd = to_xrcd(attr->xrcd);
     cq = to_cq(attr->cq);
   }
-  EmuSrq* s = create_srq_common(attr->pd, attr->attr, attr->srq_context);
+  EmuSrq* s = create_srq_common(attr->pd, attr->attr, attr->srq_context, xrcd, cq);
   if (!s) return nullptr;
-  if (xrc) {
-    s->xrcd = xrcd;
-    s->shm->cq = cq->slot;
-    s->shm->xrcd_ref = xrcd->slot + 1;
-    xrcd_add_object(segment(), xrcd->slot);
-    xrcd->own_objects.fetch_add(1);
-  }
+  if (xrcd) xrcd->own_objects.fetch_add(1);
   return &s->srq;
 }
 

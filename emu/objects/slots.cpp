@@ -24,7 +24,7 @@ Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx) {
   c.uid = seg->new_uid();
   c.chan_wfd = spec.chan_wfd;
   c.chan_uid = spec.chan_uid;
-  c.stamp = 0;
+  c.stamp = spec.stamp ? 1 : 0;
   auto* ring = seg->at<Cqe64>(c.buf_off);
   for (uint32_t i = 0; i < cnt; ++i) ring[i].op_own = kCqeInvalid << 4 | 1;
   return Status::ok;
@@ -55,6 +55,11 @@ Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx) {
   s.wqe_cnt = spec.wqe_cnt;
   s.stride = spec.stride;
   s.uid = seg->new_uid();
+  if (spec.xrcd_ref) {
+    s.cq = spec.cq;
+    s.xrcd_ref = spec.xrcd_ref;
+    xrcd_add_object(seg, spec.xrcd_ref - 1);
+  }
   return Status::ok;
 }
 

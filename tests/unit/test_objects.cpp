@@ -51,10 +51,8 @@ TEST(Objects, EveryKindGivesBackItsHeap) {
   uint32_t xrcd = 0, open = 0;
   ASSERT_EQ(xrcd_open(s, XrcdKey{0, 0, 0}, true, false, kXrcPolicyKernel, ctx, &xrcd, &open),
             Status::ok);
-  ASSERT_EQ(create_srq(s, SrqSpec{0, ctx, pd, 16, 32}, &xsrq), Status::ok);
-  h->srqs[xsrq].xrcd_ref = xrcd + 1;
-  h->srqs[xsrq].cq = cq;
-  xrcd_add_object(s, xrcd);
+  ASSERT_EQ(create_srq(s, SrqSpec{0, ctx, pd, 16, 32, xrcd + 1, cq}, &xsrq), Status::ok);
+  EXPECT_EQ(h->xrcds[xrcd].objects.load(), 1u);
 
   EXPECT_LT(heap_free(s), before);
   EXPECT_EQ(h->qps[qp].state.load(), kSlotLive);

@@ -73,6 +73,7 @@ struct CqSpec {
   uint32_t log_cqe_cnt;  // the ring holds 1 << log_cqe_cnt CQEs
   int32_t chan_wfd;      // completion channel's write end in the owner, -1 if none
   uint64_t chan_uid;
+  bool stamp = false;  // CQEs carry a timestamp
 };
 // The ring starts with every CQE invalid and owned by software for the first pass.
 Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx);
@@ -82,8 +83,11 @@ struct SrqSpec {
   uint32_t dev;
   uint32_t ctx;
   uint32_t pd;
-  uint32_t wqe_cnt;  // power of two
-  uint32_t stride;   // bytes per WQE, power of two
+  uint32_t wqe_cnt;       // power of two
+  uint32_t stride;        // bytes per WQE, power of two
+  uint32_t xrcd_ref = 0;  // XRC SRQs: 1 + the XrcdSlot index (it counts as one of the domain's
+                          // objects); 0 for a basic SRQ
+  uint32_t cq = 0;        // XRC SRQs: the CqSlot its completions go to
 };
 // The WQEs' next segments are the driver's to link (its free list).
 Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx);
