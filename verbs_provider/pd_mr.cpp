@@ -31,8 +31,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   if (length == 0 || length > Limits::max_mr_size || !addr) return fail_null<ibv_mr>(EINVAL);
   auto* mr = new (std::nothrow) EmuMr();
   if (!mr) return fail_null<ibv_mr>(ENOMEM);
-  MrSpec spec{to_ctx(pd->context)->dev,
-              to_pd(pd)->slot,
+  MrSpec spec{to_pd(pd)->slot,
               access,
               reinterpret_cast<uint64_t>(addr),
               length,

@@ -38,17 +38,19 @@ Status make_qp(Segment* seg, const QpSpec& spec, const QpRings& r, uint32_t* idx
   s.ctx = spec.ctx;
   s.port = 1;
   s.type = spec.type;
-  s.srq_ref = spec.srq_ref;
   s.sq_sig_all = spec.sq_sig_all;
+  s.uid = seg->new_uid();
+  // What it completes into and receives from.
   s.pd = spec.pd;
   s.send_cq = spec.send_cq;
   s.recv_cq = spec.recv_cq;
-  s.uid = seg->new_uid();
+  s.srq_ref = spec.srq_ref;
+  s.path_mtu = kMtu1024;
+  // Its rings (allocated by claim_qp) and the register its driver rings.
   s.sq_bbs = spec.sq_bbs;
   s.rq_wqe_cnt = spec.rq_wqe_cnt;
   s.rq_stride = spec.rq_stride;
   s.uar_index = spec.uar_index;
-  s.path_mtu = kMtu1024;
   s.qp_state.store(kQpsReset);
   s.wrec_tracked.store(0);
   reset_race_state(seg, s);

@@ -86,7 +86,7 @@ Status create_mr(Segment* seg, const MrSpec& spec, uint32_t* idx) {
   if (seg->alloc_mr(idx) != Status::ok) return Status::no_memory;
   MrSlot& m = seg->hdr()->mrs[*idx];
   m.pd = spec.pd;
-  m.dev = spec.dev;
+  m.dev = seg->hdr()->pds[spec.pd].dev;  // the device of its PD
   m.access = spec.access;
   m.addr = spec.addr;
   m.length = spec.length;

@@ -61,7 +61,7 @@ struct Rig {
   uint32_t reg(void* p, size_t len, uint32_t access) {
     auto addr = reinterpret_cast<uint64_t>(p);
     uint32_t i = 0;
-    EXPECT_EQ(create_mr(s, MrSpec{0, pd, access, addr, len, addr}, &i), Status::ok);
+    EXPECT_EQ(create_mr(s, MrSpec{pd, access, addr, len, addr}, &i), Status::ok);
     return h->mrs[i].key;
   }
   // Writes one send WQE at the QP's next block and rings the doorbell record.

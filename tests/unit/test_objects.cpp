@@ -41,8 +41,7 @@ TEST(Objects, EveryKindGivesBackItsHeap) {
   ASSERT_EQ(create_srq(s, SrqSpec{0, ctx, pd, 64, 64}, &srq), Status::ok);
   static char buf[256];
   auto addr = reinterpret_cast<uint64_t>(buf);
-  ASSERT_EQ(create_mr(s, MrSpec{0, pd, kAccessLocalWrite, addr, sizeof buf, addr}, &mr),
-            Status::ok);
+  ASSERT_EQ(create_mr(s, MrSpec{pd, kAccessLocalWrite, addr, sizeof buf, addr}, &mr), Status::ok);
   ASSERT_EQ(create_qp(s, rc_spec(ctx, pd, cq, 0), &qp), Status::ok);
   ASSERT_EQ(create_qp(s, rc_spec(ctx, pd, cq, srq + 1), &qp_on_srq), Status::ok);
   EXPECT_EQ(h->srqs[srq].attached_qps.load(), 1u);

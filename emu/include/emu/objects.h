@@ -98,8 +98,7 @@ void stop_srq(Segment* seg, SrqSlot& srq);
 void free_srq(Segment* seg, SrqSlot& srq);
 
 struct MrSpec {
-  uint32_t dev;
-  uint32_t pd;
+  uint32_t pd;      // a live PdSlot (the MR is on its device)
   uint32_t access;  // ibv_access_flags
   uint64_t addr;
   uint64_t length;
