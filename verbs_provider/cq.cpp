@@ -12,6 +12,7 @@
 #include "forward.h"
 #include "emu/notify.h"
 #include "emu/device.h"
+#include "emu/objects.h"
 #include "provider.h"
 #include "emu/reclaim.h"
 
@@ -311,35 +312,28 @@ constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
 
+// stamp: the CQEs carry a timestamp (a CQ made to report one).
 EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
-                        int comp_vector) {
+                        int comp_vector, bool stamp = false) {
   if (cqe < 1 || static_cast<uint32_t>(cqe) > Limits::max_cqe || comp_vector < 0 ||
       comp_vector >= context->num_comp_vectors || (channel && channel->context != context))
     return fail_null<EmuCq>(EINVAL);
-  Segment* seg = segment();
   uint32_t log = 1;
   while ((1u << log) < static_cast<uint32_t>(cqe) + 1) ++log;
   uint32_t cnt = 1u << log;
+  auto* cq = new (std::nothrow) EmuCq();
+  if (!cq) return fail_null<EmuCq>(ENOMEM);
+  CqSpec spec{to_ctx(context)->dev, to_ctx(context)->slot, log,
+              channel ? to_channel(channel)->wfd : -1, channel ? to_channel(channel)->uid : 0,
+              stamp};
+  Segment* seg = segment();
   uint32_t slot;
-  if (seg->alloc_cq(&slot) != Status::ok) return fail_null<EmuCq>(ENOMEM);
-  CqSlot& cs = seg->hdr()->cqs[slot];
-  cs.buf_off = seg->alloc(size_t(cnt) * sizeof(Cqe64), 4096);
-  auto* cq = cs.buf_off ? new (std::nothrow) EmuCq() : nullptr;
-  if (!cq) {
-    seg->free(cs.buf_off);
-    cs.state.store(kSlotFree);
+  if (create_cq(seg, spec, &slot) != Status::ok) {
+    delete cq;
     return fail_null<EmuCq>(ENOMEM);
   }
-  cs.dev = to_ctx(context)->dev;
-  cs.ctx = to_ctx(context)->slot;
-  cs.cqe_cnt = cnt;
-  cs.log_cqe_cnt = log;
-  cs.uid = seg->new_uid();
-  cs.chan_wfd = channel ? to_channel(channel)->wfd : -1;
-  cs.chan_uid = channel ? to_channel(channel)->uid : 0;
-  cs.stamp = 0;
+  CqSlot& cs = seg->hdr()->cqs[slot];
   cq->ring = seg->at<Cqe64>(cs.buf_off);
-  for (uint32_t i = 0; i < cnt; ++i) cq->ring[i].op_own = kCqeInvalid << 4 | 1;
   cq->slot = slot;
   cq->shm = &cs;
   cq->uid = cs.uid;
@@ -422,8 +416,11 @@ ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
       return fail_null<ibv_cq_ex>(EINVAL);
     parent = to_pd(attr->parent_domain);
   }
+  // Reading the clock per CQE costs a fifth of a small message: only for a CQ that reports it.
+  bool stamp = (attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
+                                  IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) != 0;
   EmuCq* cq = create_cq_common(context, static_cast<int>(attr->cqe), attr->cq_context,
-                               attr->channel, static_cast<int>(attr->comp_vector));
+                               attr->channel, static_cast<int>(attr->comp_vector), stamp);
   if (!cq) return nullptr;
   if (parent) {
     cq->parent_domain = parent;
@@ -435,9 +432,6 @@ ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
       (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED))
     cq->poll_ex_lockless = true;
   cq->wc_flags_mask = attr->wc_flags;
-  // Reading the clock per CQE costs a fifth of a small message: only for a CQ that reports it.
-  cq->shm->stamp = (attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
-                                      IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) != 0;
   ibv_cq_ex& x = cq->cqx;
   x.start_poll = start_poll;
   x.next_poll = next_poll;
@@ -534,11 +528,7 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
          ibcq->async_events_completed != cq->async_events_read.load())
     pthread_cond_wait(&ibcq->cond, &ibcq->mutex);
   pthread_mutex_unlock(&ibcq->mutex);
-  Segment* seg = segment();
-  cq->shm->state.store(kSlotDying, std::memory_order_release);
-  wait_for_engines(seg);  // no engine still writes into the ring
-  seg->free(cq->shm->buf_off);
-  cq->shm->state.store(kSlotFree, std::memory_order_release);
+  retire_cq(segment(), *cq->shm);
   if (cq->parent_domain) cq->parent_domain->refs.fetch_sub(1);
   if (ibcq->channel) {
     pthread_mutex_lock(&ibcq->context->mutex);

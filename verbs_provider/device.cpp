@@ -11,6 +11,7 @@
 #include "forward.h"
 #include "emu/notify.h"
 #include "emu/port.h"
+#include "emu/objects.h"
 #include "provider.h"
 
 #undef ibv_query_port
@@ -296,23 +297,14 @@ ibv_context* ibv_open_device(ibv_device* device) {
   auto* ctx = new (std::nothrow) EmuContext();
   if (!ctx) return fail_null<ibv_context>(ENOMEM);
   ctx->dev = reinterpret_cast<EmuDevice*>(device)->index;
-  if (seg->alloc_ctx(&ctx->slot) != Status::ok) {
-    delete ctx;
-    return fail_null<ibv_context>(ENOMEM);
-  }
-  ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
-  cs.dev = ctx->dev;
-  cs.uid = seg->new_uid();
   // The shared registers QPs are spread over, then the ones dedicated to thread domains.
   ctx->n_uars = config().uar_regs;
   ctx->n_td_uars = config().td_uar_regs;
-  cs.uar_count = ctx->n_uars + ctx->n_td_uars;
-  cs.uar_off = seg->alloc(sizeof(UarReg) * cs.uar_count, 4096);
   int pfd[2] = {-1, -1};
   int cmd_fd = open("/dev/null", O_RDWR | O_CLOEXEC);
-  if (!cs.uar_off || pipe2(pfd, O_CLOEXEC) != 0 || cmd_fd < 0) {
-    seg->free(cs.uar_off);
-    cs.state.store(kSlotFree);
+  if (pipe2(pfd, O_CLOEXEC) != 0 || cmd_fd < 0 ||
+      create_ctx(seg, ContextSpec{ctx->dev, ctx->n_uars + ctx->n_td_uars, pfd[1]}, &ctx->slot) !=
+          Status::ok) {
     if (pfd[0] >= 0) close(pfd[0]), close(pfd[1]);
     if (cmd_fd >= 0) close(cmd_fd);
     delete ctx;
@@ -320,15 +312,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   }
   fcntl(pfd[1], F_SETFL, O_NONBLOCK);
   ctx->async_wfd = pfd[1];
-  // Published last: another process delivering a port event finds the pipe through it.
-  std::atomic_ref<int32_t>(cs.async_wfd).store(pfd[1], std::memory_order_release);
+  ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
   ctx->uars = seg->at<UarReg>(cs.uar_off);
   for (uint32_t i = 0; i < cs.uar_count; ++i) {
-    UarReg& r = ctx->uars[i];
-    std::memset(static_cast<void*>(&r), 0, sizeof r);
-    r.ctx = ctx->slot;
-    r.index = static_cast<uint16_t>(i);
-    r.dev = static_cast<uint16_t>(ctx->dev);
     // A thread domain's register has one domain's QPs on it, which its user keeps to one thread
     // at a time: no lock (mlx5's need_lock = 0). The shared ones lock unless single-threaded.
     ctx->uar_use[i].lock.init(i >= ctx->n_uars || config().single_threaded);

@@ -3,6 +3,7 @@
 #include <cstring>
 
 #include "forward.h"
+#include "emu/objects.h"
 #include "provider.h"
 #include "emu/reclaim.h"
 
@@ -28,21 +29,20 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
     return fail_null<ibv_mr>(EINVAL);
   if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND)) return fail_null<ibv_mr>(EOPNOTSUPP);
   if (length == 0 || length > Limits::max_mr_size || !addr) return fail_null<ibv_mr>(EINVAL);
+  auto* mr = new (std::nothrow) EmuMr();
+  if (!mr) return fail_null<ibv_mr>(ENOMEM);
+  MrSpec spec{to_pd(pd)->slot,
+              access,
+              reinterpret_cast<uint64_t>(addr),
+              length,
+              (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova};
   Segment* seg = segment();
   uint32_t slot;
-  if (seg->alloc_mr(&slot) != Status::ok) return fail_null<ibv_mr>(ENOMEM);
-  auto* mr = new (std::nothrow) EmuMr();
-  if (!mr) {
-    seg->hdr()->mrs[slot].state.store(kSlotFree);
+  if (create_mr(seg, spec, &slot) != Status::ok) {
+    delete mr;
     return fail_null<ibv_mr>(ENOMEM);
   }
   MrSlot& ms = seg->hdr()->mrs[slot];
-  ms.pd = to_pd(pd)->slot;
-  ms.dev = to_ctx(pd->context)->dev;
-  ms.access = access;
-  ms.addr = reinterpret_cast<uint64_t>(addr);
-  ms.length = length;
-  ms.iova = (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova;
   share_pages(addr, length, ms);  // EMU_SHARED_MR; otherwise share_len stays 0
   mr->slot = slot;
   mr->mr.context = pd->context;
@@ -64,16 +64,13 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
     auto fn = REAL(ibv_alloc_pd, "IBVERBS_1.1");
     return fn ? fn(context) : fail_null<ibv_pd>(EINVAL);
   }
-  Segment* seg = segment();
-  uint32_t slot;
-  if (seg->alloc_pd(&slot) != Status::ok) return fail_null<ibv_pd>(ENOMEM);
   auto* pd = new (std::nothrow) EmuPd();
-  if (!pd) {
-    seg->hdr()->pds[slot].state.store(kSlotFree);
+  if (!pd) return fail_null<ibv_pd>(ENOMEM);
+  uint32_t slot;
+  if (create_pd(segment(), to_ctx(context)->dev, to_ctx(context)->slot, &slot) != Status::ok) {
+    delete pd;
     return fail_null<ibv_pd>(ENOMEM);
   }
-  seg->hdr()->pds[slot].dev = to_ctx(context)->dev;
-  seg->hdr()->pds[slot].ctx = to_ctx(context)->slot;
   pd->slot = slot;
   pd->pd.context = context;
   pd->pd.handle = slot;
@@ -96,7 +93,7 @@ int ibv_dealloc_pd(ibv_pd* pd) {
     if (m.state.load() == kSlotLive && m.pd == slot && m.owner == segment()->self()) return EBUSY;
   for (auto& q : h->qps)
     if (q.state.load() == kSlotLive && q.pd == slot && q.owner == segment()->self()) return EBUSY;
-  h->pds[slot].state.store(kSlotFree);
+  retire_pd(h->pds[slot]);
   delete to_pd(pd);
   return 0;
 }
@@ -149,10 +146,7 @@ int ibv_dereg_mr(ibv_mr* mr) {
     return fn ? fn(mr) : EINVAL;
   }
   // As hardware guarantees: once dereg returns, no DMA touches the memory any more.
-  MrSlot& ms = segment()->hdr()->mrs[to_mr(mr)->slot];
-  ms.state.store(kSlotDying, std::memory_order_release);
-  wait_for_engines(segment());
-  ms.state.store(kSlotFree, std::memory_order_release);
+  retire_mr(segment(), segment()->hdr()->mrs[to_mr(mr)->slot]);
   delete to_mr(mr);
   return 0;
 }

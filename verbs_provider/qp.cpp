@@ -9,6 +9,7 @@
 #include "forward.h"
 #include "emu/notify.h"
 #include "emu/device.h"
+#include "emu/objects.h"
 #include "provider.h"
 #include "emu/reclaim.h"
 
@@ -224,36 +225,15 @@ int check_values(EmuQp* qp, const ibv_qp_attr* a, int mask) {
 }
 
 void reset_queues(EmuQp* qp) {
-  QpSlot& s = *qp->shm;
-  Segment* seg = segment();
   qp->sq_lock.lock();  // (a lockless QP: its user promises no post meanwhile)
   qp->rq_lock.lock();
-  // The device side too: no engine (any thread, any process) may be inside this QP meanwhile.
-  s.sq_engine.lock(seg->self());
-  s.rq_lock.lock(seg->self());
   qp->sq_head = 0;
   qp->sq_tail.store(0);
   qp->sq_posted = 0;
   qp->sq_retired.store(0);
   qp->rq_head = qp->rq_tail = 0;
-  dbrec_store32(&qp->dbrec[0], 0);  // the device reads these at any time
-  dbrec_store32(&qp->dbrec[1], 0);
-  s.sq_ci = 0;
-  s.rq_ci = 0;
-  s.rq_pi_seen = 0;
-  reset_race_state(seg, s);
-  s.rnr_waiter.store(0);
-  s.comm_est.store(0);
-  s.last_wqe.store(0);
-  if (s.stall.exchange(kStallNone) != kStallNone) {
-    seg->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
-    seg->hdr()->procs[s.owner].stalled_qps.fetch_sub(1);
-  }
-  s.stall_attempts = 0;
   // Completions of the old incarnation still in the CQs are dropped at poll (mlx5 cleans them out).
-  qp->incarnation = s.incarnation.fetch_add(1) + 1;
-  s.rq_lock.unlock();
-  s.sq_engine.unlock();
+  qp->incarnation = reset_qp_device_state(segment(), *qp->shm);
   qp->rq_lock.unlock();
   qp->sq_lock.unlock();
 }
@@ -323,50 +303,41 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   // do not pull one line back and forth per message.
   uint32_t rq_cnt = no_rq ? 1 : pow2_at_least(rq_cap + 2 * std::max<uint32_t>(1, 64 / rq_stride));
 
+  EmuContext* ctx = to_ctx(context);
+  EmuPd* epd = to_pd(attr->pd);
+  auto* qp = new (std::nothrow) EmuQp();
+  if (!qp) return fail_null<ibv_qp>(ENOMEM);
+  // A thread domain's QPs ring its own register; the others share the context's round-robin.
+  qp->uar_idx = epd->td ? epd->td->uar_idx : ctx->next_uar.fetch_add(1) % ctx->n_uars;
+  QpSpec spec{};
+  spec.dev = ctx->dev;
+  spec.ctx = ctx->slot;
+  spec.type = attr->qp_type == IBV_QPT_UD         ? kQptUd
+              : attr->qp_type == IBV_QPT_UC       ? kQptUc
+              : attr->qp_type == IBV_QPT_XRC_SEND ? kQptXrcSend
+                                                  : kQptRc;
+  spec.sq_sig_all = attr->sq_sig_all ? 1 : 0;
+  spec.uar_index = static_cast<uint16_t>(qp->uar_idx);
+  spec.pd = epd->slot;
+  spec.send_cq = to_cq(attr->send_cq)->slot;
+  spec.recv_cq = to_cq(attr->recv_cq)->slot;
+  spec.srq_ref = srq ? srq->slot + 1 : 0;
+  spec.sq_bbs = sq_bbs;
+  spec.rq_wqe_cnt = rq_cnt;
+  spec.rq_stride = rq_stride;
   Segment* seg = segment();
   uint32_t slot;
-  if (seg->alloc_qp(&slot) != Status::ok) return fail_null<ibv_qp>(ENOMEM);
-  QpSlot& s = seg->hdr()->qps[slot];
-  s.sq_off = seg->alloc(size_t(sq_bbs) * kSendWqeBB, 4096);
-  s.rq_off = seg->alloc(size_t(rq_cnt) * rq_stride, 4096);
-  s.dbrec_off = seg->alloc(64, 64);
-  s.wrec_off = seg->alloc(size_t(sq_bbs) * sizeof(WqeWriteRec), 64);
-  auto* qp = (s.sq_off && s.rq_off && s.dbrec_off && s.wrec_off) ? new (std::nothrow) EmuQp() : nullptr;
-  if (!qp) {
-    seg->free(s.sq_off);
-    seg->free(s.rq_off);
-    seg->free(s.dbrec_off);
-    seg->free(s.wrec_off);
-    s.state.store(kSlotFree);
+  if (create_qp(seg, spec, &slot) != Status::ok) {
+    delete qp;
     return fail_null<ibv_qp>(ENOMEM);
   }
-  EmuContext* ctx = to_ctx(context);
-  s.dev = ctx->dev;
-  s.ctx = ctx->slot;
-  s.port = 1;
-  s.type = attr->qp_type == IBV_QPT_UD         ? kQptUd
-           : attr->qp_type == IBV_QPT_UC       ? kQptUc
-           : attr->qp_type == IBV_QPT_XRC_SEND ? kQptXrcSend
-                                               : kQptRc;
-  s.srq_ref = srq ? srq->slot + 1 : 0;
-  s.sq_sig_all = attr->sq_sig_all ? 1 : 0;
-  s.pd = to_pd(attr->pd)->slot;
-  s.send_cq = to_cq(attr->send_cq)->slot;
-  s.recv_cq = to_cq(attr->recv_cq)->slot;
-  s.uid = seg->new_uid();
-  s.sq_bbs = sq_bbs;
-  s.rq_wqe_cnt = rq_cnt;
-  s.rq_stride = rq_stride;
-  s.path_mtu = IBV_MTU_1024;
-  s.qp_state.store(kQpsReset);
+  QpSlot& s = seg->hdr()->qps[slot];
 
   qp->slot = slot;
   qp->shm = &s;
   qp->ctx = ctx;
   qp->dbrec = seg->at<uint32_t>(s.dbrec_off);
   qp->wrec = seg->at<WqeWriteRec>(s.wrec_off);
-  s.wrec_tracked.store(0);
-  reset_race_state(seg, s);
   qp->sq = seg->at<uint8_t>(s.sq_off);
   qp->sq_bbs = sq_bbs;
   qp->max_send_wr = sq_bbs / bbs_per_wqe;
@@ -385,14 +356,9 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->max_recv_wr = rq_cap;
   qp->max_recv_sge = no_rq ? 0 : recv_sge;
   qp->srq = srq;
-  if (srq) srq->shm->attached_qps.fetch_add(1);
   qp->rq_wrid.assign(rq_cnt, 0);
   qp->rq_shadow.assign(size_t(rq_cnt) * rq_stride, 0);
   qp->sig_all = attr->sq_sig_all != 0;
-  // A thread domain's QPs ring its own register; the others share the context's round-robin.
-  EmuPd* epd = to_pd(attr->pd);
-  qp->uar_idx = epd->td ? epd->td->uar_idx : ctx->next_uar.fetch_add(1) % ctx->n_uars;
-  s.uar_index = static_cast<uint16_t>(qp->uar_idx);
   qp->lockless = lockless_under(attr->pd);
   qp->sq_lock.init(qp->lockless);
   qp->rq_lock.init(qp->lockless);
@@ -598,17 +564,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   EmuQp* qp = to_qp(ibqp);
   QpSlot& s = *qp->shm;
   Segment* seg = segment();
-  // Stop the device on this QP before its rings go.
-  s.qp_state.store(kQpsReset);
-  s.sq_engine.lock(seg->self());
-  s.rq_lock.lock(seg->self());
-  if (s.stall.exchange(kStallNone) != kStallNone) {
-    seg->hdr()->cqs[s.send_cq].stalled_qps.fetch_sub(1);
-    seg->hdr()->procs[s.owner].stalled_qps.fetch_sub(1);
-  }
-  s.state.store(kSlotDying, std::memory_order_release);
-  s.rq_lock.unlock();
-  s.sq_engine.unlock();
+  stop_qp(seg, s);  // the device stops on it before its rings go
   for (ibv_cq* c : {ibqp->send_cq, ibqp->recv_cq}) {
     EmuCq* cq = to_cq(c);
     std::lock_guard<std::mutex> g(cq->qps_mu);
@@ -645,13 +601,8 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     if (b != a) b->lock.unlock();
     a->lock.unlock();
   }
-  if (qp->srq) qp->srq->shm->attached_qps.fetch_sub(1);
   if (qp->parent_domain) qp->parent_domain->refs.fetch_sub(1);
-  seg->free(s.sq_off);
-  seg->free(s.rq_off);
-  seg->free(s.dbrec_off);
-  seg->free(s.wrec_off);
-  s.state.store(kSlotFree, std::memory_order_release);
+  free_qp(seg, s);
   delete qp;
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "emu/barriers.h"
 #include "forward.h"
+#include "emu/objects.h"
 #include "provider.h"
 #include "emu/reclaim.h"
 #include "emu/xrc.h"
@@ -131,34 +132,29 @@ EmuSrq* srq_by_num(uint32_t srqn) {
   return s && s->shm->srqn == srqn ? s : nullptr;
 }
 
-EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context) {
+// xrcd and cq: an XRC SRQ's domain and the CQ its completions go to (nullptr for a basic SRQ).
+EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrcd* xrcd = nullptr,
+                          EmuCq* cq = nullptr) {
   if (a.max_wr == 0 || a.max_wr > Limits::max_srq_wr || a.max_sge > Limits::max_srq_sge)
     return fail_null<EmuSrq>(EINVAL);
   uint32_t sge = pow2_at_least(a.max_sge ? a.max_sge : 1);
   uint32_t stride = pow2_at_least(sizeof(SrqNextSeg) + sge * sizeof(DataSeg));
   uint32_t cnt = pow2_at_least(a.max_wr + 1);  // one WQE always stays free as the tail
+  EmuContext* ctx = to_ctx(pd->context);
+  auto* s = new (std::nothrow) EmuSrq();
+  if (!s) return fail_null<EmuSrq>(ENOMEM);
   Segment* seg = segment();
   uint32_t slot;
-  if (seg->alloc_srq(&slot) != Status::ok) return fail_null<EmuSrq>(ENOMEM);
-  SrqSlot& ss = seg->hdr()->srqs[slot];
-  ss.buf_off = seg->alloc(size_t(cnt) * stride, 4096);
-  ss.dbrec_off = seg->alloc(64, 64);
-  auto* s = (ss.buf_off && ss.dbrec_off) ? new (std::nothrow) EmuSrq() : nullptr;
-  if (!s) {
-    seg->free(ss.buf_off);
-    seg->free(ss.dbrec_off);
-    ss.state.store(kSlotFree);
+  SrqSpec spec{ctx->dev, ctx->slot, to_pd(pd)->slot, cnt, stride, xrcd ? xrcd->slot + 1 : 0,
+               cq ? cq->slot : 0};
+  if (create_srq(seg, spec, &slot) != Status::ok) {
+    delete s;
     return fail_null<EmuSrq>(ENOMEM);
   }
-  EmuContext* ctx = to_ctx(pd->context);
-  ss.dev = ctx->dev;
-  ss.ctx = ctx->slot;
-  ss.pd = to_pd(pd)->slot;
-  ss.wqe_cnt = cnt;
-  ss.stride = stride;
-  ss.uid = seg->new_uid();
+  SrqSlot& ss = seg->hdr()->srqs[slot];
   s->slot = slot;
   s->shm = &ss;
+  s->xrcd = xrcd;
   s->ctx = ctx;
   s->buf = seg->at<uint8_t>(ss.buf_off);
   s->dbrec = seg->at<uint32_t>(ss.dbrec_off);
@@ -207,15 +203,9 @@ ibv_srq* emu_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
     xrcd = to_xrcd(attr->xrcd);
     cq = to_cq(attr->cq);
   }
-  EmuSrq* s = create_srq_common(attr->pd, attr->attr, attr->srq_context);
+  EmuSrq* s = create_srq_common(attr->pd, attr->attr, attr->srq_context, xrcd, cq);
   if (!s) return nullptr;
-  if (xrc) {
-    s->xrcd = xrcd;
-    s->shm->cq = cq->slot;
-    s->shm->xrcd_ref = xrcd->slot + 1;
-    xrcd_add_object(segment(), xrcd->slot);
-    xrcd->own_objects.fetch_add(1);
-  }
+  if (xrcd) xrcd->own_objects.fetch_add(1);
   return &s->srq;
 }
 
@@ -275,22 +265,13 @@ int ibv_destroy_srq(ibv_srq* srq) {
   SrqSlot& ss = *s->shm;
   if (ss.attached_qps.load()) return EBUSY;  // as the kernel: QPs still receive from it
   Segment* seg = segment();
-  ss.lock.lock(seg->self());
-  ss.state.store(kSlotDying, std::memory_order_release);
-  ss.lock.unlock();
+  stop_srq(seg, ss);
   registry_del(ss.uid);
   wait_event_acks(srq, s->async_events_read);
   wait_for_engines(seg);
   g_srq_table[s->slot] = nullptr;
-  seg->free(ss.buf_off);
-  seg->free(ss.dbrec_off);
-  // Out of its domain before the slot is free: a death in between leaves a dying slot whose
-  // reference the sweep drops (xrc_srq_drop happens once either way).
-  if (ss.xrcd_ref) {
-    xrc_srq_drop(seg, ss);
-    s->xrcd->own_objects.fetch_sub(1);
-  }
-  ss.state.store(kSlotFree, std::memory_order_release);
+  free_srq(seg, ss);  // rings, its domain's count (XRC), the slot
+  if (s->xrcd) s->xrcd->own_objects.fetch_sub(1);
   delete s;
   return 0;
 }

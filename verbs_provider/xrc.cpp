@@ -9,6 +9,7 @@
 #include <new>
 
 #include "emu/device.h"
+#include "emu/objects.h"
 #include "provider.h"
 #include "emu/xrc.h"
 
@@ -111,37 +112,17 @@ ibv_qp* create_tgt_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     return fail_null<ibv_qp>(EINVAL);
   EmuXrcd* x = to_xrcd(attr->xrcd);
   Segment* seg = segment();
-  uint32_t slot;
-  if (seg->alloc_qp(&slot) != Status::ok) return fail_null<ibv_qp>(ENOMEM);
-  QpSlot& s = seg->hdr()->qps[slot];
-  // No queues to post to, but the rings every QP has keep one code path for reset and destroy.
-  s.sq_off = seg->alloc(kSendWqeBB, 64);
-  s.rq_off = seg->alloc(sizeof(DataSeg), 64);
-  s.dbrec_off = seg->alloc(64, 64);
   EmuContext* ctx = to_ctx(context);
-  s.dev = ctx->dev;
-  s.ctx = ctx->slot;
-  s.port = 1;
-  s.type = kQptXrcRecv;
-  s.pd = 0xffffffff;  // none: its receives are the SRQs' (their PD)
-  s.send_cq = s.recv_cq = 0;
-  s.uid = seg->new_uid();
-  s.sq_bbs = 1;
-  reset_race_state(seg, s);
-  s.rq_wqe_cnt = 1;
-  s.rq_stride = sizeof(DataSeg);
-  s.path_mtu = IBV_MTU_1024;
-  s.qp_state.store(kQpsReset);
-  EmuQp* qp = (s.sq_off && s.rq_off && s.dbrec_off) ? new_tgt_handle(context, x, s, attr->qp_context)
-                                                   : nullptr;
+  uint32_t slot;
+  if (emu::create_tgt_qp(seg, ctx->dev, ctx->slot, &slot) != Status::ok)
+    return fail_null<ibv_qp>(ENOMEM);
+  QpSlot& s = seg->hdr()->qps[slot];
+  EmuQp* qp = new_tgt_handle(context, x, s, attr->qp_context);
   uint32_t handle = 0;
   if (!qp || tgt_qp_attach(seg, slot, x->slot, xrc_tgt_dies_with_xrcd_now(), ctx->slot,
                            qp->handle_uid, &handle) != Status::ok) {
     delete qp;
-    seg->free(s.sq_off);
-    seg->free(s.rq_off);
-    seg->free(s.dbrec_off);
-    s.state.store(kSlotFree);
+    free_qp(seg, s);  // no one was told its number
     return fail_null<ibv_qp>(ENOMEM);
   }
   qp->xrc_handle = handle;

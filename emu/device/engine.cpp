@@ -9,6 +9,7 @@
 #include "device/doorbell.h"
 #include "shm/memory.h"
 #include "emu/notify.h"
+#include "emu/objects.h"
 #include "device/engine_internal.h"
 #include "emu/reclaim.h"
 #include "shm/shared_map.h"
@@ -132,15 +133,7 @@ void Engine::set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us) {
   }
 }
 
-void Engine::clear_stall(QpSlot& qp) {
-  // A load first: this runs for every WQE, and an exchange is a full barrier each time.
-  if (qp.stall.load(std::memory_order_relaxed) != kStallNone &&
-      qp.stall.exchange(kStallNone) != kStallNone) {
-    h_->cqs[qp.send_cq].stalled_qps.fetch_sub(1);
-    h_->procs[qp.owner].stalled_qps.fetch_sub(1);
-    qp.stall_attempts = 0;
-  }
-}
+void Engine::clear_stall(QpSlot& qp) { emu::clear_stall(h_, qp); }
 
 bool Engine::retry_due(QpSlot& qp) {
   if (qp.stall_delay_us == 0) return false;  // infinite timeout: only a kick retries

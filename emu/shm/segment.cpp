@@ -1,5 +1,6 @@
 #include "emu/segment.h"
 #include "emu/xrc.h"
+#include "emu/objects.h"
 
 #include "ports/link_layer.h"
 #include "emu/reclaim.h"
@@ -379,32 +380,23 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
   std::sort(mine.begin(), mine.end());
   auto marked = [&](const void* slot) { return std::binary_search(mine.begin(), mine.end(), slot); };
   wait_for_engines(this);
-  auto retire = [&](auto& slot, auto free_rings) {
+  // A slot's rings are listed once, by its kind: free_rings (emu/objects.h).
+  auto retire = [&](auto& slot) {
     if (slot.state.load() != kSlotDying || !owned(slot)) return;
-    if (marked(&slot)) free_rings(slot);
+    if (marked(&slot)) free_rings(this, slot);
     else if (!owner_dead) return;  // a live thread of ours is destroying it: its to finish
     slot.state.store(kSlotFree);
   };
-  for (auto& q : hdr_->qps)
-    retire(q, [&](QpSlot& x) {
-      free(x.sq_off);
-      free(x.rq_off);
-      free(x.dbrec_off);
-      free(x.wrec_off);
-    });
+  for (auto& q : hdr_->qps) retire(q);
   // An XRC SRQ leaves its domain also when its dead owner's destroy had begun (marked dying by
   // that destroy, not by us): its reference would otherwise keep the domain forever.
   for (auto& s : hdr_->srqs)
     if (s.state.load() == kSlotDying && owned(s) && (marked(&s) || owner_dead)) xrc_srq_drop(this, s);
-  for (auto& s : hdr_->srqs)
-    retire(s, [&](SrqSlot& x) {
-      free(x.buf_off);
-      free(x.dbrec_off);
-    });
-  for (auto& c : hdr_->cqs) retire(c, [&](CqSlot& x) { free(x.buf_off); });
-  for (auto& m : hdr_->mrs) retire(m, [](MrSlot&) {});
-  for (auto& p : hdr_->pds) retire(p, [](PdSlot&) {});
-  for (auto& c : hdr_->ctxs) retire(c, [&](ContextSlot& x) { free(x.uar_off); });
+  for (auto& s : hdr_->srqs) retire(s);
+  for (auto& c : hdr_->cqs) retire(c);
+  for (auto& m : hdr_->mrs) retire(m);
+  for (auto& p : hdr_->pds) retire(p);
+  for (auto& c : hdr_->ctxs) retire(c);
 }
 
 void Segment::release_proc_objects(uint32_t proc) {

@@ -1,5 +1,6 @@
 #include "emu/xrc.h"
 
+#include "emu/objects.h"
 #include "emu/reclaim.h"
 #include "emu/shm_lock.h"
 
@@ -45,11 +46,7 @@ void destroy_tgt_qp(Segment* seg, uint32_t qi) {
   h->xrcds[xi].objects.fetch_sub(1);
   free_xrcd_if_unused(h, xi);
   wait_for_engines(seg);
-  seg->free(q.sq_off);
-  seg->free(q.rq_off);
-  seg->free(q.dbrec_off);
-  seg->free(q.wrec_off);
-  q.state.store(kSlotFree, std::memory_order_release);
+  free_qp(seg, q);
 }
 
 // Only a holder of xrc_lock destroys a TGT QP, so a TGT QP seen dying by the next holder belongs

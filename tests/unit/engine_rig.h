@@ -9,6 +9,7 @@
 #include "emu/barriers.h"
 #include "device/doorbell.h"
 #include "device/engine.h"
+#include "emu/objects.h"
 
 namespace emu::test {
 
@@ -20,45 +21,30 @@ struct Rig {
   uint32_t heads[kMaxQps] = {};
 
   uint32_t make_cq() {
-    uint32_t i;
-    EXPECT_EQ(s->alloc_cq(&i), Status::ok);
-    CqSlot& c = h->cqs[i];
-    c.cqe_cnt = 16;
-    c.log_cqe_cnt = 4;
-    c.buf_off = s->alloc(16 * sizeof(Cqe64));
-    c.chan_wfd = -1;
-    auto* ring = s->at<Cqe64>(c.buf_off);
-    for (int k = 0; k < 16; ++k) ring[k].op_own = kCqeInvalid << 4 | 1;
+    uint32_t i = 0;
+    EXPECT_EQ(create_cq(s, CqSpec{0, 0, 4, -1, 0}, &i), Status::ok);  // 16 CQEs
     return i;
   }
   uint32_t make_qp() {
-    uint32_t i;
-    EXPECT_EQ(s->alloc_qp(&i), Status::ok);
+    QpSpec spec{};
+    spec.type = kQptRc;
+    spec.ctx = kMaxContexts;  // no async events
+    spec.pd = pd;
+    spec.send_cq = spec.recv_cq = cq;
+    spec.sq_bbs = 16;
+    spec.rq_wqe_cnt = 16;
+    spec.rq_stride = 16;
+    uint32_t i = 0;
+    EXPECT_EQ(create_qp(s, spec, &i), Status::ok);
     QpSlot& q = h->qps[i];
-    q.dev = 0;
-    q.port = 1;
-    q.type = kQptRc;
-    q.pd = pd;
-    q.send_cq = cq;
-    q.recv_cq = cq;
-    q.ctx = kMaxContexts;  // no async events
-    q.sq_bbs = 16;
-    q.sq_off = s->alloc(16 * 64);
-    q.rq_wqe_cnt = 16;
-    q.rq_stride = 16;
-    q.rq_off = s->alloc(16 * 16);
-    q.dbrec_off = s->alloc(64);
-    q.wrec_off = s->alloc(16 * sizeof(WqeWriteRec));
-    reset_race_state(s, q);
     q.access = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic | kAccessLocalWrite;
     q.dlid = h->devices[0].ports[0].lid;
     q.retry_cnt = 1;
     q.timeout = 1;
-    q.path_mtu = 3;
     return i;
   }
   Rig() {
-    EXPECT_EQ(s->alloc_pd(&pd), Status::ok);
+    EXPECT_EQ(create_pd(s, 0, 0, &pd), Status::ok);
     cq = make_cq();
     a = make_qp();
     b = make_qp();
@@ -68,19 +54,15 @@ struct Rig {
     h->qps[b].qp_state.store(kQpsRts);
   }
   ~Rig() {
-    for (uint32_t q : {a, b}) h->qps[q].state.store(kSlotFree);
-    h->cqs[cq].state.store(kSlotFree);
-    h->pds[pd].state.store(kSlotFree);
+    for (uint32_t q : {a, b}) retire_qp(s, h->qps[q]);
+    retire_cq(s, h->cqs[cq]);
+    retire_pd(h->pds[pd]);
   }
   uint32_t reg(void* p, size_t len, uint32_t access) {
-    uint32_t i;
-    EXPECT_EQ(s->alloc_mr(&i), Status::ok);
-    MrSlot& m = h->mrs[i];
-    m.pd = pd;
-    m.addr = m.iova = reinterpret_cast<uint64_t>(p);
-    m.length = len;
-    m.access = access;
-    return m.key;
+    auto addr = reinterpret_cast<uint64_t>(p);
+    uint32_t i = 0;
+    EXPECT_EQ(create_mr(s, MrSpec{pd, access, addr, len, addr}, &i), Status::ok);
+    return h->mrs[i].key;
   }
   // Writes one send WQE at the QP's next block and rings the doorbell record.
   void post(uint32_t qi, uint8_t opcode, const std::vector<uint8_t>& segs, bool signaled = true,

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "emu/census.h"
+#include "emu/objects.h"
 #include "emu/xrc.h"
 
 using namespace emu;
@@ -29,9 +30,8 @@ uint32_t forge_dead_proc(Segment* s) {
 // A TGT QP slot in domain xi, created (and held) by process `proc`.
 uint32_t forge_tgt_qp(Segment* s, uint32_t xi, uint32_t proc, uint32_t* handle) {
   uint32_t qi = 0;
-  EXPECT_EQ(s->alloc_qp(&qi), Status::ok);
+  EXPECT_EQ(create_tgt_qp(s, 0, 0, &qi), Status::ok);
   QpSlot& q = s->hdr()->qps[qi];
-  q.type = kQptXrcRecv;
   q.qp_state.store(kQpsRts);
   EXPECT_EQ(tgt_qp_attach(s, qi, xi, false, 0, 77, handle), Status::ok);
   s->hdr()->xrc_handles[*handle].owner = proc;
@@ -53,7 +53,7 @@ TEST(Census, ReportsOwnersDomainsAndTgtQps) {
   Segment* s = Segment::get();
   ASSERT_NE(s, nullptr);
   uint32_t cq = 0;
-  ASSERT_EQ(s->alloc_cq(&cq), Status::ok);
+  ASSERT_EQ(create_cq(s, CqSpec{0, 0, 4, -1, 0}, &cq), Status::ok);
   uint32_t xi = 0, open = 0;
   ASSERT_EQ(xrcd_open(s, {0, 10, 20}, true, false, kXrcPolicyKernel, 0, &xi, &open), Status::ok);
   uint32_t th = 0;
@@ -90,7 +90,7 @@ TEST(Census, ReportsOwnersDomainsAndTgtQps) {
   EXPECT_EQ(c.xrcds[0].objects, 0u);
   xrcd_close(s, open);
   EXPECT_TRUE(take_census(s).xrcds.empty()) << "no opens, no objects: the domain is gone";
-  s->hdr()->cqs[cq].state.store(kSlotFree);
+  retire_cq(s, s->hdr()->cqs[cq]);
 }
 
 TEST(Census, DeadCreatorUnderEachPolicy) {

@@ -9,6 +9,7 @@
 #include "emu/control.h"
 #include "device/engine_internal.h"
 #include "emu/notify.h"
+#include "emu/objects.h"
 
 using namespace emu;
 
@@ -21,15 +22,11 @@ struct FakeContext {
   int p[2] = {-1, -1};
 
   explicit FakeContext(uint32_t dev) {
-    EXPECT_EQ(s->alloc_ctx(&idx), Status::ok);
     EXPECT_EQ(pipe2(p, O_NONBLOCK | O_CLOEXEC), 0);
-    ContextSlot& c = s->hdr()->ctxs[idx];
-    c.dev = dev;
-    c.uid = s->new_uid();
-    c.async_wfd = p[1];
+    EXPECT_EQ(create_ctx(s, ContextSpec{dev, 1, p[1]}, &idx), Status::ok);
   }
   ~FakeContext() {
-    s->hdr()->ctxs[idx].state.store(kSlotFree);
+    s->release_context_objects(idx);
     close(p[0]);
     close(p[1]);
   }
@@ -137,18 +134,17 @@ TEST(Control, APortThatIsDownCarriesNothingEitherWay) {
     d.ports[1].active_mtu = d.ports[0].active_mtu;
     d.num_ports = 2;
   }
+  QpSpec spec{};
+  spec.type = kQptRc;
+  spec.ctx = kMaxContexts;  // no async events
+  spec.sq_bbs = spec.rq_wqe_cnt = 1;
+  spec.rq_stride = 16;
   uint32_t ia, ib;
-  ASSERT_EQ(s->alloc_qp(&ia), Status::ok);
-  ASSERT_EQ(s->alloc_qp(&ib), Status::ok);
+  ASSERT_EQ(create_qp(s, spec, &ia), Status::ok);
+  ASSERT_EQ(create_qp(s, spec, &ib), Status::ok);
   QpSlot& a = h->qps[ia];
   QpSlot& b = h->qps[ib];
-  for (QpSlot* q : {&a, &b}) {
-    q->dev = 0;
-    q->type = kQptRc;
-    q->ctx = kMaxContexts;
-    q->owner = s->self();
-    q->qp_state.store(kQpsRts);
-  }
+  for (QpSlot* q : {&a, &b}) q->qp_state.store(kQpsRts);
   a.port = 1;
   b.port = 2;
   a.dest_qpn = b.qpn;
@@ -168,8 +164,8 @@ TEST(Control, APortThatIsDownCarriesNothingEitherWay) {
     EXPECT_EQ(connected_responder(s, b), &a) << "port " << port << " up again";
   }
 
-  a.state.store(kSlotFree);
-  b.state.store(kSlotFree);
+  retire_qp(s, a);
+  retire_qp(s, b);
   if (saved_ports < 2) {
     d.num_ports = saved_ports;
     d.ports[1].lid = 0;

@@ -35,7 +35,8 @@ class Segment {
   uint64_t new_uid() { return hdr_->next_uid.fetch_add(1, std::memory_order_relaxed); }
 
   // Object table slots (under the table lock). The returned slot is zeroed, marked live and owned
-  // by this process; index is returned through *idx.
+  // by this process; index is returned through *idx. Only the slot: objects with their rings and
+  // fields are made by emu/objects.h, which calls these.
   Status alloc_ctx(uint32_t* idx);
   Status alloc_pd(uint32_t* idx);
   Status alloc_mr(uint32_t* idx);
