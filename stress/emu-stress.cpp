@@ -64,7 +64,8 @@ int main(int argc, char** argv) {
   wc.api = o.api;
   wc.mmio = o.mmio;
   wc.thread_mode = o.thread_mode;
-  std::unique_ptr<uctlite::Worker> worker = uctlite::Worker::create(fabric.initiator_ctx(), wc, &err);
+  std::unique_ptr<uctlite::Worker> worker =
+      uctlite::Worker::create(fabric.initiator_ctx(), wc, &err);
   if (!worker || !run.attach(fabric, *worker, &err)) return setup_failed(err);
 
   RaceCollector races(uctlite::emudv_fns(), o.races_shown);
@@ -99,7 +100,8 @@ int main(int argc, char** argv) {
     }
   }
   for (std::thread& th : posters) th.join();
-  double post_seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  double post_seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   DrainResult drain = run.drain([&] { races.collect(); });
   if (receiver.joinable()) {
     run.stop_receiving();
@@ -109,7 +111,8 @@ int main(int argc, char** argv) {
   races.collect();
 
   const char* engine = std::getenv("EMU_ENGINE");
-  Report report{run, races, run.tally(), drain, post_seconds, engine && *engine ? engine : "inline"};
+  Report report{run,   races,        run.tally(),
+                drain, post_seconds, engine && *engine ? engine : "inline"};
   report.print_text(stdout);
   if (!o.json_path.empty() && !report.write_json(o.json_path, &err)) return setup_failed(err);
   return o.expect_clean && !report.clean() ? kExitDirty : 0;

@@ -8,7 +8,9 @@
 namespace stress {
 namespace {
 
-std::string errno_text(const char* what, int e) { return std::string(what) + ": " + std::strerror(e); }
+std::string errno_text(const char* what, int e) {
+  return std::string(what) + ": " + std::strerror(e);
+}
 
 uint8_t* map_zeroed(size_t len) {
   if (len == 0) return nullptr;
@@ -124,7 +126,8 @@ bool Fabric::connect(ibv_qp* qp, uint32_t dest_qpn, std::string* err) {
   a.qp_state = IBV_QPS_INIT;
   a.port_num = port_;
   a.qp_access_flags = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE;
-  if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
+  if (int rc = ibv_modify_qp(
+          qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS)) {
     *err = errno_text("ibv_modify_qp INIT", rc);
     return false;
   }
@@ -141,8 +144,10 @@ bool Fabric::connect(ibv_qp* qp, uint32_t dest_qpn, std::string* err) {
     a.ah_attr.grh.dgid = gid_;
     a.ah_attr.grh.hop_limit = 1;
   }
-  if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                         IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
+  if (int rc =
+          ibv_modify_qp(qp, &a,
+                        IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                            IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER)) {
     *err = errno_text("ibv_modify_qp RTR", rc);
     return false;
   }
@@ -152,8 +157,9 @@ bool Fabric::connect(ibv_qp* qp, uint32_t dest_qpn, std::string* err) {
   a.retry_cnt = 7;
   a.rnr_retry = 7;  // infinite: a receiver behind on re-posting is not an error here
   a.max_rd_atomic = 1;
-  if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                                         IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)) {
+  if (int rc = ibv_modify_qp(qp, &a,
+                             IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                                 IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC)) {
     *err = errno_text("ibv_modify_qp RTS", rc);
     return false;
   }
@@ -174,7 +180,8 @@ bool Fabric::setup(const FabricConfig& cfg, std::string* err, bool* td_missing) 
   }
   if (source_) source_mr_ = ibv_reg_mr(ipd_, source_, source_len_, IBV_ACCESS_LOCAL_WRITE);
   if (target_)
-    target_mr_ = ibv_reg_mr(tpd_, target_, target_len_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
+    target_mr_ =
+        ibv_reg_mr(tpd_, target_, target_len_, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE);
   if ((source_ && !source_mr_) || (target_ && !target_mr_)) {
     *err = errno_text("ibv_reg_mr", errno);
     return false;
@@ -197,7 +204,8 @@ bool Fabric::setup(const FabricConfig& cfg, std::string* err, bool* td_missing) 
     }
   }
   for (QpPair& p : pairs_)
-    if (!connect(p.initiator, p.target->qp_num, err) || !connect(p.target, p.initiator->qp_num, err))
+    if (!connect(p.initiator, p.target->qp_num, err) ||
+        !connect(p.target, p.initiator->qp_num, err))
       return false;
   return true;
 }

@@ -16,7 +16,7 @@ namespace stress {
 struct FabricConfig {
   std::string device;
   uint32_t qps = 1;
-  uint32_t threads = 1;       // thread domains: one per thread that owns a QP (td)
+  uint32_t threads = 1;  // thread domains: one per thread that owns a QP (td)
   bool td = false;
   uint32_t sq_depth = 64;     // max_send_wr of an initiator QP
   uint32_t rq_depth = 128;    // max_recv_wr of a target QP
@@ -29,7 +29,7 @@ struct QpPair {
   ibv_qp* initiator = nullptr;
   ibv_cq* initiator_cq = nullptr;  // its send (and unused receive) completions
   ibv_qp* target = nullptr;
-  ibv_cq* target_cq = nullptr;     // the target's receive completions
+  ibv_cq* target_cq = nullptr;  // the target's receive completions
 };
 
 class Fabric {

@@ -41,7 +41,8 @@ bool to_sizes(const char* s, std::vector<uint32_t>* out) {
 }  // namespace
 
 void print_usage(FILE* out) {
-  std::fprintf(out,
+  std::fprintf(
+      out,
       "usage: emu-stress [options]   (under emu-run for emulated devices)\n"
       "  --threads N            posting threads (default 2, at most 255)\n"
       "  --qps M                initiator QPs; lanes (thread i%%N, QP i%%M) for i < max(N, M)\n"
@@ -55,7 +56,8 @@ void print_usage(FILE* out) {
       "  --device NAME          ibv device (default emu0)\n"
       "  --td                   each thread's QPs under its own thread domain (ibv_alloc_td)\n"
       "  --json FILE            write a JSON summary\n"
-      "  --expect-clean         exit 1 on any race event, corruption, missing/duplicate or error completion\n"
+      "  --expect-clean         exit 1 on any race event, corruption, missing/duplicate or error "
+      "completion\n"
       "  --drain-ms D           give up draining after D ms without progress (default 2000)\n"
       "  --sq-depth N           max_send_wr per QP (default 64)\n"
       "  --rq-depth N           receives per target QP (default 128)\n"
@@ -66,7 +68,8 @@ void print_usage(FILE* out) {
       "                         threads far apart in number run on different CPUs (default none)\n"
       "  --yield-every N        posting threads yield the CPU after every N posts, so that more\n"
       "                         threads than cores interleave finely (default 0: never)\n"
-      "exit: 0 run completed (findings are in the report), 1 --expect-clean violated, 2 setup failed\n",
+      "exit: 0 run completed (findings are in the report), 1 --expect-clean violated, 2 setup "
+      "failed\n",
       kMinMessage, kMaxMessage);
 }
 
@@ -83,39 +86,75 @@ bool parse_options(int argc, char** argv, Options* o, std::string* err) {
       return false;
     };
     const char* v = nullptr;
-    if (a == "--td") { o->td = true; continue; }
-    if (a == "--expect-clean") { o->expect_clean = true; continue; }
-    if (a == "--no-inline") { o->sge_only = true; continue; }
-    if (a == "--help" || a == "-h") { *err = ""; return false; }
+    if (a == "--td") {
+      o->td = true;
+      continue;
+    }
+    if (a == "--expect-clean") {
+      o->expect_clean = true;
+      continue;
+    }
+    if (a == "--no-inline") {
+      o->sge_only = true;
+      continue;
+    }
+    if (a == "--help" || a == "-h") {
+      *err = "";
+      return false;
+    }
     v = value();
     if (!v) return bad(v);
-    if (a == "--threads") { if (!to_u32(v, 1, 255, &o->threads)) return bad(v); }
-    else if (a == "--qps") { if (!to_u32(v, 1, 4096, &o->qps)) return bad(v); }
-    else if (a == "--api") { auto x = uctlite::parse_api(v); if (!x) return bad(v); o->api = *x; }
-    else if (a == "--mmio") {
+    if (a == "--threads") {
+      if (!to_u32(v, 1, 255, &o->threads)) return bad(v);
+    } else if (a == "--qps") {
+      if (!to_u32(v, 1, 4096, &o->qps)) return bad(v);
+    } else if (a == "--api") {
+      auto x = uctlite::parse_api(v);
+      if (!x) return bad(v);
+      o->api = *x;
+    } else if (a == "--mmio") {
       auto x = uctlite::parse_mmio(v);
       if (!x) return bad(v);
       o->mmio = *x;
       o->mmio_given = true;
-    }
-    else if (a == "--thread-mode") { auto x = uctlite::parse_thread_mode(v); if (!x) return bad(v); o->thread_mode = *x; }
-    else if (a == "--op") { auto x = uctlite::parse_op(v); if (!x) return bad(v); o->op = *x; }
-    else if (a == "--sizes") { if (!to_sizes(v, &o->sizes)) return bad(v); }
-    else if (a == "--count") { if (!to_u64(v, &o->count) || o->count == 0 || o->count > (1u << 24)) return bad(v); count_given = true; }
-    else if (a == "--duration-ms") { if (!to_u64(v, &o->duration_ms) || o->duration_ms == 0) return bad(v); }
-    else if (a == "--device") { o->device = v; }
-    else if (a == "--json") { o->json_path = v; }
-    else if (a == "--drain-ms") { if (!to_u64(v, &o->drain_ms) || o->drain_ms == 0) return bad(v); }
-    else if (a == "--sq-depth") { if (!to_u32(v, 1, 8192, &o->sq_depth)) return bad(v); }
-    else if (a == "--rq-depth") { if (!to_u32(v, 1, 8192, &o->rq_depth)) return bad(v); }
-    else if (a == "--max-inline") { if (!to_u32(v, 0, 1024, &o->max_inline)) return bad(v); }
-    else if (a == "--pin") {
+    } else if (a == "--thread-mode") {
+      auto x = uctlite::parse_thread_mode(v);
+      if (!x) return bad(v);
+      o->thread_mode = *x;
+    } else if (a == "--op") {
+      auto x = uctlite::parse_op(v);
+      if (!x) return bad(v);
+      o->op = *x;
+    } else if (a == "--sizes") {
+      if (!to_sizes(v, &o->sizes)) return bad(v);
+    } else if (a == "--count") {
+      if (!to_u64(v, &o->count) || o->count == 0 || o->count > (1u << 24)) return bad(v);
+      count_given = true;
+    } else if (a == "--duration-ms") {
+      if (!to_u64(v, &o->duration_ms) || o->duration_ms == 0) return bad(v);
+    } else if (a == "--device") {
+      o->device = v;
+    } else if (a == "--json") {
+      o->json_path = v;
+    } else if (a == "--drain-ms") {
+      if (!to_u64(v, &o->drain_ms) || o->drain_ms == 0) return bad(v);
+    } else if (a == "--sq-depth") {
+      if (!to_u32(v, 1, 8192, &o->sq_depth)) return bad(v);
+    } else if (a == "--rq-depth") {
+      if (!to_u32(v, 1, 8192, &o->rq_depth)) return bad(v);
+    } else if (a == "--max-inline") {
+      if (!to_u32(v, 0, 1024, &o->max_inline)) return bad(v);
+    } else if (a == "--pin") {
       if (std::strcmp(v, "block") && std::strcmp(v, "none")) return bad(v);
       o->pin_block = !std::strcmp(v, "block");
+    } else if (a == "--yield-every") {
+      if (!to_u32(v, 0, 1u << 30, &o->yield_every)) return bad(v);
+    } else if (a == "--races-shown") {
+      if (!to_u32(v, 0, 1024, &o->races_shown)) return bad(v);
+    } else {
+      *err = "unknown option " + a;
+      return false;
     }
-    else if (a == "--yield-every") { if (!to_u32(v, 0, 1u << 30, &o->yield_every)) return bad(v); }
-    else if (a == "--races-shown") { if (!to_u32(v, 0, 1024, &o->races_shown)) return bad(v); }
-    else { *err = "unknown option " + a; return false; }
   }
   if (count_given && o->duration_ms) {
     *err = "--count and --duration-ms exclude each other";

@@ -19,7 +19,7 @@ struct Options {
   uctlite::ThreadMode thread_mode = uctlite::ThreadMode::serialized;
   uctlite::Op op = uctlite::Op::write;
   std::vector<uint32_t> sizes{8, 64, 128, 200};
-  uint64_t count = 0;        // messages per thread (0: --duration-ms decides)
+  uint64_t count = 0;  // messages per thread (0: --duration-ms decides)
   uint64_t duration_ms = 0;
   std::string device = "emu0";
   bool td = false;

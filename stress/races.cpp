@@ -10,13 +10,20 @@ constexpr size_t kAllKept = 4096;  // events kept for checks over all of them
 
 const char* race_kind_name(uint32_t kind) {
   switch (kind) {
-    case EMUDV_RACE_BF_TORN: return "bf_torn";
-    case EMUDV_RACE_DBREC_BACKWARDS: return "dbrec_backwards";
-    case EMUDV_RACE_DBREC_AHEAD: return "dbrec_ahead";
-    case EMUDV_RACE_DOUBLE_WRITE: return "double_write";
-    case EMUDV_RACE_STALE_WQE: return "stale_wqe";
-    case EMUDV_RACE_OWNER: return "owner_conflict";
-    default: return "none";
+    case EMUDV_RACE_BF_TORN:
+      return "bf_torn";
+    case EMUDV_RACE_DBREC_BACKWARDS:
+      return "dbrec_backwards";
+    case EMUDV_RACE_DBREC_AHEAD:
+      return "dbrec_ahead";
+    case EMUDV_RACE_DOUBLE_WRITE:
+      return "double_write";
+    case EMUDV_RACE_STALE_WQE:
+      return "stale_wqe";
+    case EMUDV_RACE_OWNER:
+      return "owner_conflict";
+    default:
+      return "none";
   }
 }
 

@@ -10,12 +10,30 @@ namespace stress {
 namespace {
 
 const char* status_name(uint32_t s) {
-  static const char* const names[] = {
-      "SUCCESS",          "LOC_LEN_ERR",       "LOC_QP_OP_ERR",  "LOC_EEC_OP_ERR",   "LOC_PROT_ERR",
-      "WR_FLUSH_ERR",     "MW_BIND_ERR",       "BAD_RESP_ERR",   "LOC_ACCESS_ERR",   "REM_INV_REQ_ERR",
-      "REM_ACCESS_ERR",   "REM_OP_ERR",        "RETRY_EXC_ERR",  "RNR_RETRY_EXC_ERR", "LOC_RDD_VIOL_ERR",
-      "REM_INV_RD_REQ_ERR", "REM_ABORT_ERR",   "INV_EECN_ERR",   "INV_EEC_STATE_ERR", "FATAL_ERR",
-      "RESP_TIMEOUT_ERR", "GENERAL_ERR",       "TM_ERR",         "TM_RNDV_INCOMPLETE"};
+  static const char* const names[] = {"SUCCESS",
+                                      "LOC_LEN_ERR",
+                                      "LOC_QP_OP_ERR",
+                                      "LOC_EEC_OP_ERR",
+                                      "LOC_PROT_ERR",
+                                      "WR_FLUSH_ERR",
+                                      "MW_BIND_ERR",
+                                      "BAD_RESP_ERR",
+                                      "LOC_ACCESS_ERR",
+                                      "REM_INV_REQ_ERR",
+                                      "REM_ACCESS_ERR",
+                                      "REM_OP_ERR",
+                                      "RETRY_EXC_ERR",
+                                      "RNR_RETRY_EXC_ERR",
+                                      "LOC_RDD_VIOL_ERR",
+                                      "REM_INV_RD_REQ_ERR",
+                                      "REM_ABORT_ERR",
+                                      "INV_EECN_ERR",
+                                      "INV_EEC_STATE_ERR",
+                                      "FATAL_ERR",
+                                      "RESP_TIMEOUT_ERR",
+                                      "GENERAL_ERR",
+                                      "TM_ERR",
+                                      "TM_RNDV_INCOMPLETE"};
   return s < sizeof names / sizeof *names ? names[s] : "OTHER";
 }
 
@@ -104,7 +122,8 @@ uint64_t sum(const std::atomic<uint64_t>* a, size_t n, size_t from = 0) {
 // Events naming two distinct threads of this run's posters (kinds that name writers).
 bool names_two_posters(const emudv_race& e, const std::vector<uint32_t>& tids) {
   auto is_poster = [&](uint32_t t) { return std::find(tids.begin(), tids.end(), t) != tids.end(); };
-  return e.writer_tids[0] != e.writer_tids[1] && is_poster(e.writer_tids[0]) && is_poster(e.writer_tids[1]);
+  return e.writer_tids[0] != e.writer_tids[1] && is_poster(e.writer_tids[0]) &&
+         is_poster(e.writer_tids[1]);
 }
 
 }  // namespace
@@ -121,11 +140,13 @@ bool Report::clean() const {
 void Report::print_text(FILE* out) const {
   const Options& o = run.opts();
   const Counters& c = run.counters();
-  std::fprintf(out, "emu-stress: api %s%s%s, thread mode %s, op %s, %u threads on %u QPs of %s%s, engine %s\n",
-               uctlite::api_name(o.api), o.api == uctlite::Api::direct ? ", mmio " : "",
-               o.api == uctlite::Api::direct ? uctlite::mmio_name(o.mmio) : "",
-               uctlite::thread_mode_name(o.thread_mode), uctlite::op_name(o.op), o.threads, o.qps,
-               o.device.c_str(), o.td ? " (thread domains)" : "", engine.c_str());
+  std::fprintf(
+      out,
+      "emu-stress: api %s%s%s, thread mode %s, op %s, %u threads on %u QPs of %s%s, engine %s\n",
+      uctlite::api_name(o.api), o.api == uctlite::Api::direct ? ", mmio " : "",
+      o.api == uctlite::Api::direct ? uctlite::mmio_name(o.mmio) : "",
+      uctlite::thread_mode_name(o.thread_mode), uctlite::op_name(o.op), o.threads, o.qps,
+      o.device.c_str(), o.td ? " (thread domains)" : "", engine.c_str());
   double s = post_seconds > 0 ? post_seconds : 1e-9;
   uint64_t bytes = 0;
   for (size_t k = 0; k < o.sizes.size(); ++k) bytes += tally.posted_per_size[k] * o.sizes[k];
@@ -135,29 +156,41 @@ void Report::print_text(FILE* out) const {
   std::fprintf(out, "\n");
   for (size_t k = 0; k < o.sizes.size(); ++k)
     std::fprintf(out, "  %5u B: %8llu messages, %8.2f MB/s\n", o.sizes[k],
-                 (unsigned long long)tally.posted_per_size[k], tally.posted_per_size[k] * o.sizes[k] / s / 1e6);
-  std::fprintf(out, "completions: %llu ok, messages completed once %llu, more than once %llu, missing %llu, unmatched %llu\n",
+                 (unsigned long long)tally.posted_per_size[k],
+                 tally.posted_per_size[k] * o.sizes[k] / s / 1e6);
+  std::fprintf(out,
+               "completions: %llu ok, messages completed once %llu, more than once %llu, missing "
+               "%llu, unmatched %llu\n",
                (unsigned long long)c.ok.load(), (unsigned long long)tally.once,
                (unsigned long long)tally.more_than_once, (unsigned long long)tally.missing,
                (unsigned long long)c.unmatched.load());
   for (uint32_t k = 1; k < kStatusSlots; ++k)
-    if (c.errors[k].load()) std::fprintf(out, "  error %s: %llu\n", status_name(k), (unsigned long long)c.errors[k].load());
+    if (c.errors[k].load())
+      std::fprintf(out, "  error %s: %llu\n", status_name(k),
+                   (unsigned long long)c.errors[k].load());
   if (o.op == uctlite::Op::send) {
     std::fprintf(out, "receives: %llu ok\n", (unsigned long long)c.received.load());
     for (uint32_t k = 1; k < kStatusSlots; ++k)
       if (c.recv_errors[k].load())
-        std::fprintf(out, "  receive error %s: %llu\n", status_name(k), (unsigned long long)c.recv_errors[k].load());
+        std::fprintf(out, "  receive error %s: %llu\n", status_name(k),
+                     (unsigned long long)c.recv_errors[k].load());
   }
-  std::fprintf(out, "corruption: %llu corrupt messages, %llu corrupt bytes (%llu misplaced; found at completion %llu, "
+  std::fprintf(out,
+               "corruption: %llu corrupt messages, %llu corrupt bytes (%llu misplaced; found at "
+               "completion %llu, "
                "at receive %llu, in the final sweep %llu); %llu verified\n",
-               (unsigned long long)c.corrupt_messages.load(), (unsigned long long)c.corrupt_bytes.load(),
-               (unsigned long long)c.misplaced.load(), (unsigned long long)c.found_at_completion.load(),
-               (unsigned long long)c.found_at_receive.load(), (unsigned long long)c.found_in_sweep.load(),
-               (unsigned long long)c.verified.load());
+               (unsigned long long)c.corrupt_messages.load(),
+               (unsigned long long)c.corrupt_bytes.load(), (unsigned long long)c.misplaced.load(),
+               (unsigned long long)c.found_at_completion.load(),
+               (unsigned long long)c.found_at_receive.load(),
+               (unsigned long long)c.found_in_sweep.load(), (unsigned long long)c.verified.load());
   if (c.qps_abandoned.load() || c.post_errors.load())
     std::fprintf(out, "QPs given up while posting: %llu; post errors: %llu\n",
-                 (unsigned long long)c.qps_abandoned.load(), (unsigned long long)c.post_errors.load());
-  std::fprintf(out, "drain: %.1f ms; QPs complete %u, device idle with work missing %u, in error and flushed %u%s\n",
+                 (unsigned long long)c.qps_abandoned.load(),
+                 (unsigned long long)c.post_errors.load());
+  std::fprintf(out,
+               "drain: %.1f ms; QPs complete %u, device idle with work missing %u, in error and "
+               "flushed %u%s\n",
                drain.ms, drain.complete, drain.device_idle, drain.error_flushed,
                drain.bound ? ", STOPPED BY --drain-ms" : "");
   if (!races.available()) {
@@ -165,12 +198,14 @@ void Report::print_text(FILE* out) const {
   } else {
     std::fprintf(out, "race events: %llu", (unsigned long long)races.total());
     for (uint32_t k = 1; k < EMUDV_RACE_KINDS; ++k)
-      if (races.count(k)) std::fprintf(out, ", %s %llu", race_kind_name(k), (unsigned long long)races.count(k));
-    if (races.lost()) std::fprintf(out, " (%llu overwritten before read)", (unsigned long long)races.lost());
+      if (races.count(k))
+        std::fprintf(out, ", %s %llu", race_kind_name(k), (unsigned long long)races.count(k));
+    if (races.lost())
+      std::fprintf(out, " (%llu overwritten before read)", (unsigned long long)races.lost());
     std::fprintf(out, "\n");
     for (const emudv_race& e : races.first())
-      std::fprintf(out, "  %s qpn 0x%x register %d slot %u threads %u,%u -> %s\n", e.kind_name, e.qpn, e.reg,
-                   e.slot, e.writer_tids[0], e.writer_tids[1], e.executed);
+      std::fprintf(out, "  %s qpn 0x%x register %d slot %u threads %u,%u -> %s\n", e.kind_name,
+                   e.qpn, e.reg, e.slot, e.writer_tids[0], e.writer_tids[1], e.executed);
   }
   std::fprintf(out, "%s\n", clean() ? "clean" : "NOT CLEAN");
 }
@@ -183,8 +218,10 @@ bool Report::write_json(const std::string& path, std::string* err) const {
   j.key("config").open('{');
   j.key("api").str(uctlite::api_name(o.api));
   j.key("mmio");
-  if (o.api == uctlite::Api::direct) j.str(uctlite::mmio_name(o.mmio));
-  else j.null();
+  if (o.api == uctlite::Api::direct)
+    j.str(uctlite::mmio_name(o.mmio));
+  else
+    j.null();
   j.key("thread_mode").str(uctlite::thread_mode_name(o.thread_mode));
   j.key("op").str(uctlite::op_name(o.op));
   j.key("device").str(o.device);
@@ -195,11 +232,15 @@ bool Report::write_json(const std::string& path, std::string* err) const {
   for (uint32_t sz : o.sizes) j.u(sz);
   j.close(']');
   j.key("count");
-  if (o.count) j.u(o.count);
-  else j.null();
+  if (o.count)
+    j.u(o.count);
+  else
+    j.null();
   j.key("duration_ms");
-  if (o.duration_ms) j.u(o.duration_ms);
-  else j.null();
+  if (o.duration_ms)
+    j.u(o.duration_ms);
+  else
+    j.null();
   j.key("engine").str(engine);
   j.key("max_inline").u(run.pairs().empty() ? 0 : run.pairs()[0]->ep->max_inline());
   j.key("inline").boolean(!o.sge_only);
@@ -295,8 +336,10 @@ bool Report::write_json(const std::string& path, std::string* err) const {
     j.close('}');
     j.key("checked_by_kind").open('{');
     for (uint32_t k = 1; k < EMUDV_RACE_KINDS; ++k)
-      j.key(race_kind_name(k)).u(static_cast<uint64_t>(std::count_if(
-          races.all().begin(), races.all().end(), [k](const emudv_race& e) { return e.kind == k; })));
+      j.key(race_kind_name(k))
+          .u(static_cast<uint64_t>(
+              std::count_if(races.all().begin(), races.all().end(),
+                            [k](const emudv_race& e) { return e.kind == k; })));
     j.close('}');
     j.key("first").open('[');
     for (const emudv_race& e : races.first()) {

@@ -21,7 +21,8 @@ namespace {
 using Clock = std::chrono::steady_clock;
 constexpr uint32_t kMaxSlotsPerLane = 4096;
 constexpr uint32_t kDurationSlots = 1024;
-constexpr uint64_t kDurationRecords = 1u << 20;  // messages per thread at most in --duration-ms mode
+constexpr uint64_t kDurationRecords = 1u
+                                      << 20;  // messages per thread at most in --duration-ms mode
 
 template <typename T>
 std::atomic_ref<T> ref(T& v) {
@@ -83,7 +84,8 @@ Run::Run(const Options& o) : o_(o) {
     pairs_[p] = std::make_unique<PairState>();
     size_t region = off;
     for (uint32_t i = 0; i < lanes_n_; ++i)
-      if (lanes_[i].pair == p) lanes_[i].target_off = region + size_t(seen[p]++) * slots_ * slot_bytes_;
+      if (lanes_[i].pair == p)
+        lanes_[i].target_off = region + size_t(seen[p]++) * slots_ * slot_bytes_;
     off = region + size_t(per_pair[p]) * slots_ * slot_bytes_;
     pairs_[p]->recv_off = off;
     if (o_.op == uctlite::Op::send) off += size_t(o_.rq_depth) * slot_bytes_;
@@ -94,7 +96,8 @@ Run::Run(const Options& o) : o_(o) {
 
   // Records are zero pages until touched: a --duration-ms run reserves far more than it uses.
   for (uint32_t i = 0; i < t; ++i)
-    records_.emplace_back(static_cast<MsgRecord*>(std::calloc(capacity_, sizeof(MsgRecord))), std::free);
+    records_.emplace_back(static_cast<MsgRecord*>(std::calloc(capacity_, sizeof(MsgRecord))),
+                          std::free);
   posted_upto_.reset(new std::atomic<uint64_t>[t]());
   posted_per_size_.assign(t, std::vector<uint64_t>(o_.sizes.size(), 0));
   tids_.assign(t, 0);
@@ -118,8 +121,8 @@ bool Run::attach(Fabric& f, uctlite::Worker& w, std::string* err) {
     if (!ps.ep) return false;
     if (o_.op != uctlite::Op::send) continue;
     for (uint32_t b = 0; b < o_.rq_depth; ++b) {
-      ibv_sge sge{reinterpret_cast<uintptr_t>(target_ + ps.recv_off + size_t(b) * slot_bytes_), slot_bytes_,
-                  target_lkey_};
+      ibv_sge sge{reinterpret_cast<uintptr_t>(target_ + ps.recv_off + size_t(b) * slot_bytes_),
+                  slot_bytes_, target_lkey_};
       ibv_recv_wr wr{};
       wr.wr_id = b;
       wr.sg_list = &sge;
@@ -181,7 +184,8 @@ void Run::poster(uint32_t t) {
     a.op = o_.op;
     a.length = len;
     a.inline_data = !o_.sge_only && len <= ps.ep->max_inline();
-    uint8_t* payload = a.inline_data ? inline_buf : source_ + l->source_off + size_t(slot) * slot_bytes_;
+    uint8_t* payload =
+        a.inline_data ? inline_buf : source_ + l->source_off + size_t(slot) * slot_bytes_;
     fill_message(payload, MessageId{t, static_cast<uint32_t>(seq)}, len);
     a.payload = payload;
     a.lkey = lkey_;
@@ -251,8 +255,10 @@ bool Run::post_one(PairState& ps, const uctlite::PostArgs& a) {
 
 int Run::progress(PairState& ps, bool wait_for_lock) {
   std::unique_lock<std::mutex> lk(ps.poll_mu, std::defer_lock);
-  if (wait_for_lock) lk.lock();
-  else if (!lk.try_lock()) return 0;
+  if (wait_for_lock)
+    lk.lock();
+  else if (!lk.try_lock())
+    return 0;
   uctlite::Completion cs[16];
   int n = ps.ep->poll(cs, 16);
   for (int i = 0; i < n; ++i) {
@@ -264,8 +270,11 @@ int Run::progress(PairState& ps, bool wait_for_lock) {
 }
 
 void Run::on_completion(const uctlite::Completion& c) {
-  if (c.status == IBV_WC_SUCCESS) c_.ok.fetch_add(1, std::memory_order_relaxed);
-  else c_.errors[std::min<uint32_t>(c.status, kStatusSlots - 1)].fetch_add(1, std::memory_order_relaxed);
+  if (c.status == IBV_WC_SUCCESS)
+    c_.ok.fetch_add(1, std::memory_order_relaxed);
+  else
+    c_.errors[std::min<uint32_t>(c.status, kStatusSlots - 1)].fetch_add(1,
+                                                                        std::memory_order_relaxed);
   uint32_t t = static_cast<uint32_t>(c.wr_id >> 32);
   uint64_t seq = c.wr_id & 0xffffffffu;
   if (!c.matched || t >= o_.threads || seq >= posted_upto_[t].load(std::memory_order_acquire)) {
@@ -293,7 +302,8 @@ int Run::receive_round() {
       c_.received.fetch_add(1, std::memory_order_relaxed);
       uint8_t* buf = target_ + ps.recv_off + size_t(wc[i].wr_id) * slot_bytes_;
       Check chk = check(buf, std::min(wc[i].byte_len, slot_bytes_), nullptr);
-      if (wc[i].byte_len > slot_bytes_) chk.bytes += wc[i].byte_len - slot_bytes_, chk.corrupt = true;
+      if (wc[i].byte_len > slot_bytes_)
+        chk.bytes += wc[i].byte_len - slot_bytes_, chk.corrupt = true;
       if (chk.corrupt) note_corrupt(chk, c_.found_at_receive);
       ibv_sge sge{reinterpret_cast<uintptr_t>(buf), slot_bytes_, target_lkey_};
       ibv_recv_wr wr{};
@@ -337,9 +347,12 @@ DrainResult Run::drain(const std::function<void()>& meanwhile) {
         ++d.complete;
         finished = true;
       } else if (idle == true && n == 0) {
-        if (ps.in_error.load()) ++d.error_flushed;
-        else if (ps.cqes.load() >= ps.posted.load()) ++d.complete;
-        else ++d.device_idle;
+        if (ps.in_error.load())
+          ++d.error_flushed;
+        else if (ps.cqes.load() >= ps.posted.load())
+          ++d.complete;
+        else
+          ++d.device_idle;
         finished = true;
       }
       if (finished) {
@@ -373,9 +386,12 @@ Tally Run::tally() const {
         continue;
       }
       ++t.posted;
-      if (r.completions == 0) ++t.missing;
-      else if (r.completions == 1) ++t.once;
-      else ++t.more_than_once, t.extra += r.completions - 1u;
+      if (r.completions == 0)
+        ++t.missing;
+      else if (r.completions == 1)
+        ++t.once;
+      else
+        ++t.more_than_once, t.extra += r.completions - 1u;
     }
     for (size_t k = 0; k < o_.sizes.size(); ++k) t.posted_per_size[k] += posted_per_size_[th][k];
   }

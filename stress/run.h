@@ -31,10 +31,11 @@ struct Lane {
   uint32_t thread = 0;
   uint32_t pair = 0;
   uint32_t slots = 0;
-  size_t target_off = 0;             // in the target buffer
-  size_t source_off = 0;             // in the source buffer
-  uint64_t next = 0;                 // messages posted through this lane (its thread only)
-  std::unique_ptr<uint32_t[]> owner; // per slot: 1 + seq of the last message put there (atomic_ref)
+  size_t target_off = 0;  // in the target buffer
+  size_t source_off = 0;  // in the source buffer
+  uint64_t next = 0;      // messages posted through this lane (its thread only)
+  std::unique_ptr<uint32_t[]>
+      owner;  // per slot: 1 + seq of the last message put there (atomic_ref)
 };
 
 // Per (thread, seq); fields shared between threads go through std::atomic_ref.
@@ -50,12 +51,12 @@ struct MsgRecord {
 struct PairState {
   uctlite::Ep* ep = nullptr;
   QpPair objs;
-  std::mutex poll_mu;                // one poller of this QP's CQ at a time (see run.cpp)
-  std::atomic<uint64_t> posted{0};   // WQEs accepted by post()
-  std::atomic<uint64_t> cqes{0};     // completions polled (any status, matched or not)
-  std::atomic<bool> in_error{false}; // an error completion came: an RC QP is in ERR
+  std::mutex poll_mu;                 // one poller of this QP's CQ at a time (see run.cpp)
+  std::atomic<uint64_t> posted{0};    // WQEs accepted by post()
+  std::atomic<uint64_t> cqes{0};      // completions polled (any status, matched or not)
+  std::atomic<bool> in_error{false};  // an error completion came: an RC QP is in ERR
   std::atomic<bool> abandoned{false};
-  size_t recv_off = 0;               // SEND: rq_depth receive buffers in the target buffer
+  size_t recv_off = 0;  // SEND: rq_depth receive buffers in the target buffer
 };
 
 struct Counters {
@@ -96,7 +97,7 @@ class Run {
   void stop_receiving() { recv_stop_.store(true); }
   // After the posters are joined; between poll rounds, now and then, calls `meanwhile`.
   DrainResult drain(const std::function<void()>& meanwhile);
-  void sweep();                  // RDMA WRITE: slots whose message never completed
+  void sweep();  // RDMA WRITE: slots whose message never completed
   Tally tally() const;
 
   const Options& opts() const { return o_; }
@@ -137,7 +138,7 @@ class Run {
   std::vector<std::unique_ptr<PairState>> pairs_;
   std::vector<std::unique_ptr<MsgRecord, void (*)(void*)>> records_;  // per thread, capacity_
   std::unique_ptr<std::atomic<uint64_t>[]> posted_upto_;  // per thread: seqs below are posted
-  std::vector<std::vector<uint64_t>> posted_per_size_;   // per thread, by size index
+  std::vector<std::vector<uint64_t>> posted_per_size_;    // per thread, by size index
   std::vector<uint32_t> tids_;
   std::atomic<bool> stop_{false}, recv_stop_{false};
   Counters c_;

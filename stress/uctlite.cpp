@@ -10,13 +10,18 @@ namespace uctlite {
 const char* api_name(Api a) { return a == Api::verbs ? "verbs" : "direct"; }
 const char* mmio_name(MmioMode m) {
   switch (m) {
-    case MmioMode::bf_post: return "bf_post";
-    case MmioMode::bf_post_mt: return "bf_post_mt";
-    case MmioMode::db_lock: return "db_lock";
+    case MmioMode::bf_post:
+      return "bf_post";
+    case MmioMode::bf_post_mt:
+      return "bf_post_mt";
+    case MmioMode::db_lock:
+      return "db_lock";
   }
   return "?";
 }
-const char* thread_mode_name(ThreadMode t) { return t == ThreadMode::single ? "single" : "serialized"; }
+const char* thread_mode_name(ThreadMode t) {
+  return t == ThreadMode::single ? "single" : "serialized";
+}
 const char* op_name(Op o) { return o == Op::write ? "write" : "send"; }
 
 std::optional<Api> parse_api(const std::string& s) {
@@ -71,7 +76,8 @@ std::optional<bool> emu_sq_idle(ibv_qp* qp, volatile uint32_t* dbrec) {
   return static_cast<int16_t>((producer - consumed) & 0xffff) <= 0 && !stalled;
 }
 
-std::unique_ptr<Worker> Worker::create(ibv_context* ctx, const WorkerConfig& cfg, std::string* err) {
+std::unique_ptr<Worker> Worker::create(ibv_context* ctx, const WorkerConfig& cfg,
+                                       std::string* err) {
   if (cfg.api == Api::direct && !emudv_fns()) {
     *err = "api direct needs the emulator's provider (run under emu-run): emudv_* not found";
     return nullptr;

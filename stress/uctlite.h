@@ -71,7 +71,7 @@ enum class PostStatus { ok, queue_full, error };
 
 struct Completion {
   uint64_t wr_id = 0;
-  bool matched = true;   // direct: the CQE's WQE index is one this endpoint posted at
+  bool matched = true;          // direct: the CQE's WQE index is one this endpoint posted at
   int status = IBV_WC_SUCCESS;  // enum ibv_wc_status
   int opcode = 0;               // enum ibv_wc_opcode
   uint32_t wqe_index = 0;       // direct: the CQE's wqe_counter
@@ -123,7 +123,8 @@ class Ep {
 class Worker {
  public:
   // Fails (null, reason in *err) when api = direct and the emulator's provider is not loaded.
-  static std::unique_ptr<Worker> create(ibv_context* ctx, const WorkerConfig& cfg, std::string* err);
+  static std::unique_ptr<Worker> create(ibv_context* ctx, const WorkerConfig& cfg,
+                                        std::string* err);
   ~Worker();
   // Wraps a QP (RTS, or to be moved there before posting) whose sends complete into send_cq.
   // Fails (null, reason in *err) for direct on a QP or CQ that is not an emulated one.

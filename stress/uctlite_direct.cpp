@@ -5,8 +5,8 @@
 #include <cerrno>
 #include <cstring>
 
-#include "uctlite_internal.h"
 #include "emu/wqe.h"
+#include "uctlite_internal.h"
 
 namespace uctlite {
 namespace {
@@ -19,27 +19,42 @@ constexpr uint32_t kBlock = emu::kSendWqeBB;
 
 int wc_status_of(uint8_t syndrome) {
   switch (syndrome) {
-    case emu::kSynLocalLength: return IBV_WC_LOC_LEN_ERR;
-    case emu::kSynLocalQpOp: return IBV_WC_LOC_QP_OP_ERR;
-    case emu::kSynLocalProt: return IBV_WC_LOC_PROT_ERR;
-    case emu::kSynWrFlush: return IBV_WC_WR_FLUSH_ERR;
-    case emu::kSynBadResp: return IBV_WC_BAD_RESP_ERR;
-    case emu::kSynLocalAccess: return IBV_WC_LOC_ACCESS_ERR;
-    case emu::kSynRemoteInvalReq: return IBV_WC_REM_INV_REQ_ERR;
-    case emu::kSynRemoteAccess: return IBV_WC_REM_ACCESS_ERR;
-    case emu::kSynRemoteOp: return IBV_WC_REM_OP_ERR;
-    case emu::kSynRetryExc: return IBV_WC_RETRY_EXC_ERR;
-    case emu::kSynRnrRetryExc: return IBV_WC_RNR_RETRY_EXC_ERR;
-    default: return IBV_WC_GENERAL_ERR;
+    case emu::kSynLocalLength:
+      return IBV_WC_LOC_LEN_ERR;
+    case emu::kSynLocalQpOp:
+      return IBV_WC_LOC_QP_OP_ERR;
+    case emu::kSynLocalProt:
+      return IBV_WC_LOC_PROT_ERR;
+    case emu::kSynWrFlush:
+      return IBV_WC_WR_FLUSH_ERR;
+    case emu::kSynBadResp:
+      return IBV_WC_BAD_RESP_ERR;
+    case emu::kSynLocalAccess:
+      return IBV_WC_LOC_ACCESS_ERR;
+    case emu::kSynRemoteInvalReq:
+      return IBV_WC_REM_INV_REQ_ERR;
+    case emu::kSynRemoteAccess:
+      return IBV_WC_REM_ACCESS_ERR;
+    case emu::kSynRemoteOp:
+      return IBV_WC_REM_OP_ERR;
+    case emu::kSynRetryExc:
+      return IBV_WC_RETRY_EXC_ERR;
+    case emu::kSynRnrRetryExc:
+      return IBV_WC_RNR_RETRY_EXC_ERR;
+    default:
+      return IBV_WC_GENERAL_ERR;
   }
 }
 
 int wc_opcode_of(uint8_t wqe_opcode) {
   switch (wqe_opcode) {
     case emu::kOpRdmaWrite:
-    case emu::kOpRdmaWriteImm: return IBV_WC_RDMA_WRITE;
-    case emu::kOpRdmaRead: return IBV_WC_RDMA_READ;
-    default: return IBV_WC_SEND;
+    case emu::kOpRdmaWriteImm:
+      return IBV_WC_RDMA_WRITE;
+    case emu::kOpRdmaRead:
+      return IBV_WC_RDMA_READ;
+    default:
+      return IBV_WC_SEND;
   }
 }
 
@@ -47,12 +62,22 @@ class DirectEp final : public Ep {
  public:
   DirectEp(ibv_qp* qp, const emudv_qp& dv, const emudv_cq& dvcq, Worker::Register* reg,
            MmioMode mmio, std::mutex* wl)
-      : Ep(qp, wl), dv_(*emudv_fns()), q_(dv), cq_(dvcq), reg_(reg),
+      : Ep(qp, wl),
+        dv_(*emudv_fns()),
+        q_(dv),
+        cq_(dvcq),
+        reg_(reg),
         meta_(new WqeMeta[dv.sq_wqe_cnt]) {
     switch (mmio) {
-      case MmioMode::bf_post: ring_ = &DirectEp::ring_bf_post; break;
-      case MmioMode::bf_post_mt: ring_ = &DirectEp::ring_bf_post_mt; break;
-      case MmioMode::db_lock: ring_ = &DirectEp::ring_db_lock; break;
+      case MmioMode::bf_post:
+        ring_ = &DirectEp::ring_bf_post;
+        break;
+      case MmioMode::bf_post_mt:
+        ring_ = &DirectEp::ring_bf_post_mt;
+        break;
+      case MmioMode::db_lock:
+        ring_ = &DirectEp::ring_db_lock;
+        break;
     }
     cq_ci_ = *cq_.dbrec;  // a CQ polled before starts where its consumer index stands
   }
@@ -140,7 +165,8 @@ PostStatus DirectEp::post_unlocked(const PostArgs& a) {
   // producer behind the completions (after two threads raced on it) counts as an empty queue.
   int32_t outstanding = static_cast<int32_t>(pi - acked_pi_.load(std::memory_order_acquire));
   uint32_t bbs = build_wqe(a, pi, stage);
-  if (static_cast<uint32_t>(std::max(outstanding, 0)) + bbs > q_.sq_wqe_cnt) return PostStatus::queue_full;
+  if (static_cast<uint32_t>(std::max(outstanding, 0)) + bbs > q_.sq_wqe_cnt)
+    return PostStatus::queue_full;
   WqeMeta& m = meta_[pi & (q_.sq_wqe_cnt - 1)];
   m.wr_id.store(a.wr_id, std::memory_order_relaxed);
   m.bbs.store(bbs, std::memory_order_relaxed);
@@ -170,14 +196,18 @@ void DirectEp::bf_copy_and_flush(uint32_t pi, uint32_t bbs) {
 }
 
 void DirectEp::ring_bf_post(uint32_t pi, uint32_t bbs, const uint8_t* stage) {
-  if (fits_bf(bbs)) bf_copy_and_flush(pi, bbs);
-  else dv_.db_write64(&reg_->uar, ctrl_head(stage));
+  if (fits_bf(bbs))
+    bf_copy_and_flush(pi, bbs);
+  else
+    dv_.db_write64(&reg_->uar, ctrl_head(stage));
 }
 
 void DirectEp::ring_bf_post_mt(uint32_t pi, uint32_t bbs, const uint8_t* stage) {
   std::lock_guard<SpinLock> g(reg_->lock);
-  if (fits_bf(bbs)) bf_copy_and_flush(pi, bbs);
-  else dv_.db_write64(&reg_->uar, ctrl_head(stage));
+  if (fits_bf(bbs))
+    bf_copy_and_flush(pi, bbs);
+  else
+    dv_.db_write64(&reg_->uar, ctrl_head(stage));
 }
 
 void DirectEp::ring_db_lock(uint32_t pi, uint32_t bbs, const uint8_t* stage) {

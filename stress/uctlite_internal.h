@@ -13,7 +13,8 @@ struct Worker::Register {
   std::atomic<uint32_t> bf_offset{0};  // 0 or bf_size: the BlueFlame buffer the next post uses
 };
 
-std::unique_ptr<Ep> make_verbs_ep(ibv_qp* qp, ibv_cq* cq, std::mutex* worker_lock, std::string* err);
+std::unique_ptr<Ep> make_verbs_ep(ibv_qp* qp, ibv_cq* cq, std::mutex* worker_lock,
+                                  std::string* err);
 
 // reg: the worker's Register for this QP's emudv register (found by the caller through dv.uar).
 std::unique_ptr<Ep> make_direct_ep(ibv_qp* qp, const emudv_qp& dv, const emudv_cq& dvcq,

@@ -87,8 +87,8 @@ void Run::sweep() {
         c_.delivered_without_completion.fetch_add(1, std::memory_order_relaxed);
         continue;
       }
-      bool older_intact = chk.misplaced && chk.bytes == 0 && chk.named.thread == l.thread &&
-                          chk.named.seq < id.seq;
+      bool older_intact =
+          chk.misplaced && chk.bytes == 0 && chk.named.thread == l.thread && chk.named.seq < id.seq;
       if (!older_intact) note_corrupt(chk, c_.found_in_sweep);
     }
   }

@@ -8,18 +8,19 @@
 //   emu-ctl races [--json] [--from N]  the race events the devices recorded
 //   emu-ctl knobs [--markdown]      every EMU_* variable with its default (docs/knobs.md's table)
 //   emu-ctl help
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
 #include <string_view>
-#include <unistd.h>
 
 #include "emu/census.h"
-#include "emu/race_log.h"
 #include "emu/config.h"
 #include "emu/control.h"
+#include "emu/race_log.h"
 #include "emu/segment.h"
 
 namespace {
@@ -142,9 +143,9 @@ int cmd_port(int argc, char** argv) {
     std::fprintf(stderr, "emu-ctl: %s port %u: %s\n", argv[1], port, emu::status_name(st));
     return kExitFailed;
   }
-  std::printf("%s port %u: state %s (%u), phys_state %s (%u)%s\n", argv[1], port,
-              state_name(state), state, phys_name(emu::port_phys_state(state)),
-              emu::port_phys_state(state), set && !changed ? " (unchanged)" : "");
+  std::printf("%s port %u: state %s (%u), phys_state %s (%u)%s\n", argv[1], port, state_name(state),
+              state, phys_name(emu::port_phys_state(state)), emu::port_phys_state(state),
+              set && !changed ? " (unchanged)" : "");
   return 0;
 }
 
@@ -184,13 +185,15 @@ int cmd_races(int argc, char** argv) {
     return 0;
   }
   std::printf("%llu race events recorded on fabric '%s'\n",
-              static_cast<unsigned long long>(emu::races_recorded(seg)), emu::config().fabric.c_str());
+              static_cast<unsigned long long>(emu::races_recorded(seg)),
+              emu::config().fabric.c_str());
   for (const emu::RaceRecord& e : ev)
-    std::printf("#%llu %s emu%u qp 0x%06x ctx %d reg %d slot %u threads %u,%u (pid %d) values %u,%u: %s\n",
-                static_cast<unsigned long long>(e.seq), emu::race_kind_name(e.kind), e.dev, e.qpn,
-                e.ctx == 0xffffffffu ? -1 : static_cast<int>(e.ctx),
-                e.reg == 0xffff ? -1 : static_cast<int>(e.reg), e.slot, e.writers[0], e.writers[1],
-                e.pid, e.value[0], e.value[1], emu::race_action_name(e.action));
+    std::printf(
+        "#%llu %s emu%u qp 0x%06x ctx %d reg %d slot %u threads %u,%u (pid %d) values %u,%u: %s\n",
+        static_cast<unsigned long long>(e.seq), emu::race_kind_name(e.kind), e.dev, e.qpn,
+        e.ctx == 0xffffffffu ? -1 : static_cast<int>(e.ctx),
+        e.reg == 0xffff ? -1 : static_cast<int>(e.reg), e.slot, e.writers[0], e.writers[1], e.pid,
+        e.value[0], e.value[1], emu::race_action_name(e.action));
   return 0;
 }
 

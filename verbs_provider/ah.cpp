@@ -77,8 +77,8 @@ int ibv_attach_mcast(ibv_qp* ibqp, const ibv_gid* gid, uint16_t lid) {
   }
   EmuQp* qp = to_qp(ibqp);
   QpSlot& s = *qp->shm;
-  if (ibqp->qp_type != IBV_QPT_UD) return EINVAL;     // only UD QPs join groups
-  if (gid->raw[0] != 0xff) return EINVAL;              // not a multicast GID
+  if (ibqp->qp_type != IBV_QPT_UD) return EINVAL;  // only UD QPs join groups
+  if (gid->raw[0] != 0xff) return EINVAL;          // not a multicast GID
   // A multicast LID on InfiniBand; RoCE has no LIDs (the GID names the group).
   const PortState& ps = segment()->hdr()->devices[qp->ctx->dev].ports[s.port ? s.port - 1 : 0];
   if (ps.link_layer != kLinkLayerEthernet && (lid < kMcastLidBase || lid == 0xffff)) return EINVAL;

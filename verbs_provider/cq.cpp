@@ -9,12 +9,12 @@
 #include <cstring>
 
 #include "emu/barriers.h"
-#include "forward.h"
-#include "emu/notify.h"
 #include "emu/device.h"
+#include "emu/notify.h"
 #include "emu/objects.h"
-#include "provider.h"
 #include "emu/reclaim.h"
+#include "forward.h"
+#include "provider.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -187,7 +187,8 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
       wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
       if (op_own & kCqeInlineScatter32) {
         scatter_from_cqe(qp, idx, c, wc->byte_len);
-        wc->src_qp = qp->shm->dest_qpn;  // bytes 0..31 held the payload; a connected QP knows its peer
+        wc->src_qp =
+            qp->shm->dest_qpn;  // bytes 0..31 held the payload; a connected QP knows its peer
         wc->slid = qp->shm->dlid;
         wc->sl = 0;
         wc->wc_flags &= ~IBV_WC_GRH;
@@ -323,8 +324,11 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
   uint32_t cnt = 1u << log;
   auto* cq = new (std::nothrow) EmuCq();
   if (!cq) return fail_null<EmuCq>(ENOMEM);
-  CqSpec spec{to_ctx(context)->dev, to_ctx(context)->slot, log,
-              channel ? to_channel(channel)->wfd : -1, channel ? to_channel(channel)->uid : 0,
+  CqSpec spec{to_ctx(context)->dev,
+              to_ctx(context)->slot,
+              log,
+              channel ? to_channel(channel)->wfd : -1,
+              channel ? to_channel(channel)->uid : 0,
               stamp};
   Segment* seg = segment();
   uint32_t slot;
@@ -377,8 +381,7 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   cq->lock.unlock();
   // With EMU_ENGINE=thread, a poller that busy-polls an empty CQ while this process's device
   // thread has doorbells queued would keep that thread off a shared core for a whole time slice.
-  if (i == 0 && device_thread_busy())
-    sched_yield();
+  if (i == 0 && device_thread_busy()) sched_yield();
   return i;
 }
 

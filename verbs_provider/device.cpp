@@ -1,17 +1,18 @@
 // Device discovery, open/close, and the device and port queries.
+#include <fcntl.h>
+#include <unistd.h>
+
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <fcntl.h>
 #include <mutex>
-#include <unistd.h>
 #include <unordered_map>
 
-#include "forward.h"
 #include "emu/notify.h"
-#include "emu/port.h"
 #include "emu/objects.h"
+#include "emu/port.h"
+#include "forward.h"
 #include "provider.h"
 
 #undef ibv_query_port
@@ -67,7 +68,6 @@ bool is_emu_device(const ibv_device* d) {
 
 Segment* segment() { return Segment::get(); }
 
-
 void registry_put(uint64_t uid, void* obj) {
   std::lock_guard<std::mutex> g(g_reg_mu);
   (*g_registry)[uid] = obj;
@@ -81,8 +81,12 @@ void* registry_take_event(uint64_t uid, EventKind kind) {
   auto it = g_registry->find(uid);
   if (it == g_registry->end()) return nullptr;
   switch (kind) {
-    case EventKind::completion: static_cast<EmuCq*>(it->second)->events_read.fetch_add(1); break;
-    case EventKind::cq_async: static_cast<EmuCq*>(it->second)->async_events_read.fetch_add(1); break;
+    case EventKind::completion:
+      static_cast<EmuCq*>(it->second)->events_read.fetch_add(1);
+      break;
+    case EventKind::cq_async:
+      static_cast<EmuCq*>(it->second)->async_events_read.fetch_add(1);
+      break;
     case EventKind::qp_async:
       to_qp(static_cast<ibv_qp*>(it->second))->async_events_read.fetch_add(1);
       break;
@@ -92,7 +96,6 @@ void* registry_take_event(uint64_t uid, EventKind kind) {
   }
   return it->second;
 }
-
 
 // The port's state if `port` is a port of the context's device, else nullptr.
 static const PortState* port_of(ibv_context* context, uint32_t port) {
@@ -276,13 +279,15 @@ const char* ibv_get_device_name(ibv_device* device) {
 
 __be64 ibv_get_device_guid(ibv_device* device) {
   if (is_emu_device(device))
-    return htobe64(segment()->hdr()->devices[reinterpret_cast<EmuDevice*>(device)->index].node_guid);
+    return htobe64(
+        segment()->hdr()->devices[reinterpret_cast<EmuDevice*>(device)->index].node_guid);
   auto fn = REAL(ibv_get_device_guid, "IBVERBS_1.1");
   return fn ? fn(device) : 0;
 }
 
 int ibv_get_device_index(ibv_device* device) {
-  if (is_emu_device(device)) return 1000 + static_cast<int>(reinterpret_cast<EmuDevice*>(device)->index);
+  if (is_emu_device(device))
+    return 1000 + static_cast<int>(reinterpret_cast<EmuDevice*>(device)->index);
   auto fn = REAL(ibv_get_device_index, "IBVERBS_1.9");
   return fn ? fn(device) : -1;
 }

@@ -1,12 +1,13 @@
 // emu-run CMD ARGS...: runs CMD with the emulated devices visible (preloads libemu_verbs.so, found
 // beside this executable or in ../lib).
+#include <unistd.h>
+
 #include <cerrno>
 #include <climits>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <unistd.h>
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -23,7 +24,8 @@ int main(int argc, char** argv) {
   std::string dir(self);
   dir.resize(dir.rfind('/'));
   std::string lib;
-  for (const char* rel : {"/libemu_verbs.so", "/../lib/libemu_verbs.so", "/verbs_provider/libemu_verbs.so"}) {
+  for (const char* rel :
+       {"/libemu_verbs.so", "/../lib/libemu_verbs.so", "/verbs_provider/libemu_verbs.so"}) {
     std::string cand = dir + rel;
     if (access(cand.c_str(), R_OK) == 0) {
       lib = cand;
@@ -36,7 +38,8 @@ int main(int argc, char** argv) {
   }
   // Anything already preloaded stays first (a sanitizer runtime must come before every library).
   std::string preload = lib;
-  if (const char* old = std::getenv("LD_PRELOAD"); old && *old) preload = std::string(old) + ":" + lib;
+  if (const char* old = std::getenv("LD_PRELOAD"); old && *old)
+    preload = std::string(old) + ":" + lib;
   setenv("LD_PRELOAD", preload.c_str(), 1);
   execvp(argv[1], argv + 1);
   std::fprintf(stderr, "emu-run: %s: %s\n", argv[1], std::strerror(errno));

@@ -7,8 +7,8 @@
 
 #include "emu/barriers.h"
 #include "emu/mmio.h"
-#include "provider.h"
 #include "emu/race_log.h"
+#include "provider.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -84,7 +84,8 @@ void emudv_sq_write(emudv_qp* dv, uint32_t pos, const void* wqe, unsigned nblock
   EmuQp* qp = static_cast<EmuQp*>(dv->opaque);
   auto* src = static_cast<const uint8_t*>(wqe);
   for (unsigned i = 0; i < nblocks; ++i)
-    std::memcpy(qp->sq + ((pos + i) & (qp->sq_bbs - 1)) * kSendWqeBB, src + i * kSendWqeBB, kSendWqeBB);
+    std::memcpy(qp->sq + ((pos + i) & (qp->sq_bbs - 1)) * kSendWqeBB, src + i * kSendWqeBB,
+                kSendWqeBB);
   sq_note_wqe_store(*qp->shm, qp->wrec, pos, nblocks);
 }
 

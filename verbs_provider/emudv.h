@@ -26,30 +26,30 @@ struct emudv_uar {
   volatile uint64_t *db;
   void *bf;
   uint32_t bf_size;
-  uint32_t index;   /* the register's number in its context (race reports name it) */
-  void *opaque;     /* the device's handle for this register */
+  uint32_t index; /* the register's number in its context (race reports name it) */
+  void *opaque;   /* the device's handle for this register */
 };
 
 struct emudv_qp {
   uint32_t qpn;
-  void *sq_buf;           /* send ring: sq_wqe_cnt blocks of sq_stride (64) bytes */
-  uint32_t sq_wqe_cnt;    /* power of two */
+  void *sq_buf;        /* send ring: sq_wqe_cnt blocks of sq_stride (64) bytes */
+  uint32_t sq_wqe_cnt; /* power of two */
   uint32_t sq_stride;
-  void *rq_buf;           /* receive ring: rq_wqe_cnt WQEs of rq_stride bytes (data segments) */
+  void *rq_buf; /* receive ring: rq_wqe_cnt WQEs of rq_stride bytes (data segments) */
   uint32_t rq_wqe_cnt;
   uint32_t rq_stride;
   volatile uint32_t *dbrec; /* [0] receive counter, [1] send counter (big-endian, 16 bits) */
   struct emudv_uar uar;
-  uint32_t max_inline;    /* bytes of inline data one WQE may carry (as created) */
+  uint32_t max_inline; /* bytes of inline data one WQE may carry (as created) */
   void *opaque;
 };
 
 struct emudv_cq {
   uint32_t cqn;
-  void *buf;              /* cqe_cnt CQE64s. The CQE at consumer index ci is the device's when
-                             op_own >> 4 != 15 (invalid) and (op_own & 1) == (ci / cqe_cnt) & 1 */
-  uint32_t cqe_cnt;       /* power of two */
-  uint32_t cqe_size;      /* 64 */
+  void *buf;                /* cqe_cnt CQE64s. The CQE at consumer index ci is the device's when
+                               op_own >> 4 != 15 (invalid) and (op_own & 1) == (ci / cqe_cnt) & 1 */
+  uint32_t cqe_cnt;         /* power of two */
+  uint32_t cqe_size;        /* 64 */
   volatile uint32_t *dbrec; /* consumer index (host order, 32 bits): store it after polling */
 };
 
@@ -82,27 +82,27 @@ enum emudv_race_kind {
   EMUDV_RACE_DBREC_AHEAD = 3,
   EMUDV_RACE_DOUBLE_WRITE = 4,
   EMUDV_RACE_STALE_WQE = 5,
-  EMUDV_RACE_OWNER = 6,   /* a queue without a lock (thread domain, EMU_SINGLE_THREADED) entered
-                             by a second thread while another was inside: writer_tids = {the
-                             thread inside, the one entering}; slot = the queue's producer index
-                             (16 bits), for an SRQ its number (qpn 0, reg -1) */
+  EMUDV_RACE_OWNER = 6, /* a queue without a lock (thread domain, EMU_SINGLE_THREADED) entered
+                           by a second thread while another was inside: writer_tids = {the
+                           thread inside, the one entering}; slot = the queue's producer index
+                           (16 bits), for an SRQ its number (qpn 0, reg -1) */
   EMUDV_RACE_KINDS = 7,
 };
 
 struct emudv_race {
-  uint64_t seq;           /* 1-based number in the device's log */
-  uint32_t kind;          /* enum emudv_race_kind */
+  uint64_t seq;  /* 1-based number in the device's log */
+  uint32_t kind; /* enum emudv_race_kind */
   uint32_t device;
   uint32_t qpn;
-  int32_t context;        /* -1: unknown */
-  int32_t reg;            /* register index in the context, -1: none */
-  uint32_t slot;          /* WQE index (BlueFlame: the WQE the buffer's first chunk names) */
+  int32_t context; /* -1: unknown */
+  int32_t reg;     /* register index in the context, -1: none */
+  uint32_t slot;   /* WQE index (BlueFlame: the WQE the buffer's first chunk names) */
   int32_t pid;
   uint32_t writer_tids[2];
-  uint32_t values[2];     /* kind-specific (doorbell record before/after; buffer and chunk mask;
-                             EMUDV_RACE_OWNER: values[0] = the queue, 0 send, 1 receive, 2 SRQ) */
-  const char *kind_name;  /* "bf_torn", ... */
-  const char *executed;   /* what the device did: "executed_bf_copy", "local_qp_op_error", ... */
+  uint32_t values[2];    /* kind-specific (doorbell record before/after; buffer and chunk mask;
+                            EMUDV_RACE_OWNER: values[0] = the queue, 0 send, 1 receive, 2 SRQ) */
+  const char *kind_name; /* "bf_torn", ... */
+  const char *executed;  /* what the device did: "executed_bf_copy", "local_qp_op_error", ... */
 };
 
 /* Events recorded so far on this fabric (a counter: read it before a run, pass it as `from`). */

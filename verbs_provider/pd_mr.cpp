@@ -2,10 +2,10 @@
 #include <cerrno>
 #include <cstring>
 
-#include "forward.h"
 #include "emu/objects.h"
-#include "provider.h"
 #include "emu/reclaim.h"
+#include "forward.h"
+#include "provider.h"
 
 #undef ibv_reg_mr
 #undef ibv_reg_mr_iova
@@ -15,11 +15,10 @@ using namespace emu::prov;
 
 namespace {
 
-constexpr unsigned kKnownAccess = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                  IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
-                                  IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED |
-                                  IBV_ACCESS_ON_DEMAND | IBV_ACCESS_HUGETLB |
-                                  IBV_ACCESS_RELAXED_ORDERING;
+constexpr unsigned kKnownAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+    IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
+    IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
 
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
   // The remote-write and atomic rights need local write, as ibv_reg_mr(3) says.
@@ -31,10 +30,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   if (length == 0 || length > Limits::max_mr_size || !addr) return fail_null<ibv_mr>(EINVAL);
   auto* mr = new (std::nothrow) EmuMr();
   if (!mr) return fail_null<ibv_mr>(ENOMEM);
-  MrSpec spec{to_pd(pd)->slot,
-              access,
-              reinterpret_cast<uint64_t>(addr),
-              length,
+  MrSpec spec{to_pd(pd)->slot, access, reinterpret_cast<uint64_t>(addr), length,
               (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova};
   Segment* seg = segment();
   uint32_t slot;
@@ -114,7 +110,8 @@ ibv_mr* ibv_reg_mr_iova(ibv_pd* pd, void* addr, size_t length, uint64_t iova, in
   return reg_mr(pd, addr, length, iova, static_cast<unsigned>(access));
 }
 
-ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned int access) {
+ibv_mr* ibv_reg_mr_iova2(ibv_pd* pd, void* addr, size_t length, uint64_t iova,
+                         unsigned int access) {
   if (!is_emu(pd->context)) {
     auto fn = REAL(ibv_reg_mr_iova2, "IBVERBS_1.8");
     return fn ? fn(pd, addr, length, iova, access) : fail_null<ibv_mr>(EINVAL);

@@ -51,7 +51,8 @@ void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
   use.lock.lock();
   if (single && bbs * kSendWqeBB <= kBfBufSize) {
     const uint8_t* blocks[kBfChunks];
-    for (uint32_t i = 0; i < bbs; ++i) blocks[i] = qp->sq + ((ctrl_block + i) & (qp->sq_bbs - 1)) * kSendWqeBB;
+    for (uint32_t i = 0; i < bbs; ++i)
+      blocks[i] = qp->sq + ((ctrl_block + i) & (qp->sq_bbs - 1)) * kSendWqeBB;
     mmio_bf_copy(reg, use.bf_offset, blocks, bbs);
     n = mmio_flush(heads, kWcBuffers, !use.lock.off);
     use.bf_offset ^= 1;
@@ -195,14 +196,30 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   for (; !err && wr; wr = wr->next) {
     uint8_t opcode;
     switch (wr->opcode) {
-      case IBV_WR_SEND: opcode = kOpSend; break;
-      case IBV_WR_SEND_WITH_IMM: opcode = kOpSendImm; break;
-      case IBV_WR_RDMA_WRITE: opcode = kOpRdmaWrite; break;
-      case IBV_WR_RDMA_WRITE_WITH_IMM: opcode = kOpRdmaWriteImm; break;
-      case IBV_WR_RDMA_READ: opcode = kOpRdmaRead; break;
-      case IBV_WR_ATOMIC_CMP_AND_SWP: opcode = kOpAtomicCs; break;
-      case IBV_WR_ATOMIC_FETCH_AND_ADD: opcode = kOpAtomicFa; break;
-      default: opcode = 0xff; break;
+      case IBV_WR_SEND:
+        opcode = kOpSend;
+        break;
+      case IBV_WR_SEND_WITH_IMM:
+        opcode = kOpSendImm;
+        break;
+      case IBV_WR_RDMA_WRITE:
+        opcode = kOpRdmaWrite;
+        break;
+      case IBV_WR_RDMA_WRITE_WITH_IMM:
+        opcode = kOpRdmaWriteImm;
+        break;
+      case IBV_WR_RDMA_READ:
+        opcode = kOpRdmaRead;
+        break;
+      case IBV_WR_ATOMIC_CMP_AND_SWP:
+        opcode = kOpAtomicCs;
+        break;
+      case IBV_WR_ATOMIC_FETCH_AND_ADD:
+        opcode = kOpAtomicFa;
+        break;
+      default:
+        opcode = 0xff;
+        break;
     }
     if (opcode == 0xff || !opcode_allowed(ibqp->qp_type, opcode) || wr->num_sge < 0 ||
         static_cast<uint32_t>(wr->num_sge) > qp->max_send_sge) {
@@ -217,8 +234,10 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
       bool atomic = opcode == kOpAtomicCs || opcode == kOpAtomicFa;
       if (atomic) {
         wqe_add_raddr(qp, wr->wr.atomic.remote_addr, wr->wr.atomic.rkey);
-        if (opcode == kOpAtomicCs) wqe_add_atomic(qp, wr->wr.atomic.swap, wr->wr.atomic.compare_add);
-        else wqe_add_atomic(qp, wr->wr.atomic.compare_add, 0);
+        if (opcode == kOpAtomicCs)
+          wqe_add_atomic(qp, wr->wr.atomic.swap, wr->wr.atomic.compare_add);
+        else
+          wqe_add_atomic(qp, wr->wr.atomic.compare_add, 0);
       } else if (opcode != kOpSend && opcode != kOpSendImm) {
         wqe_add_raddr(qp, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
       }
@@ -290,7 +309,8 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   if (nreq) {
     // The line the next receives go to, taken for writing now: the device last read it a ring
     // ago, and fetching it here keeps that transfer out of the fence below on the next post.
-    prefetch_for_store(qp->rq + ((qp->rq_head + 64 / qp->rq_stride) & (qp->rq_cnt - 1)) * qp->rq_stride);
+    prefetch_for_store(qp->rq +
+                       ((qp->rq_head + 64 / qp->rq_stride) & (qp->rq_cnt - 1)) * qp->rq_stride);
     to_device_barrier();
     dbrec_store32(&qp->dbrec[0], be32(qp->rq_head & 0xffff));
   }
@@ -302,7 +322,7 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
     std::atomic_thread_fence(std::memory_order_seq_cst);
     if (qp->shm->qp_state.load() == kQpsErr) {
       device_flush_rq(*qp->shm);
-    } else if (qp->shm->rnr_waiter.load() != 0) {  // a load first: an RMW would pull the
+    } else if (qp->shm->rnr_waiter.load() != 0) {         // a load first: an RMW would pull the
       uint32_t waiter = qp->shm->rnr_waiter.exchange(0);  // line from the sender every post
       if (!waiter) return err;
       EngineSection in_engine(segment());  // the waiter's slot stays valid while we kick it

@@ -71,16 +71,16 @@ struct EmuContext {
   uint32_t slot;
   uint32_t dev;
   UarReg* uars;
-  uint32_t n_uars;                // shared registers (EMU_UARS): QPs take them round-robin
-  uint32_t n_td_uars;             // then registers for thread domains (EMU_TD_UARS), one each
+  uint32_t n_uars;     // shared registers (EMU_UARS): QPs take them round-robin
+  uint32_t n_td_uars;  // then registers for thread domains (EMU_TD_UARS), one each
   std::atomic<uint32_t> next_uar{0};
   UarUse uar_use[kUarRegsMax];
   int async_wfd = -1;
-  std::mutex mu;                  // QP list and thread-domain registers (slow path)
+  std::mutex mu;  // QP list and thread-domain registers (slow path)
   std::vector<EmuQp*> qps;
   std::bitset<kUarRegsMax> td_uar_used;  // by index from 0: register n_uars + i has a domain
-  std::atomic<uint32_t> n_ahs{0};  // address handles made on this context (max_ah)
-  verbs_context vctx;             // must be last: libibverbs finds it from &vctx.context
+  std::atomic<uint32_t> n_ahs{0};        // address handles made on this context (max_ah)
+  verbs_context vctx;                    // must be last: libibverbs finds it from &vctx.context
 };
 
 // A thread domain (td.cpp): a doorbell register of its own for the QPs made under it.
@@ -95,10 +95,10 @@ struct EmuTd {
 // key check sees one PD, whichever of the two an object was made with.
 struct EmuPd {
   ibv_pd pd;
-  uint32_t slot;                  // PdSlot (a parent domain: its protection domain's)
-  EmuPd* parent = nullptr;        // a parent domain: the ibv_pd it was made on; nullptr: a PD
-  EmuTd* td = nullptr;            // a parent domain's thread domain, or nullptr
-  void* pd_context = nullptr;     // IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT
+  uint32_t slot;               // PdSlot (a parent domain: its protection domain's)
+  EmuPd* parent = nullptr;     // a parent domain: the ibv_pd it was made on; nullptr: a PD
+  EmuTd* td = nullptr;         // a parent domain's thread domain, or nullptr
+  void* pd_context = nullptr;  // IBV_PARENT_DOMAIN_INIT_ATTR_PD_CONTEXT
   // Objects holding this ibv_pd (ibv_dealloc_pd is EBUSY meanwhile, as mlx5's refcount): the
   // parent domains made on it, and for a parent domain the QPs and CQs made with it.
   std::atomic<uint32_t> refs{0};
@@ -117,30 +117,30 @@ struct EmuChannel {
 };
 
 struct EmuCq {
-  ibv_cq_ex cqx;                  // first: ibv_cq and ibv_cq_ex share their leading fields
+  ibv_cq_ex cqx;  // first: ibv_cq and ibv_cq_ex share their leading fields
   uint32_t slot;
   CqSlot* shm;
   Cqe64* ring;
-  uint32_t ci;                    // consumer index (driver copy; published to shm->ci)
-  ModeLock lock;                  // off under EMU_SINGLE_THREADED
-  bool poll_ex_lockless = false;  // ibv_start_poll..ibv_end_poll unlocked: lock.off, or the CQ was
-                                  // made IBV_CREATE_CQ_ATTR_SINGLE_THREADED (mlx5 drops it there)
-  EmuPd* parent_domain = nullptr; // IBV_CQ_INIT_ATTR_MASK_PD: held until the CQ goes
+  uint32_t ci;                     // consumer index (driver copy; published to shm->ci)
+  ModeLock lock;                   // off under EMU_SINGLE_THREADED
+  bool poll_ex_lockless = false;   // ibv_start_poll..ibv_end_poll unlocked: lock.off, or the CQ was
+                                   // made IBV_CREATE_CQ_ATTR_SINGLE_THREADED (mlx5 drops it there)
+  EmuPd* parent_domain = nullptr;  // IBV_CQ_INIT_ATTR_MASK_PD: held until the CQ goes
   uint64_t uid;
-  std::atomic<uint32_t> events_read{0};  // completion events handed to the user (ack target)
+  std::atomic<uint32_t> events_read{0};        // completion events handed to the user (ack target)
   std::atomic<uint32_t> async_events_read{0};  // IBV_EVENT_CQ_ERR handed out (ack target)
-  uint64_t wc_flags_mask;         // create_cq_ex: which fields may be read
+  uint64_t wc_flags_mask;                      // create_cq_ex: which fields may be read
   // The completion an ibv_start_poll / ibv_next_poll walk stands on.
   ibv_wc cur_wc;
   uint64_t cur_ts = 0;
   std::mutex qps_mu;
-  std::vector<EmuQp*> qps;        // QPs completing here (progress of stalled sends)
+  std::vector<EmuQp*> qps;  // QPs completing here (progress of stalled sends)
 };
 
 // A shared receive queue (srq.cpp): the ring in the segment, and the driver's free list of WQEs
 // (mlx5's: the next segments link them; the driver posts at head and appends freed WQEs at tail).
 struct EmuSrq {
-  ibv_srq srq;                    // first: the pointer the user holds
+  ibv_srq srq;  // first: the pointer the user holds
   uint32_t slot;
   SrqSlot* shm;
   EmuContext* ctx;
@@ -148,28 +148,28 @@ struct EmuSrq {
   uint32_t* dbrec;
   uint32_t wqe_cnt;
   uint32_t stride;
-  uint32_t max_wr;                // usable WQEs (one stays free as the list's tail)
+  uint32_t max_wr;  // usable WQEs (one stays free as the list's tail)
   uint32_t max_sge;
-  uint32_t head = 0;              // the free WQE the next post fills
-  uint32_t tail;                  // the last WQE of the list
-  uint32_t posted = 0;            // WQEs posted (the doorbell record's counter)
-  uint32_t outstanding = 0;       // posted and not yet completed
+  uint32_t head = 0;         // the free WQE the next post fills
+  uint32_t tail;             // the last WQE of the list
+  uint32_t posted = 0;       // WQEs posted (the doorbell record's counter)
+  uint32_t outstanding = 0;  // posted and not yet completed
   std::vector<uint64_t> wrid;
-  std::vector<uint8_t> shadow;    // the WQEs' data segments as posted (private: see EmuQp)
+  std::vector<uint8_t> shadow;  // the WQEs' data segments as posted (private: see EmuQp)
   // Covers the free list: posts, and completions giving WQEs back (polls). Off for an SRQ made
   // under a thread domain or under EMU_SINGLE_THREADED; the owner word checks it instead.
   ModeLock lock;
   OwnerWord owner;
   std::atomic<uint32_t> async_events_read{0};
-  EmuXrcd* xrcd = nullptr;        // XRC SRQs: the domain
+  EmuXrcd* xrcd = nullptr;  // XRC SRQs: the domain
 };
 
 // An XRC domain as this process holds it (xrc.cpp): an open (an XrcHandle in the segment).
 struct EmuXrcd {
   ibv_xrcd xrcd;
   EmuContext* ctx;
-  uint32_t slot;                   // XrcdSlot
-  uint32_t handle;                 // XrcHandle of this open
+  uint32_t slot;                         // XrcdSlot
+  uint32_t handle;                       // XrcHandle of this open
   std::atomic<uint32_t> own_objects{0};  // this process's TGT QP handles and XRC SRQs on it (EBUSY)
 };
 
@@ -181,24 +181,25 @@ struct EmuAh {
 };
 
 struct EmuQp {
-  ibv_qp_ex qpx;                  // first: &qpx.qp_base is the ibv_qp the user holds
+  ibv_qp_ex qpx;  // first: &qpx.qp_base is the ibv_qp the user holds
   uint32_t slot;
   QpSlot* shm;
   EmuContext* ctx;
-  uint32_t* dbrec;                // [0] receive, [1] send (big-endian counters)
-  WqeWriteRec* wrec;              // the device's record of our send ring stores (emu/mmio.h)
+  uint32_t* dbrec;    // [0] receive, [1] send (big-endian counters)
+  WqeWriteRec* wrec;  // the device's record of our send ring stores (emu/mmio.h)
   // Send queue (driver side).
   uint8_t* sq;
   uint32_t sq_bbs;
-  uint32_t sq_head = 0;           // next free block
+  uint32_t sq_head = 0;  // next free block
   // Written by the poller (under the CQ's lock), read by posters (under the QP's): release/acquire
   // orders the poller's last read of a slot's wr_id before a poster reuses the slot.
   std::atomic<uint32_t> sq_tail{0};  // oldest block not yet completed
   uint32_t max_send_wr;
   uint32_t max_send_sge;
   uint32_t max_inline;
-  uint64_t sq_posted = 0;         // WQEs posted since creation
-  std::atomic<uint64_t> sq_retired{0};  // WQEs known complete (a CQE retires every WQE before it too)
+  uint64_t sq_posted = 0;  // WQEs posted since creation
+  std::atomic<uint64_t> sq_retired{
+      0};                         // WQEs known complete (a CQE retires every WQE before it too)
   std::vector<uint64_t> sq_wrid;  // by start block
   std::vector<uint64_t> sq_seq;   // by start block: sq_posted after this WQE
   std::vector<uint8_t> sq_wqe_bbs;
@@ -219,21 +220,21 @@ struct EmuQp {
   // The receive WQEs as posted, in private memory: the poll scatters an inline payload from here.
   // Reading the ring itself would pull back lines the device has just read (a miss per message).
   std::vector<uint8_t> rq_shadow;
-  EmuSrq* srq = nullptr;          // receives come from here instead
+  EmuSrq* srq = nullptr;  // receives come from here instead
   // An XRC TGT QP handle (the real QP is shared: emu/xrc.h): its XrcHandle and the domain.
   EmuXrcd* xrcd = nullptr;
   uint32_t xrc_handle = 0;
-  uint64_t handle_uid = 0;        // names this handle in event records
+  uint64_t handle_uid = 0;  // names this handle in event records
   ModeLock rq_lock;
-  EmuPd* parent_domain = nullptr; // made with a parent domain: held until the QP goes
-  uint32_t incarnation = 0;       // CQEs stamped with another one are stale (before a reset)
+  EmuPd* parent_domain = nullptr;  // made with a parent domain: held until the QP goes
+  uint32_t incarnation = 0;        // CQEs stamped with another one are stale (before a reset)
   std::atomic<uint32_t> async_events_read{0};  // events handed out on this QP (ack target)
   // Doorbell register.
   uint32_t uar_idx;
   bool sig_all;
   // The WQE being built (post_send and the ibv_wr_* API build into this, then commit to the ring).
   alignas(64) uint8_t stage[kMaxWqeBBs * kSendWqeBB];
-  uint32_t stage_size = 0;        // bytes of the staged WQE; 0 = none
+  uint32_t stage_size = 0;  // bytes of the staged WQE; 0 = none
   uint32_t stage_nsge = 0;
   uint8_t stage_opcode = 0;
   uint64_t stage_wr_id = 0;
@@ -241,7 +242,7 @@ struct EmuQp {
   int wr_error = 0;
   uint32_t wr_start_head = 0;
   uint64_t wr_start_posted = 0;
-  uint32_t wr_last_ctrl = 0;      // ring block of the last committed WQE
+  uint32_t wr_last_ctrl = 0;  // ring block of the last committed WQE
   uint32_t wr_last_bbs = 0;
   uint32_t wr_count = 0;
   uint32_t send_ops_flags = 0;

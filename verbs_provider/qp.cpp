@@ -6,12 +6,12 @@
 
 #include "av.h"
 #include "emu/barriers.h"
-#include "forward.h"
-#include "emu/notify.h"
 #include "emu/device.h"
+#include "emu/notify.h"
 #include "emu/objects.h"
-#include "provider.h"
 #include "emu/reclaim.h"
+#include "forward.h"
+#include "provider.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -43,18 +43,17 @@ struct Rule {
   int optional;
 };
 
-constexpr int kQpAttrAll = IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY |
-                           IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY |
-                           IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
-                           IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
-                           IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN |
-                           IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_PATH_MIG_STATE | IBV_QP_CAP |
-                           IBV_QP_DEST_QPN;
+constexpr int kQpAttrAll =
+    IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_EN_SQD_ASYNC_NOTIFY | IBV_QP_ACCESS_FLAGS |
+    IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_TIMEOUT |
+    IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_RQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC |
+    IBV_QP_ALT_PATH | IBV_QP_MIN_RNR_TIMER | IBV_QP_SQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
+    IBV_QP_PATH_MIG_STATE | IBV_QP_CAP | IBV_QP_DEST_QPN;
 
 bool rc_rule(uint32_t cur, uint32_t next, Rule* r) {
   *r = {0, 0};
-  if (next == kQpsReset) return true;                     // from any state, no attributes
-  if (next == kQpsErr) return cur != kQpsReset;           // any but RESET (the kernel's table)
+  if (next == kQpsReset) return true;            // from any state, no attributes
+  if (next == kQpsErr) return cur != kQpsReset;  // any but RESET (the kernel's table)
   switch (cur) {
     case kQpsReset:
       if (next == kQpsInit) {
@@ -101,10 +100,10 @@ bool rc_rule(uint32_t cur, uint32_t next, Rule* r) {
         return true;
       }
       if (next == kQpsSqd) {
-        *r = {0, IBV_QP_PORT | IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX |
-                     IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE | IBV_QP_TIMEOUT |
-                     IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
-                     IBV_QP_MAX_DEST_RD_ATOMIC};
+        *r = {0, IBV_QP_PORT | IBV_QP_AV | IBV_QP_ALT_PATH | IBV_QP_ACCESS_FLAGS |
+                     IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER | IBV_QP_PATH_MIG_STATE |
+                     IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                     IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC};
         return true;
       }
       return false;
@@ -118,8 +117,8 @@ bool rc_rule(uint32_t cur, uint32_t next, Rule* r) {
 }
 
 // Attributes only a reliable connection has.
-constexpr int kRcOnly = IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC |
-                        IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
+constexpr int kRcOnly = IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
+                        IBV_QP_MAX_QP_RD_ATOMIC | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER;
 
 // UC: the RC table without the reliability attributes; from SQE (which UC can enter) back to RTS.
 bool uc_rule(uint32_t cur, uint32_t next, Rule* r) {
@@ -143,19 +142,25 @@ bool ud_rule(uint32_t cur, uint32_t next, Rule* r) {
       *r = {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY, 0};
       return next == kQpsInit;
     case kQpsInit:
-      if (next == kQpsInit) *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY};
-      else if (next == kQpsRtr) *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+      if (next == kQpsInit)
+        *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY};
+      else if (next == kQpsRtr)
+        *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
       return next == kQpsInit || next == kQpsRtr;
     case kQpsRtr:
       *r = {IBV_QP_SQ_PSN, IBV_QP_CUR_STATE | IBV_QP_QKEY};
       return next == kQpsRts;
     case kQpsRts:
-      if (next == kQpsRts) *r = {0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
-      else if (next == kQpsSqd) *r = {0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
+      if (next == kQpsRts)
+        *r = {0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      else if (next == kQpsSqd)
+        *r = {0, IBV_QP_EN_SQD_ASYNC_NOTIFY};
       return next == kQpsRts || next == kQpsSqd;
     case kQpsSqd:
-      if (next == kQpsRts) *r = {0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
-      else if (next == kQpsSqd) *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
+      if (next == kQpsRts)
+        *r = {0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
+      else if (next == kQpsSqd)
+        *r = {0, IBV_QP_PKEY_INDEX | IBV_QP_QKEY};
       return next == kQpsRts || next == kQpsSqd;
     case kQpsSqe:
       *r = {0, IBV_QP_CUR_STATE | IBV_QP_QKEY};
@@ -291,7 +296,8 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   uint32_t bbs_per_wqe = wqe_bbs_for(attr->qp_type, send_sge, cap.max_inline_data);
   uint32_t send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
   uint32_t sq_bbs = pow2_at_least(send_wr * bbs_per_wqe);
-  if (sq_bbs > 32768) return fail_null<ibv_qp>(EINVAL);  // 16-bit WQE counters must stay unambiguous
+  if (sq_bbs > 32768)
+    return fail_null<ibv_qp>(EINVAL);  // 16-bit WQE counters must stay unambiguous
   // A QP on an SRQ has no receive queue of its own (its receive capacities are ignored).
   EmuSrq* srq = attr->srq ? to_srq(attr->srq) : nullptr;
   bool no_rq = srq || attr->qp_type == IBV_QPT_XRC_SEND;

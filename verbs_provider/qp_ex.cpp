@@ -70,7 +70,8 @@ void session_leave(EmuQp* qp) {
 void rollback(EmuQp* qp) {
   // The WQEs written since ibv_wr_start were never published: the device must not count their
   // slots as written when the next WQEs go there.
-  for (uint32_t pos = qp->wr_start_head; pos != qp->sq_head; pos += qp->sq_wqe_bbs[pos & (qp->sq_bbs - 1)])
+  for (uint32_t pos = qp->wr_start_head; pos != qp->sq_head;
+       pos += qp->sq_wqe_bbs[pos & (qp->sq_bbs - 1)])
     sq_note_wqe_unstore(qp->wrec, qp->sq_bbs - 1, pos);
   qp->sq_head = qp->wr_start_head;
   qp->sq_posted = qp->wr_start_posted;
@@ -82,8 +83,10 @@ int wr_complete(ibv_qp_ex* x) {
   EmuQp* qp = to_qp(x);
   commit_pending(qp);
   int err = qp->wr_error;
-  if (err) rollback(qp);  // none of the session's WRs is posted
-  else sq_publish(qp, qp->wr_last_ctrl, qp->wr_last_bbs, qp->wr_count);
+  if (err)
+    rollback(qp);  // none of the session's WRs is posted
+  else
+    sq_publish(qp, qp->wr_last_ctrl, qp->wr_last_bbs, qp->wr_count);
   session_leave(qp);
   return err;
 }
@@ -95,7 +98,9 @@ void wr_abort(ibv_qp_ex* x) {
 }
 
 void wr_send(ibv_qp_ex* x) { begin(x, kOpSend, IBV_QP_EX_WITH_SEND, 0); }
-void wr_send_imm(ibv_qp_ex* x, __be32 imm) { begin(x, kOpSendImm, IBV_QP_EX_WITH_SEND_WITH_IMM, imm); }
+void wr_send_imm(ibv_qp_ex* x, __be32 imm) {
+  begin(x, kOpSendImm, IBV_QP_EX_WITH_SEND_WITH_IMM, imm);
+}
 
 void wr_rdma_write(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr) {
   begin(x, kOpRdmaWrite, IBV_QP_EX_WITH_RDMA_WRITE, 0);
@@ -112,7 +117,8 @@ void wr_rdma_read(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr) {
   if (!to_qp(x)->wr_error) wqe_add_raddr(to_qp(x), raddr, rkey);
 }
 
-void wr_atomic_cmp_swp(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr, uint64_t compare, uint64_t swap) {
+void wr_atomic_cmp_swp(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr, uint64_t compare,
+                       uint64_t swap) {
   begin(x, kOpAtomicCs, IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, 0);
   if (to_qp(x)->wr_error) return;
   wqe_add_raddr(to_qp(x), raddr, rkey);
@@ -194,7 +200,9 @@ void wr_bind_mw(ibv_qp_ex* x, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
   to_qp(x)->wr_error = EOPNOTSUPP;
 }
 void wr_send_tso(ibv_qp_ex* x, void*, uint16_t, uint16_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
-void wr_atomic_write(ibv_qp_ex* x, uint32_t, uint64_t, const void*) { to_qp(x)->wr_error = EOPNOTSUPP; }
+void wr_atomic_write(ibv_qp_ex* x, uint32_t, uint64_t, const void*) {
+  to_qp(x)->wr_error = EOPNOTSUPP;
+}
 
 // The ibv_qp_ex operation behind each WQE opcode.
 struct WrOp {

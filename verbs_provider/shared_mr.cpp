@@ -39,7 +39,8 @@ bool private_anonymous(uint64_t s, uint64_t e) {
   while (ok && std::fgets(line, sizeof line, f)) {
     unsigned long lo, hi, off, inode;
     char perms[8], dev[16], path[256] = "";
-    if (std::sscanf(line, "%lx-%lx %7s %lx %15s %lu %255s", &lo, &hi, perms, &off, dev, &inode, path) < 6)
+    if (std::sscanf(line, "%lx-%lx %7s %lx %15s %lu %255s", &lo, &hi, perms, &off, dev, &inode,
+                    path) < 6)
       continue;
     if (hi <= s || lo >= e) continue;
     bool anon = inode == 0 && (path[0] == 0 || std::strcmp(path, "[heap]") == 0 ||

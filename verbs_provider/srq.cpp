@@ -5,11 +5,11 @@
 #include <cstring>
 
 #include "emu/barriers.h"
-#include "forward.h"
 #include "emu/objects.h"
-#include "provider.h"
 #include "emu/reclaim.h"
 #include "emu/xrc.h"
+#include "forward.h"
+#include "provider.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -49,8 +49,10 @@ bool srq_enter(EmuSrq* s) {
 }
 
 void srq_leave(EmuSrq* s, bool owned) {
-  if (!s->lock.off) pthread_spin_unlock(&s->lock.spin);
-  else if (owned) owner_give(s->owner);
+  if (!s->lock.off)
+    pthread_spin_unlock(&s->lock.spin);
+  else if (owned)
+    owner_give(s->owner);
 }
 
 }  // namespace
@@ -80,8 +82,10 @@ int emu_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   int err = 0;
   uint32_t nreq = 0;
   for (; wr; wr = wr->next) {
-    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > s->max_sge) err = EINVAL;
-    else if (s->head == s->tail || s->outstanding >= s->max_wr) err = ENOMEM;
+    if (wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > s->max_sge)
+      err = EINVAL;
+    else if (s->head == s->tail || s->outstanding >= s->max_wr)
+      err = ENOMEM;
     if (err) {
       *bad = wr;
       break;
@@ -145,7 +149,7 @@ EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrc
   if (!s) return fail_null<EmuSrq>(ENOMEM);
   Segment* seg = segment();
   uint32_t slot;
-  SrqSpec spec{ctx->dev, ctx->slot, to_pd(pd)->slot, cnt, stride, xrcd ? xrcd->slot + 1 : 0,
+  SrqSpec spec{ctx->dev,         ctx->slot, to_pd(pd)->slot, cnt, stride, xrcd ? xrcd->slot + 1 : 0,
                cq ? cq->slot : 0};
   if (create_srq(seg, spec, &slot) != Status::ok) {
     delete s;
@@ -186,8 +190,8 @@ EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrc
 // ibv_create_srq_ex beyond the basic mask (libibverbs sends the basic one to ibv_create_srq):
 // XRC SRQs, which take an XRC domain and the CQ their completions go to.
 ibv_srq* emu_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
-  constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
-                              IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  constexpr uint32_t kKnown =
+      IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
   if (attr->comp_mask & ~kKnown) return fail_null<ibv_srq>(EOPNOTSUPP);
   bool xrc = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_XRC;
   if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC && !xrc)

@@ -10,8 +10,8 @@
 #include <cerrno>
 
 #include "emu/config.h"
-#include "provider.h"
 #include "emu/race_log.h"
+#include "provider.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -32,8 +32,9 @@ void report_owner_conflict(EmuQp* qp, OwnerQueue q, uint32_t holder, uint32_t me
   r.qpn = qp->qpx.qp_base.qp_num;
   r.ctx = qp->ctx->slot;
   // Where the queue stood when the second thread came in (the holder may be moving it).
-  uint32_t head = q == kOwnerSend ? std::atomic_ref<uint32_t>(qp->sq_head).load(std::memory_order_relaxed)
-                                  : std::atomic_ref<uint32_t>(qp->rq_head).load(std::memory_order_relaxed);
+  uint32_t head = q == kOwnerSend
+                      ? std::atomic_ref<uint32_t>(qp->sq_head).load(std::memory_order_relaxed)
+                      : std::atomic_ref<uint32_t>(qp->rq_head).load(std::memory_order_relaxed);
   r.slot = head & 0xffff;
   r.writers[0] = holder;
   r.writers[1] = me;
@@ -46,7 +47,7 @@ void report_owner_conflict(EmuSrq* srq, uint32_t holder, uint32_t me) {
   r.kind = kRaceOwner;
   r.action = kActNone;
   r.dev = srq->ctx->dev;
-  r.qpn = 0;                   // an SRQ: no QP, no register
+  r.qpn = 0;  // an SRQ: no QP, no register
   r.ctx = srq->ctx->slot;
   r.slot = srq->shm->srqn;
   r.writers[0] = holder;

@@ -1,6 +1,8 @@
 // XRC: domains (ibv_open_xrcd / ibv_close_xrcd), TGT QP handles (ibv_create_qp_ex of an
 // IBV_QPT_XRC_RECV QP, ibv_open_qp, ibv_destroy_qp of either). The shared state and its lifetime
 // rules are in emu/xrc.{h,cpp}; here are the kernel's errnos and this process's handle objects.
+#include "emu/xrc.h"
+
 #include <fcntl.h>
 #include <sys/stat.h>
 
@@ -11,7 +13,6 @@
 #include "emu/device.h"
 #include "emu/objects.h"
 #include "provider.h"
-#include "emu/xrc.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -58,10 +59,14 @@ EmuQp* new_tgt_handle(ibv_context* context, EmuXrcd* xrcd, QpSlot& s, void* qp_c
 
 int errno_of(Status st) {
   switch (st) {
-    case Status::not_found: return EAGAIN;   // no domain for that file and no O_CREAT
-    case Status::busy: return EINVAL;        // O_EXCL on an existing domain (the kernel's answer)
-    case Status::no_memory: return ENOMEM;
-    default: return EINVAL;
+    case Status::not_found:
+      return EAGAIN;  // no domain for that file and no O_CREAT
+    case Status::busy:
+      return EINVAL;  // O_EXCL on an existing domain (the kernel's answer)
+    case Status::no_memory:
+      return ENOMEM;
+    default:
+      return EINVAL;
   }
 }
 

@@ -14,11 +14,16 @@ const char* qp_state_name(uint32_t s) {
 
 const char* qp_type_name(uint8_t t) {
   switch (t) {
-    case kQptRc: return "RC";
-    case kQptUc: return "UC";
-    case kQptUd: return "UD";
-    case kQptXrcSend: return "XRC_SEND";
-    case kQptXrcRecv: return "XRC_RECV";
+    case kQptRc:
+      return "RC";
+    case kQptUc:
+      return "UC";
+    case kQptUd:
+      return "UD";
+    case kQptXrcSend:
+      return "XRC_SEND";
+    case kQptXrcRecv:
+      return "XRC_RECV";
   }
   return "?";
 }
@@ -82,9 +87,10 @@ std::string object_json(const CensusObject& x) {
   std::string o = "{\"kind\":";
   json_str(&o, x.kind);
   char b[200];
-  std::snprintf(b, sizeof b, ",\"index\":%u,\"dev\":%u,\"number\":%llu,\"owner_pid\":%d,"
-                "\"owner_alive\":%s,\"dying\":%s,\"type\":", x.index, x.dev,
-                static_cast<unsigned long long>(x.number), x.owner_pid,
+  std::snprintf(b, sizeof b,
+                ",\"index\":%u,\"dev\":%u,\"number\":%llu,\"owner_pid\":%d,"
+                "\"owner_alive\":%s,\"dying\":%s,\"type\":",
+                x.index, x.dev, static_cast<unsigned long long>(x.number), x.owner_pid,
                 x.owner_alive ? "true" : "false", x.dying ? "true" : "false");
   o += b;
   json_str(&o, x.type);
@@ -107,12 +113,13 @@ Census take_census(Segment* seg) {
   auto add = [&](const char* kind, uint32_t i, uint32_t dev, uint64_t number, uint32_t owner,
                  std::string type, std::string state, bool dying) {
     Owner o = owner_of(h, owner);
-    c.objects.push_back({kind, i, dev, number, std::move(type), std::move(state), o.pid, o.alive,
-                         dying});
+    c.objects.push_back(
+        {kind, i, dev, number, std::move(type), std::move(state), o.pid, o.alive, dying});
   };
   bool dying = false;
   for (uint32_t i = 0; i < kMaxContexts; ++i)
-    if (present(h->ctxs[i], &dying)) add("context", i, h->ctxs[i].dev, i, h->ctxs[i].owner, "", "", dying);
+    if (present(h->ctxs[i], &dying))
+      add("context", i, h->ctxs[i].dev, i, h->ctxs[i].owner, "", "", dying);
   for (uint32_t i = 0; i < kMaxPds; ++i)
     if (present(h->pds[i], &dying)) {
       uint32_t ctx = h->pds[i].ctx;
@@ -122,8 +129,8 @@ Census take_census(Segment* seg) {
     if (present(h->mrs[i], &dying)) {
       uint32_t pd = h->mrs[i].pd;
       uint32_t ctx = pd < kMaxPds ? h->pds[pd].ctx : 0;
-      add("mr", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, h->mrs[i].key, h->mrs[i].owner, "", "",
-          dying);
+      add("mr", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, h->mrs[i].key, h->mrs[i].owner, "",
+          "", dying);
     }
   for (uint32_t i = 0; i < kMaxCqs; ++i)
     if (present(h->cqs[i], &dying)) add("cq", i, h->cqs[i].dev, i, h->cqs[i].owner, "", "", dying);
@@ -140,8 +147,15 @@ Census take_census(Segment* seg) {
       c.objects.push_back({"qp", i, q.dev, q.qpn, "XRC_RECV", qp_state_name(q.qp_state.load()),
                            q.creator_pid, alive, dying});
       if (dying) continue;
-      CensusTgtQp t{q.qpn, q.xrcd_ref ? q.xrcd_ref - 1 : 0, qp_state_name(q.qp_state.load()),
-                    q.handles.load(), q.dies_with_xrcd != 0, q.creator_pid, alive, !alive, {}};
+      CensusTgtQp t{q.qpn,
+                    q.xrcd_ref ? q.xrcd_ref - 1 : 0,
+                    qp_state_name(q.qp_state.load()),
+                    q.handles.load(),
+                    q.dies_with_xrcd != 0,
+                    q.creator_pid,
+                    alive,
+                    !alive,
+                    {}};
       for (uint32_t k = 0; k < kMaxXrcHandles; ++k) {
         const XrcHandle& x = h->xrc_handles[k];
         if (x.state.load(std::memory_order_acquire) == kSlotLive && x.kind == kHandleTgtQp &&
@@ -159,8 +173,17 @@ Census take_census(Segment* seg) {
     if (d.state.load(std::memory_order_acquire) != kSlotLive) continue;
     Owner o = owner_of(h, d.owner);
     bool shared = d.inode_dev || d.inode;
-    CensusXrcd x{i, d.dev, shared, shared ? d.inode_dev - 1 : 0, d.inode, policy_name(d.policy),
-                 d.opens.load(), d.objects.load(), o.pid, o.alive, {}};
+    CensusXrcd x{i,
+                 d.dev,
+                 shared,
+                 shared ? d.inode_dev - 1 : 0,
+                 d.inode,
+                 policy_name(d.policy),
+                 d.opens.load(),
+                 d.objects.load(),
+                 o.pid,
+                 o.alive,
+                 {}};
     for (uint32_t k = 0; k < kMaxXrcHandles; ++k) {
       const XrcHandle& hx = h->xrc_handles[k];
       if (hx.state.load(std::memory_order_acquire) == kSlotLive && hx.kind == kHandleXrcd &&
@@ -225,7 +248,8 @@ std::string census_text(const Census& c) {
                   t.creator_alive ? "alive" : "gone", t.orphaned ? " ORPHANED" : "");
     o += b;
     for (const CensusHandle& x : t.holders) {
-      std::snprintf(b, sizeof b, "    handle held by pid %d %s\n", x.pid, x.alive ? "alive" : "DEAD");
+      std::snprintf(b, sizeof b, "    handle held by pid %d %s\n", x.pid,
+                    x.alive ? "alive" : "DEAD");
       o += b;
     }
   }
@@ -259,10 +283,12 @@ std::string census_json(const Census& c) {
   o += "],\"xrcds\":[";
   for (size_t i = 0; i < c.xrcds.size(); ++i) {
     const CensusXrcd& d = c.xrcds[i];
-    std::snprintf(b, sizeof b, "%s{\"index\":%u,\"dev\":%u,\"shared\":%s,\"inode_dev\":%llu,"
+    std::snprintf(b, sizeof b,
+                  "%s{\"index\":%u,\"dev\":%u,\"shared\":%s,\"inode_dev\":%llu,"
                   "\"inode\":%llu,\"policy\":\"%s\",\"opens\":%u,\"objects\":%u,"
-                  "\"creator_pid\":%d,\"creator_alive\":%s,\"openers\":", i ? "," : "", d.index,
-                  d.dev, d.shared ? "true" : "false", static_cast<unsigned long long>(d.inode_dev),
+                  "\"creator_pid\":%d,\"creator_alive\":%s,\"openers\":",
+                  i ? "," : "", d.index, d.dev, d.shared ? "true" : "false",
+                  static_cast<unsigned long long>(d.inode_dev),
                   static_cast<unsigned long long>(d.inode), d.policy.c_str(), d.opens, d.objects,
                   d.creator_pid, d.creator_alive ? "true" : "false");
     o += b + handles_json(d.openers) + "}";
@@ -270,20 +296,24 @@ std::string census_json(const Census& c) {
   o += "],\"tgt_qps\":[";
   for (size_t i = 0; i < c.tgt_qps.size(); ++i) {
     const CensusTgtQp& t = c.tgt_qps[i];
-    std::snprintf(b, sizeof b, "%s{\"qpn\":%u,\"xrcd\":%u,\"state\":\"%s\",\"handles\":%u,"
+    std::snprintf(b, sizeof b,
+                  "%s{\"qpn\":%u,\"xrcd\":%u,\"state\":\"%s\",\"handles\":%u,"
                   "\"dies_with_xrcd\":%s,\"creator_pid\":%d,\"creator_alive\":%s,"
-                  "\"orphaned\":%s,\"holders\":", i ? "," : "", t.qpn, t.xrcd, t.state.c_str(),
-                  t.handles, t.dies_with_xrcd ? "true" : "false", t.creator_pid,
+                  "\"orphaned\":%s,\"holders\":",
+                  i ? "," : "", t.qpn, t.xrcd, t.state.c_str(), t.handles,
+                  t.dies_with_xrcd ? "true" : "false", t.creator_pid,
                   t.creator_alive ? "true" : "false", t.orphaned ? "true" : "false");
     o += b + handles_json(t.holders) + "}";
   }
   o += "],\"dead_owned\":[";
-  for (size_t i = 0; i < c.dead_owned.size(); ++i) o += (i ? "," : "") + object_json(c.dead_owned[i]);
+  for (size_t i = 0; i < c.dead_owned.size(); ++i)
+    o += (i ? "," : "") + object_json(c.dead_owned[i]);
   o += "],\"races\":{\"total\":" + std::to_string(c.races_total) + ",\"by_device\":[";
   for (size_t d = 0; d < c.race_counts.size(); ++d) {
     o += d ? ",{" : "{";
     for (uint32_t k = 1; k < kRaceKinds; ++k)
-      o += std::string(k > 1 ? "," : "") + "\"" + race_kind_name(k) + "\":" + std::to_string(c.race_counts[d][k]);
+      o += std::string(k > 1 ? "," : "") + "\"" + race_kind_name(k) +
+           "\":" + std::to_string(c.race_counts[d][k]);
     o += "}";
   }
   o += "],\"events\":[";

@@ -1,10 +1,11 @@
 #include "emu/config.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <cstdarg>
 #include <cstdio>
 #include <cstdlib>
-#include <unistd.h>
 
 namespace emu {
 namespace {
@@ -88,10 +89,20 @@ uint64_t parse_size(const char* s) {
   char* end = nullptr;
   uint64_t v = std::strtoull(s, &end, 0);
   switch (end && *end ? *end : 0) {
-    case 'k': case 'K': v <<= 10; break;
-    case 'm': case 'M': v <<= 20; break;
-    case 'g': case 'G': v <<= 30; break;
-    default: break;
+    case 'k':
+    case 'K':
+      v <<= 10;
+      break;
+    case 'm':
+    case 'M':
+      v <<= 20;
+      break;
+    case 'g':
+    case 'G':
+      v <<= 30;
+      break;
+    default:
+      break;
   }
   return v;
 }
@@ -157,7 +168,8 @@ Config config_from_env() {
   std::string engine = env_or("EMU_ENGINE", "inline");
   c.engine = engine == "thread" ? EngineMode::progress_thread : EngineMode::inline_on_doorbell;
   c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;
-  c.vendor_part_id = static_cast<uint32_t>(std::strtoul(env_or("EMU_VENDOR_PART_ID", "4123"), nullptr, 0));
+  c.vendor_part_id =
+      static_cast<uint32_t>(std::strtoul(env_or("EMU_VENDOR_PART_ID", "4123"), nullptr, 0));
   c.link_layers = parse_link_layers(env_or("EMU_LINK_LAYER", "ib"));
   c.roce_netdevs = split_commas(env_or("EMU_ROCE_NETDEV", "auto"));
   return c;
@@ -167,11 +179,14 @@ uint32_t xrc_policy_now() {
   std::string p = env_or("EMU_XRC_POLICY", "kernel");
   if (p == "xrcd") return 1;
   if (p == "creator") return 2;
-  if (p != "kernel") std::fprintf(stderr, "rdmaemu: EMU_XRC_POLICY: unknown '%s', using kernel\n", p.c_str());
+  if (p != "kernel")
+    std::fprintf(stderr, "rdmaemu: EMU_XRC_POLICY: unknown '%s', using kernel\n", p.c_str());
   return 0;
 }
 
-bool xrc_tgt_dies_with_xrcd_now() { return std::string(env_or("EMU_XRC_TGT_LIFETIME", "process")) == "xrcd"; }
+bool xrc_tgt_dies_with_xrcd_now() {
+  return std::string(env_or("EMU_XRC_TGT_LIFETIME", "process")) == "xrcd";
+}
 
 const Config& config() {
   static const Config c = config_from_env();

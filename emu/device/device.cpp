@@ -9,8 +9,10 @@ namespace emu {
 
 void device_doorbell(uint64_t head) {
   Engine* eng = Engine::process_engine();
-  if (config().engine == EngineMode::inline_on_doorbell) eng->on_doorbell(head);
-  else ProgressThread::get(eng)->doorbell(head);
+  if (config().engine == EngineMode::inline_on_doorbell)
+    eng->on_doorbell(head);
+  else
+    ProgressThread::get(eng)->doorbell(head);
 }
 
 void device_kick_sq(QpSlot& qp, bool force_retry) {

@@ -23,8 +23,10 @@ void reg_lock(UarReg& reg) {
   for (unsigned spins = 0;; ++spins) {
     uint32_t expected = 0;
     if (reg.device_busy.compare_exchange_weak(expected, 1, std::memory_order_acquire)) return;
-    if (spins < 64) cpu_relax();
-    else sched_yield();  // the holder may have been preempted on our core
+    if (spins < 64)
+      cpu_relax();
+    else
+      sched_yield();  // the holder may have been preempted on our core
   }
 }
 void reg_unlock(UarReg& reg) { reg.device_busy.store(0, std::memory_order_release); }
@@ -33,8 +35,8 @@ WqeWriteRec* wrec_of(Segment* seg, const QpSlot& qp) {
   return qp.wrec_off ? seg->at<WqeWriteRec>(qp.wrec_off) : nullptr;
 }
 
-void report(Segment* seg, RaceKind kind, RaceAction act, const QpSlot* qp, uint16_t reg, uint32_t slot,
-            uint32_t w0, uint32_t w1, uint32_t v0 = 0, uint32_t v1 = 0) {
+void report(Segment* seg, RaceKind kind, RaceAction act, const QpSlot* qp, uint16_t reg,
+            uint32_t slot, uint32_t w0, uint32_t w1, uint32_t v0 = 0, uint32_t v1 = 0) {
   RaceReport r;
   r.kind = kind;
   r.action = act;
@@ -125,12 +127,14 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
   if (!reg_locked) reg_lock(reg);
   uint64_t tags[kBfChunks], again[kBfChunks];
   alignas(64) uint8_t copy[kBfBufSize];
-  for (uint32_t i = 0; i < kBfChunks; ++i) tags[i] = reg.bf_tag[buf][i].load(std::memory_order_acquire);
+  for (uint32_t i = 0; i < kBfChunks; ++i)
+    tags[i] = reg.bf_tag[buf][i].load(std::memory_order_acquire);
   mmio_words_load(copy, reg.bf[buf], kSendWqeBB);
   uint32_t n = bf_chunks_needed(copy);
   if (n > 1) mmio_words_load(copy + kSendWqeBB, reg.bf[buf] + kSendWqeBB, (n - 1) * kSendWqeBB);
   std::atomic_thread_fence(std::memory_order_acquire);
-  for (uint32_t i = 0; i < kBfChunks; ++i) again[i] = reg.bf_tag[buf][i].load(std::memory_order_relaxed);
+  for (uint32_t i = 0; i < kBfChunks; ++i)
+    again[i] = reg.bf_tag[buf][i].load(std::memory_order_relaxed);
   BfVerdict v = inspect_bf(tags, reg.bf_taken[buf], flusher, n);
   // A chunk rewritten while the device read it came from a writer still copying: torn too.
   for (uint32_t i = 0; i < (n ? n : 1); ++i) {
@@ -151,7 +155,8 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
     for (uint32_t i = 0; i < kBfChunks; ++i) reg.bf_taken[buf][i] = tags[i];
     if (!qp || qp->ctx != reg.ctx) {
       act = kActDropped;  // names no QP of this register's context: a NIC drops it
-      if (config().log) log("BlueFlame write for QP 0x%x on a register of context %u dropped", qpn, reg.ctx);
+      if (config().log)
+        log("BlueFlame write for QP 0x%x on a register of context %u dropped", qpn, reg.ctx);
     } else {
       // Kept until the device reaches idx; a copy for an index it has already fetched from the
       // ring is dropped then (take_bf_copy), not here: the consumer position is the runner's.
@@ -176,7 +181,8 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
     // the flusher copied from.
     if (WqeWriteRec* rec = wrec_of(seg, *qp)) {
       WqeWriteRec& w = rec[idx & (qp->sq_bbs - 1)];
-      for (uint32_t t : {w.writer.load(std::memory_order_relaxed), w.prev_writer.load(std::memory_order_relaxed)})
+      for (uint32_t t : {w.writer.load(std::memory_order_relaxed),
+                         w.prev_writer.load(std::memory_order_relaxed)})
         if (t && t != v.writers[0]) {
           v.writers[1] = t;
           break;
@@ -251,7 +257,7 @@ bool take_bf_copy(QpSlot& qp, uint32_t pos, uint8_t* buf, bool* bad) {
   for (;;) {
     uint32_t s1 = s.seq.load(std::memory_order_acquire);
     if (s1 == s.consumed.load(std::memory_order_relaxed)) return false;  // nothing new
-    if (s1 & 1) {  // the intake is writing it
+    if (s1 & 1) {                                                        // the intake is writing it
       cpu_relax();
       continue;
     }

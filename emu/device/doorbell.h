@@ -8,8 +8,8 @@
 #pragma once
 #include <cstdint>
 
-#include "emu/layout.h"
 #include "emu/device.h"
+#include "emu/layout.h"
 #include "emu/segment.h"
 
 namespace emu {
@@ -23,8 +23,8 @@ inline uint32_t bf_tag_tid(uint64_t tag) { return static_cast<uint32_t>(tag >> 3
 uint32_t bf_chunks_needed(const uint8_t* chunk0);
 
 struct BfVerdict {
-  bool nothing_new = false;  // every chunk is one the device already took: no new write here
-  bool torn = false;         // the chunks the WQE needs are not all the flushing write's
+  bool nothing_new = false;      // every chunk is one the device already took: no new write here
+  bool torn = false;             // the chunks the WQE needs are not all the flushing write's
   uint32_t writers[2] = {0, 0};  // the flushing thread, and the first other writer found
   uint32_t foreign_mask = 0;     // which chunks came from another write
 };
@@ -51,7 +51,8 @@ DbrecVerdict inspect_dbrec(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ri
 // and reports a torn buffer. Returns the control segment's first 8 bytes, for the doorbell that
 // follows (0: nothing to run).
 // reg_locked: the caller's lock already serialises this register's writers (and intakes).
-uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bool reg_locked = false);
+uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher,
+                   bool reg_locked = false);
 
 // An 8-byte doorbell write: recorded with its writer; returns the value for the engine.
 uint64_t db_intake(UarReg& reg, uint64_t value, uint32_t writer);
@@ -70,6 +71,5 @@ void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf);
 
 // The device reached a slot below the doorbell record that holds no WQE for that position.
 void report_stale(Segment* seg, QpSlot& qp, uint32_t pos);
-
 
 }  // namespace emu

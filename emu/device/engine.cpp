@@ -5,15 +5,15 @@
 #include <cstring>
 #include <ctime>
 
-#include "emu/barriers.h"
 #include "device/doorbell.h"
-#include "shm/memory.h"
+#include "device/engine_internal.h"
+#include "emu/barriers.h"
 #include "emu/notify.h"
 #include "emu/objects.h"
-#include "device/engine_internal.h"
 #include "emu/reclaim.h"
-#include "shm/shared_map.h"
 #include "emu/xrc.h"
+#include "shm/memory.h"
+#include "shm/shared_map.h"
 
 namespace emu {
 using namespace engine_detail;
@@ -32,9 +32,9 @@ uint64_t clock_ns() {
 uint64_t coarse_ns() { return clock_ns<CLOCK_MONOTONIC_COARSE>(); }
 
 // The IBTA RNR timer encoding, in microseconds (code 0 is the longest, 655.36 ms).
-const uint32_t kRnrUs[32] = {655360, 10,    20,    30,    40,    60,     80,     120,
-                             160,    240,   320,   480,   640,   960,    1280,   1920,
-                             2560,   3840,  5120,  7680,  10240, 15360,  20480,  30720,
+const uint32_t kRnrUs[32] = {655360, 10,    20,    30,     40,     60,     80,     120,
+                             160,    240,   320,   480,    640,    960,    1280,   1920,
+                             2560,   3840,  5120,  7680,   10240,  15360,  20480,  30720,
                              40960,  61440, 81920, 122880, 163840, 245760, 327680, 491520};
 
 }  // namespace
@@ -304,8 +304,8 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
 
 void Engine::step_raise_event(CqSlot& cq, const CqeInfo& info) {
   if (cq.chan_wfd < 0) return;  // no completion channel: an armed CQ has nowhere to signal
-  // Store CQE, then load the arm state; the driver stores the arm state, then loads the CQE. Without a
-  // full fence on both sides each could miss the other and the event would be lost.
+  // Store CQE, then load the arm state; the driver stores the arm state, then loads the CQE.
+  // Without a full fence on both sides each could miss the other and the event would be lost.
   std::atomic_thread_fence(std::memory_order_seq_cst);
   uint32_t arm = cq.arm.load(std::memory_order_acquire);
   bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;

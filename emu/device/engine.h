@@ -36,19 +36,19 @@ struct ParsedWqe;
 namespace emu {
 
 struct CqeInfo {
-  uint8_t cqe_opcode;    // CqeOpcode
-  uint8_t syndrome;      // for error CQEs
-  uint8_t wqe_opcode;    // requester: the WQE's opcode
-  uint8_t emu_flags;     // CqeEmuFlags
+  uint8_t cqe_opcode;  // CqeOpcode
+  uint8_t syndrome;    // for error CQEs
+  uint8_t wqe_opcode;  // requester: the WQE's opcode
+  uint8_t emu_flags;   // CqeEmuFlags
   uint16_t wqe_counter;
   uint16_t slid;
   uint32_t qpn;
   uint32_t src_qpn;
   uint32_t byte_cnt;
-  uint32_t imm_be;       // immediate data as it travels (big-endian)
-  uint8_t rnr_timer;     // on an RNR stall: the responder's min_rnr_timer code
-  uint32_t srqn;         // XRC: the SRQ that took the receive (the CQE's srqn_uidx)
-  bool inline_scatter;   // the payload (byte_cnt <= kCqeInlineMax bytes) travels in the CQE
+  uint32_t imm_be;      // immediate data as it travels (big-endian)
+  uint8_t rnr_timer;    // on an RNR stall: the responder's min_rnr_timer code
+  uint32_t srqn;        // XRC: the SRQ that took the receive (the CQE's srqn_uidx)
+  bool inline_scatter;  // the payload (byte_cnt <= kCqeInlineMax bytes) travels in the CQE
   uint8_t inline_data[kCqeInlineMax];
 };
 
@@ -67,9 +67,9 @@ inline CqeInfo error_cqe(uint8_t cqe_opcode, uint8_t syndrome, const QpSlot& qp,
 
 // What executing the head WQE came to.
 enum class ExecOutcome {
-  done,        // completed (successfully or with an error CQE)
-  stall_rnr,   // responder has no receive posted
-  stall_retry, // no answer from the responder (missing, not ready, or dead)
+  done,         // completed (successfully or with an error CQE)
+  stall_rnr,    // responder has no receive posted
+  stall_retry,  // no answer from the responder (missing, not ready, or dead)
 };
 
 class Engine {

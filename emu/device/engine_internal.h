@@ -5,18 +5,20 @@
 
 #include "emu/barriers.h"
 #include "emu/layout.h"
-#include "ports/link_layer.h"
-#include "shm/memory.h"
 #include "emu/port.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
+#include "ports/link_layer.h"
+#include "shm/memory.h"
 
 namespace emu::engine_detail {
 
 constexpr int kMaxSpans = 32;
 constexpr uint64_t kMaxMsgSize = 1ull << 31;
 
-inline uint32_t* dbrec_of(Segment* seg, const QpSlot& qp) { return seg->at<uint32_t>(qp.dbrec_off); }
+inline uint32_t* dbrec_of(Segment* seg, const QpSlot& qp) {
+  return seg->at<uint32_t>(qp.dbrec_off);
+}
 
 inline uint32_t sq_producer(Segment* seg, const QpSlot& qp) {
   return be32(device_load32(&dbrec_of(seg, qp)[1])) & 0xffff;

@@ -140,7 +140,7 @@ void ipv4_header_in_grh(Grh* g, uint8_t tos, uint8_t ttl, uint32_t udp_bytes) {
   ip[3] = total & 0xff;
   ip[6] = 0x40;  // don't fragment
   ip[8] = ttl;
-  ip[9] = 17;    // UDP
+  ip[9] = 17;  // UDP
   std::memcpy(ip + 12, g->sgid + 12, 4);
   std::memcpy(ip + 16, g->dgid + 12, 4);
   uint32_t sum = 0;
@@ -221,7 +221,8 @@ ExecOutcome Engine::exec_ud(QpSlot& qp, const ParsedWqe& w, int local_pid, CqeIn
   if (pkt.has_grh) {
     Grh& g = pkt.grh;
     uint32_t imm = w.opcode == kOpSendImm ? 4 : 0;
-    uint32_t ib_bytes = 12 + 8 + imm + static_cast<uint32_t>(local.total) + 4;  // BTH DETH data ICRC
+    uint32_t ib_bytes =
+        12 + 8 + imm + static_cast<uint32_t>(local.total) + 4;  // BTH DETH data ICRC
     g.version_tclass_flow = be32(6u << 28 | uint32_t(av.tclass) << 20 | (gfl & 0xfffff));
     g.paylen = be16(static_cast<uint16_t>(ib_bytes));
     g.next_hdr = sgid_type == kGidTypeRoceV2 ? 17 : 0x1b;  // v2: UDP carries the BTH
@@ -233,8 +234,9 @@ ExecOutcome Engine::exec_ud(QpSlot& qp, const ParsedWqe& w, int local_pid, CqeIn
   }
   uint32_t dqpn = be32(av.dqp) & 0xffffff;
   uint16_t dlid = be16(av.rlid);
-  bool multicast = dqpn == kMcastQpn &&
-                   (port.link_layer == kLinkLayerEthernet ? av.rgid[0] == 0xff : dlid >= kMcastLidBase);
+  bool multicast =
+      dqpn == kMcastQpn &&
+      (port.link_layer == kLinkLayerEthernet ? av.rgid[0] == 0xff : dlid >= kMcastLidBase);
   if (multicast) {
     // Every UD QP on the fabric that joined the group, on a live port of the same link layer.
     for (QpSlot& r : h_->qps) {

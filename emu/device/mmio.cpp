@@ -1,10 +1,10 @@
 #include "emu/mmio.h"
 
-#include "emu/barriers.h"
-#include "emu/config.h"
 #include "device/doorbell.h"
 #include "device/engine.h"
 #include "device/progress.h"
+#include "emu/barriers.h"
+#include "emu/config.h"
 #include "emu/race_log.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
@@ -78,8 +78,10 @@ uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
   for (uint32_t k = 0; k < wc.n; ++k) {
     uint64_t head = drain_one(wc.pending[k], reg_locked);
     if (!head) continue;
-    if (out < max) heads[out++] = head;
-    else device_doorbell(head);
+    if (out < max)
+      heads[out++] = head;
+    else
+      device_doorbell(head);
   }
   wc.n = 0;
   return out;
@@ -112,7 +114,8 @@ void sq_note_wqe_store(QpSlot& qp, WqeWriteRec* rec, uint32_t pos, uint32_t nbbs
 void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos) {
   if (!rec) return;
   WqeWriteRec& c = rec[pos & mask];
-  if (c.unfetched.load(std::memory_order_relaxed)) c.unfetched.fetch_sub(1, std::memory_order_relaxed);
+  if (c.unfetched.load(std::memory_order_relaxed))
+    c.unfetched.fetch_sub(1, std::memory_order_relaxed);
   c.pos.store(~0u, std::memory_order_relaxed);
 }
 

@@ -1,12 +1,13 @@
 #include "emu/notify.h"
 
-#include <cerrno>
-#include <cstdio>
-#include <csignal>
 #include <fcntl.h>
 #include <pthread.h>
-#include <mutex>
 #include <unistd.h>
+
+#include <cerrno>
+#include <csignal>
+#include <cstdio>
+#include <mutex>
 
 #include "emu/segment.h"
 

@@ -1,13 +1,14 @@
 #include "device/progress.h"
 
-#include <climits>
-#include <sched.h>
-#include <ctime>
 #include <linux/futex.h>
-#include <mutex>
+#include <sched.h>
 #include <sys/syscall.h>
-#include <thread>
 #include <unistd.h>
+
+#include <climits>
+#include <ctime>
+#include <mutex>
+#include <thread>
 
 #include "emu/barriers.h"
 #include "emu/reclaim.h"
@@ -38,8 +39,8 @@ ProgressThread::ProgressThread(Engine* engine) : engine_(engine) {
   for (uint32_t i = 0; i < kRing; ++i) seq_[i].store(i, std::memory_order_relaxed);
 }
 
-// A bounded multi-producer queue (sequence numbers per slot); a full queue makes the producer run the
-// engine itself, which is always correct.
+// A bounded multi-producer queue (sequence numbers per slot); a full queue makes the producer run
+// the engine itself, which is always correct.
 void ProgressThread::doorbell(uint64_t ctrl_head) {
   uint64_t pos = head_.load(std::memory_order_relaxed);
   for (;;) {

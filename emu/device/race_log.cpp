@@ -4,8 +4,8 @@
 #include <unistd.h>
 
 #include <cstdio>
-#include <ctime>
 #include <cstdlib>
+#include <ctime>
 
 #include "emu/barriers.h"
 #include "emu/config.h"
@@ -41,31 +41,52 @@ bool log_on() {
 
 const char* race_kind_name(uint32_t kind) {
   switch (kind) {
-    case kRaceBfTorn: return "bf_torn";
-    case kRaceDbrecBackwards: return "dbrec_backwards";
-    case kRaceDbrecAhead: return "dbrec_ahead";
-    case kRaceDoubleWrite: return "double_write";
-    case kRaceStaleWqe: return "stale_wqe";
-    case kRaceOwner: return "owner_conflict";
-    default: return "none";
+    case kRaceBfTorn:
+      return "bf_torn";
+    case kRaceDbrecBackwards:
+      return "dbrec_backwards";
+    case kRaceDbrecAhead:
+      return "dbrec_ahead";
+    case kRaceDoubleWrite:
+      return "double_write";
+    case kRaceStaleWqe:
+      return "stale_wqe";
+    case kRaceOwner:
+      return "owner_conflict";
+    default:
+      return "none";
   }
 }
 
 const char* race_action_name(uint32_t action) {
   switch (action) {
-    case kActExecutedBf: return "executed_bf_copy";
-    case kActExecutedRing: return "executed_ring_wqe";
-    case kActLocalQpOpErr: return "local_qp_op_error";
-    case kActIgnored: return "ignored";
-    case kActDropped: return "dropped";
-    default: return "none";
+    case kActExecutedBf:
+      return "executed_bf_copy";
+    case kActExecutedRing:
+      return "executed_ring_wqe";
+    case kActLocalQpOpErr:
+      return "local_qp_op_error";
+    case kActIgnored:
+      return "ignored";
+    case kActDropped:
+      return "dropped";
+    default:
+      return "none";
   }
 }
 
 void record_race(Segment* seg, const RaceReport& r) {
-  RaceBody body{r.kind,     r.action,    r.reg,         r.dev,
-                r.qpn,      r.ctx,       r.slot,        static_cast<int32_t>(getpid()),
-                {r.writers[0], r.writers[1]}, {r.value[0], r.value[1]}, now_ns()};
+  RaceBody body{r.kind,
+                r.action,
+                r.reg,
+                r.dev,
+                r.qpn,
+                r.ctx,
+                r.slot,
+                static_cast<int32_t>(getpid()),
+                {r.writers[0], r.writers[1]},
+                {r.value[0], r.value[1]},
+                now_ns()};
   RaceLog& log = seg->hdr()->races;
   uint64_t n = log.next.fetch_add(1);
   RaceEvent& e = log.ring[n % kRaceLogLen];
@@ -109,8 +130,7 @@ std::string race_json(const RaceRecord& e) {
                 "{\"seq\":%llu,\"kind\":\"%s\",\"device\":%u,\"qpn\":%u,\"context\":%d,"
                 "\"register\":%d,\"slot\":%u,\"pid\":%d,\"writer_threads\":[%u,%u],"
                 "\"values\":[%u,%u],\"executed\":\"%s\"}",
-                static_cast<unsigned long long>(e.seq),
-                race_kind_name(e.kind), e.dev, e.qpn,
+                static_cast<unsigned long long>(e.seq), race_kind_name(e.kind), e.dev, e.qpn,
                 e.ctx == 0xffffffffu ? -1 : static_cast<int>(e.ctx),
                 e.reg == 0xffff ? -1 : static_cast<int>(e.reg), e.slot, e.pid, e.writers[0],
                 e.writers[1], e.value[0], e.value[1], race_action_name(e.action));

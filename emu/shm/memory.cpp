@@ -1,10 +1,11 @@
 #include "shm/memory.h"
 
+#include <sys/uio.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
-#include <sys/uio.h>
-#include <unistd.h>
 
 namespace emu {
 namespace {
@@ -81,8 +82,9 @@ CopyResult cross_copy(Cursor& local, Cursor& remote, int pid, bool write_remote)
     uint64_t lb = take(local, liov, &ln, ~0ull);
     if (lb == 0) return CopyResult::ok;
     uint64_t rb = take(remote, riov, &rn, lb);
-    if (rb == 0) return CopyResult::ok;  // the shorter list is done (a receive larger than the message)
-    if (rb < lb) {  // trim the local side to what the remote batch covers
+    if (rb == 0)
+      return CopyResult::ok;  // the shorter list is done (a receive larger than the message)
+    if (rb < lb) {            // trim the local side to what the remote batch covers
       local = lsave;
       lb = take(local, liov, &ln, rb);
     }

@@ -10,7 +10,8 @@
 namespace emu {
 namespace {
 
-// This thread's slot in its process's EngineSlots: an index, or kEngineSlots for the overflow count.
+// This thread's slot in its process's EngineSlots: an index, or kEngineSlots for the overflow
+// count.
 EMU_FAST_TLS uint32_t t_slot = ~0u;
 EMU_FAST_TLS uint32_t t_depth = 0;
 
@@ -19,7 +20,8 @@ uint32_t my_slot(EngineSlots& es) {
     uint32_t i = es.next.fetch_add(1, std::memory_order_relaxed);
     t_slot = i < kEngineSlots ? i : kEngineSlots;
     if (t_slot < kEngineSlots)
-      es.slot[t_slot].owner_tid.store(static_cast<uint32_t>(syscall(SYS_gettid)), std::memory_order_relaxed);
+      es.slot[t_slot].owner_tid.store(static_cast<uint32_t>(syscall(SYS_gettid)),
+                                      std::memory_order_relaxed);
   }
   return t_slot;
 }
@@ -32,7 +34,8 @@ EngineSection::EngineSection(Segment* seg) : seg_(seg), outermost_(t_depth++ == 
   uint32_t i = my_slot(es);
   if (i < kEngineSlots) {
     // exchange: a full barrier, so the odd mark is visible before any object is looked up.
-    es.slot[i].seq.exchange(es.slot[i].seq.load(std::memory_order_relaxed) + 1, std::memory_order_seq_cst);
+    es.slot[i].seq.exchange(es.slot[i].seq.load(std::memory_order_relaxed) + 1,
+                            std::memory_order_seq_cst);
   } else {
     es.overflow_inside.fetch_add(1, std::memory_order_seq_cst);
   }
@@ -62,8 +65,10 @@ void wait_for_engines(Segment* seg) {
       if (!(seen & 1)) continue;
       for (unsigned spins = 0; es.slot[i].seq.load(std::memory_order_acquire) == seen; ++spins) {
         if (spins > 64 && !proc_slot_alive(p)) break;
-        if (spins < 64) cpu_relax();
-        else sched_yield();
+        if (spins < 64)
+          cpu_relax();
+        else
+          sched_yield();
       }
     }
     for (unsigned spins = 0; es.overflow_inside.load(std::memory_order_acquire) != 0; ++spins) {

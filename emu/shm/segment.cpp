@@ -1,29 +1,29 @@
 #include "emu/segment.h"
-#include "emu/xrc.h"
-#include "emu/objects.h"
 
-#include "ports/link_layer.h"
-#include "emu/reclaim.h"
-#include "shm/shm_heap.h"
-#include "emu/wqe.h"
-
-#include <atomic>
-#include <vector>
-#include <algorithm>
 #include <fcntl.h>
 #include <sys/file.h>
+#include <sys/mman.h>
+#include <sys/prctl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <mutex>
 #include <new>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <type_traits>
-#include <unistd.h>
+#include <vector>
 
+#include "emu/objects.h"
+#include "emu/reclaim.h"
+#include "emu/wqe.h"
+#include "emu/xrc.h"
+#include "ports/link_layer.h"
+#include "shm/shm_heap.h"
 
 namespace emu {
 namespace {
@@ -55,14 +55,16 @@ class AllocLock {
 // init: fields other processes may read as soon as the slot is live, set before it is.
 // first: the lowest slot index handed out.
 template <class SlotT, size_t N, class Init = void (*)(SlotT&)>
-Status alloc_slot(Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx,
-                  Init init = [](SlotT&) {}, uint32_t first = 0) {
+Status alloc_slot(
+    Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx, Init init = [](SlotT&) {},
+    uint32_t first = 0) {
   ShmLockGuard g(h->table_lock, self);
   for (uint32_t i = first; i < N; ++i) {
     if (table[i].state.load(std::memory_order_relaxed) == kSlotFree) {
       SlotT& s = table[i];
       // Keep the generation-bearing fields' memory; callers set every field they use.
-      std::memset(reinterpret_cast<char*>(&s) + sizeof(s.state), 0, sizeof(SlotT) - sizeof(s.state));
+      std::memset(reinterpret_cast<char*>(&s) + sizeof(s.state), 0,
+                  sizeof(SlotT) - sizeof(s.state));
       s.owner = self;
       init(s);
       s.state.store(kSlotLive, std::memory_order_release);
@@ -77,22 +79,32 @@ template <class SlotT>
 bool is_tgt_qp(const SlotT& slot) {
   // Attached to a domain (tgt_qp_attach): its handles decide. Before that it is its creator's,
   // whose death between the two must not leave it behind.
-  if constexpr (std::is_same_v<SlotT, QpSlot>) return slot.type == kQptXrcRecv && slot.xrcd_ref != 0;
-  else return false;
+  if constexpr (std::is_same_v<SlotT, QpSlot>)
+    return slot.type == kQptXrcRecv && slot.xrcd_ref != 0;
+  else
+    return false;
 }
 
 }  // namespace
 
 const char* status_name(Status s) {
   switch (s) {
-    case Status::ok: return "ok";
-    case Status::invalid: return "invalid";
-    case Status::no_memory: return "no memory";
-    case Status::busy: return "busy";
-    case Status::not_found: return "not found";
-    case Status::not_supported: return "not supported";
-    case Status::layout_mismatch: return "layout mismatch";
-    case Status::io: return "i/o error";
+    case Status::ok:
+      return "ok";
+    case Status::invalid:
+      return "invalid";
+    case Status::no_memory:
+      return "no memory";
+    case Status::busy:
+      return "busy";
+    case Status::not_found:
+      return "not found";
+    case Status::not_supported:
+      return "not supported";
+    case Status::layout_mismatch:
+      return "layout mismatch";
+    case Status::io:
+      return "i/o error";
   }
   return "?";
 }
@@ -223,9 +235,9 @@ Status Segment::attach(const Config& cfg) {
   if (hdr_->magic != kMagic || hdr_->layout_version != kLayoutVersion ||
       hdr_->header_size != sizeof(Header)) {
     g_error = "shared segment " + path + " has layout version " +
-              std::to_string(hdr_->layout_version) + " (header " + std::to_string(hdr_->header_size) +
-              " bytes) but this build uses version " + std::to_string(kLayoutVersion) + " (header " +
-              std::to_string(sizeof(Header)) +
+              std::to_string(hdr_->layout_version) + " (header " +
+              std::to_string(hdr_->header_size) + " bytes) but this build uses version " +
+              std::to_string(kLayoutVersion) + " (header " + std::to_string(sizeof(Header)) +
               " bytes): it was made by another build. Remove the file once no process uses it, or "
               "set EMU_FABRIC to another name";
     return Status::layout_mismatch;
@@ -317,7 +329,8 @@ Status Segment::alloc_cq(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->c
 Status Segment::alloc_qp(uint32_t* idx) {
   // Slots 0 and 1 stay unused, as QP0 and QP1 (the special QPs) are on hardware: max_qp is the
   // table less those two.
-  Status st = alloc_slot(hdr_, self_, hdr_->qps, idx, [](QpSlot&) {}, 2);
+  Status st = alloc_slot(
+      hdr_, self_, hdr_->qps, idx, [](QpSlot&) {}, 2);
   if (st == Status::ok) {
     // QPN: table index in the low bits, a generation above so a stale number finds nothing.
     // 0 and 1 are the special QPs.
@@ -378,20 +391,25 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
   for (auto& p : hdr_->pds) dying(p);
   for (auto& c : hdr_->ctxs) dying(c);
   std::sort(mine.begin(), mine.end());
-  auto marked = [&](const void* slot) { return std::binary_search(mine.begin(), mine.end(), slot); };
+  auto marked = [&](const void* slot) {
+    return std::binary_search(mine.begin(), mine.end(), slot);
+  };
   wait_for_engines(this);
   // A slot's rings are listed once, by its kind: free_rings (emu/objects.h).
   auto retire = [&](auto& slot) {
     if (slot.state.load() != kSlotDying || !owned(slot)) return;
-    if (marked(&slot)) free_rings(this, slot);
-    else if (!owner_dead) return;  // a live thread of ours is destroying it: its to finish
+    if (marked(&slot))
+      free_rings(this, slot);
+    else if (!owner_dead)
+      return;  // a live thread of ours is destroying it: its to finish
     slot.state.store(kSlotFree);
   };
   for (auto& q : hdr_->qps) retire(q);
   // An XRC SRQ leaves its domain also when its dead owner's destroy had begun (marked dying by
   // that destroy, not by us): its reference would otherwise keep the domain forever.
   for (auto& s : hdr_->srqs)
-    if (s.state.load() == kSlotDying && owned(s) && (marked(&s) || owner_dead)) xrc_srq_drop(this, s);
+    if (s.state.load() == kSlotDying && owned(s) && (marked(&s) || owner_dead))
+      xrc_srq_drop(this, s);
   for (auto& s : hdr_->srqs) retire(s);
   for (auto& c : hdr_->cqs) retire(c);
   for (auto& m : hdr_->mrs) retire(m);
@@ -417,20 +435,26 @@ void Segment::release_proc_objects(uint32_t proc) {
   reset_engine_slots(this, proc);
   // XRC references first (a TGT QP is not its creator's: its handles decide, emu/xrc/xrc.cpp).
   xrc_release_proc(this, proc);
-  release_objects([proc](const auto& slot) { return slot.owner == proc && !is_tgt_qp(slot); }, true);
+  release_objects([proc](const auto& slot) { return slot.owner == proc && !is_tgt_qp(slot); },
+                  true);
 }
 
 void Segment::release_context_objects(uint32_t ctx) {
   Header* h = hdr_;
   uint32_t self = self_;
   xrc_release_ctx(this, ctx);
-  release_objects([h, ctx, self](const auto& slot) {
-    using T = std::decay_t<decltype(slot)>;
-    if (slot.owner != self || is_tgt_qp(slot)) return false;
-    if constexpr (std::is_same_v<T, MrSlot>) return h->pds[slot.pd].ctx == ctx;
-    else if constexpr (std::is_same_v<T, ContextSlot>) return &slot == &h->ctxs[ctx];
-    else return slot.ctx == ctx;
-  }, false);
+  release_objects(
+      [h, ctx, self](const auto& slot) {
+        using T = std::decay_t<decltype(slot)>;
+        if (slot.owner != self || is_tgt_qp(slot)) return false;
+        if constexpr (std::is_same_v<T, MrSlot>)
+          return h->pds[slot.pd].ctx == ctx;
+        else if constexpr (std::is_same_v<T, ContextSlot>)
+          return &slot == &h->ctxs[ctx];
+        else
+          return slot.ctx == ctx;
+      },
+      false);
 }
 
 int Segment::sweep_dead() {

@@ -1,11 +1,12 @@
 #include "shm/shared_map.h"
 
-#include <atomic>
-#include <cstdio>
 #include <fcntl.h>
-#include <mutex>
 #include <sys/mman.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <cstdio>
+#include <mutex>
 
 #include "emu/reclaim.h"
 

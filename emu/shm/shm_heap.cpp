@@ -98,7 +98,8 @@ uint64_t ShmHeap::alloc(size_t bytes, size_t align) {
   uint64_t i;
   if (!take_block(order, &i)) return 0;
   uint64_t block = i << order;  // in min blocks
-  store_byte(reinterpret_cast<uint8_t*>(base_ + h_->order_off) + block, static_cast<uint8_t>(order + 1));
+  store_byte(reinterpret_cast<uint8_t*>(base_ + h_->order_off) + block,
+             static_cast<uint8_t>(order + 1));
   uint64_t off = h_->heap_off + block * kHeapMinBlock;
   std::memset(base_ + off, 0, kHeapMinBlock << order);
   return off;

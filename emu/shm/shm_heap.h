@@ -26,11 +26,13 @@ class ShmHeap {
   uint64_t free_bytes() const;
 
  private:
-  uint64_t* bitmap(uint32_t order) const { return reinterpret_cast<uint64_t*>(base_ + h_->free_off[order]); }
+  uint64_t* bitmap(uint32_t order) const {
+    return reinterpret_cast<uint64_t*>(base_ + h_->free_off[order]);
+  }
   uint64_t blocks_at(uint32_t order) const { return h_->heap_blocks >> order; }
   bool test(uint32_t order, uint64_t i) const;
   void set(uint32_t order, uint64_t i, bool free);
-  bool take_any(uint32_t order, uint64_t* i);  // a free block of that order, marked taken
+  bool take_any(uint32_t order, uint64_t* i);    // a free block of that order, marked taken
   bool take_block(uint32_t order, uint64_t* i);  // splitting a larger one if needed
   void give_back(uint32_t order, uint64_t i);    // free, merging with a free buddy
 

@@ -29,7 +29,8 @@ bool alloc_handle(Header* h, uint32_t owner, uint32_t kind, uint32_t object, uin
 
 void free_xrcd_if_unused(Header* h, uint32_t xi) {
   XrcdSlot& d = h->xrcds[xi];
-  if (d.opens.load() == 0 && d.objects.load() == 0) d.state.store(kSlotFree, std::memory_order_release);
+  if (d.opens.load() == 0 && d.objects.load() == 0)
+    d.state.store(kSlotFree, std::memory_order_release);
 }
 
 // The real TGT QP goes: no engine may be inside it afterwards; its domain loses an object.
@@ -117,7 +118,8 @@ void recount_opens(Segment* seg) {
   Header* h = seg->hdr();
   uint32_t opens[kMaxXrcds] = {};
   for (const XrcHandle& x : h->xrc_handles)
-    if (x.state.load() == kSlotLive && x.kind == kHandleXrcd && x.object < kMaxXrcds) ++opens[x.object];
+    if (x.state.load() == kSlotLive && x.kind == kHandleXrcd && x.object < kMaxXrcds)
+      ++opens[x.object];
   for (uint32_t i = 0; i < kMaxXrcds; ++i) {
     XrcdSlot& d = h->xrcds[i];
     if (d.state.load() != kSlotLive) continue;
@@ -186,7 +188,8 @@ Status tgt_qp_attach(Segment* seg, uint32_t qp_idx, uint32_t xrcd, bool dies_wit
   q.xrcd_ref = xrcd + 1;
   q.creator_pid = seg->pid();
   q.creator_start = h->procs[seg->self()].start_time;
-  q.dies_with_xrcd = d.policy == kXrcPolicyXrcd || (d.policy == kXrcPolicyCreator && dies_with_xrcd);
+  q.dies_with_xrcd =
+      d.policy == kXrcPolicyXrcd || (d.policy == kXrcPolicyCreator && dies_with_xrcd);
   q.handles.store(1);
   d.objects.fetch_add(1);
   return Status::ok;

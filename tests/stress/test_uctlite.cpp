@@ -88,7 +88,9 @@ TEST_P(UctliteTest, WritesArriveAndCompletionsNameTheirPosts) {
     EXPECT_EQ(c.status, IBV_WC_SUCCESS);
     EXPECT_EQ(c.opcode, IBV_WC_RDMA_WRITE);
     EXPECT_EQ(c.wr_id, 1000 + i);
-    EXPECT_EQ(count_differing(fabric_.target() + i * 256, len, MessageId{0, static_cast<uint32_t>(i)}, len), 0u);
+    EXPECT_EQ(count_differing(fabric_.target() + i * 256, len,
+                              MessageId{0, static_cast<uint32_t>(i)}, len),
+              0u);
   }
   std::optional<bool> idle = ep_->device_idle();
   ASSERT_TRUE(idle.has_value());
@@ -152,7 +154,9 @@ TEST(UctliteDirect, RingWrappingBlueFlameWqeIsOneWrite) {
     ASSERT_EQ(ep->poll(&c, 1), 1);
     ASSERT_EQ(c.status, IBV_WC_SUCCESS);
     ASSERT_EQ(c.wr_id, seq);
-    EXPECT_EQ(count_differing(fabric.target() + size_t(seq % 2048) * 256, len, MessageId{0, seq}, len), 0u);
+    EXPECT_EQ(
+        count_differing(fabric.target() + size_t(seq % 2048) * 256, len, MessageId{0, seq}, len),
+        0u);
   };
   // One-block WRITEs (8 bytes inline: 48 bytes of WQE) up to two blocks before the ring's end,
   // then a four-block one (180 bytes inline) that takes the last two blocks and the first two.
@@ -162,8 +166,8 @@ TEST(UctliteDirect, RingWrappingBlueFlameWqeIsOneWrite) {
   post_write(180, seq++);
   emudv_race ev[4];
   int n = dv->read_races(races_before, ev, 4);
-  EXPECT_EQ(n, 0) << (n ? ev[0].kind_name : "") << " threads " << (n ? ev[0].writer_tids[0] : 0) << ","
-                  << (n ? ev[0].writer_tids[1] : 0);
+  EXPECT_EQ(n, 0) << (n ? ev[0].kind_name : "") << " threads " << (n ? ev[0].writer_tids[0] : 0)
+                  << "," << (n ? ev[0].writer_tids[1] : 0);
 }
 
 }  // namespace

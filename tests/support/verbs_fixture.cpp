@@ -167,8 +167,8 @@ int connect_uc(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, ui
   if (int rc = to_init(qp, access)) return rc;
   // Only the attributes UC takes are in the masks; the others the builders fill are ignored.
   ibv_qp_attr a = rtr_attr(dlid, dest_qpn, peer_psn, 0);
-  if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                         IBV_QP_RQ_PSN))
+  if (int rc = ibv_modify_qp(
+          qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN))
     return rc;
   a = rts_attr(my_psn, 0, 0, 0);
   return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
@@ -185,7 +185,8 @@ bool get_async_event(ibv_context* ctx, ibv_async_event* ev, std::chrono::millise
     // Read first: the event may be there already (and a record of a destroyed object is skipped
     // by ibv_get_async_event, which then finds the pipe empty).
     if (ibv_get_async_event(ctx, ev) == 0) return true;
-    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(end - std::chrono::steady_clock::now());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
+        end - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
     pollfd pf{ctx->async_fd, POLLIN, 0};
     if (poll(&pf, 1, static_cast<int>(left.count())) < 0 && errno != EINTR) {
@@ -479,8 +480,12 @@ VerbsTest::Pair VerbsTest::make_pair(const QpCaps& caps, const ConnParams& pa,
   return p;
 }
 
-void VerbsTest::forget(ibv_qp* qp) { qps.erase(std::remove(qps.begin(), qps.end(), qp), qps.end()); }
-void VerbsTest::forget(ibv_cq* cq) { cqs.erase(std::remove(cqs.begin(), cqs.end(), cq), cqs.end()); }
+void VerbsTest::forget(ibv_qp* qp) {
+  qps.erase(std::remove(qps.begin(), qps.end(), qp), qps.end());
+}
+void VerbsTest::forget(ibv_cq* cq) {
+  cqs.erase(std::remove(cqs.begin(), cqs.end(), cq), cqs.end());
+}
 void VerbsTest::forget(ibv_srq* srq) {
   srqs.erase(std::remove(srqs.begin(), srqs.end(), srq), srqs.end());
 }

@@ -49,7 +49,8 @@ struct ConnParams {
 // ibv_create_qp of any type (RC, UC, UD), on `srq` if given (its receive capacities are then
 // ignored); on success *out_cap (if given) is the capacity the device reported.
 ibv_qp* create_qp_of(ibv_pd* pd, ibv_qp_type type, ibv_cq* send_cq, ibv_cq* recv_cq,
-                     const QpCaps& caps = {}, ibv_srq* srq = nullptr, ibv_qp_cap* out_cap = nullptr);
+                     const QpCaps& caps = {}, ibv_srq* srq = nullptr,
+                     ibv_qp_cap* out_cap = nullptr);
 
 // ibv_create_qp_ex of a QP of `type` on pd (a PD or a parent domain), one CQ for both queues, with
 // the ibv_wr_* operations `send_ops`.
@@ -66,7 +67,8 @@ int connect_uc(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, ui
 
 // The next async event of ctx (its async fd is made non-blocking and poll()ed), or false if none
 // came before the deadline. The caller acks it.
-bool get_async_event(ibv_context* ctx, ibv_async_event* ev, std::chrono::milliseconds deadline = kDeadline);
+bool get_async_event(ibv_context* ctx, ibv_async_event* ev,
+                     std::chrono::milliseconds deadline = kDeadline);
 // Whether an async event can be read right now (a poll() that does not wait).
 bool async_event_pending(ibv_context* ctx);
 // The next async event (by the deadline) is of type `want`, and it is then the last one: none
@@ -146,9 +148,10 @@ struct Buf {
 };
 
 // Work requests.
-ibv_send_wr send_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n, unsigned flags = IBV_SEND_SIGNALED);
-ibv_send_wr rdma_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n, uint64_t raddr, uint32_t rkey,
+ibv_send_wr send_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n,
                     unsigned flags = IBV_SEND_SIGNALED);
+ibv_send_wr rdma_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n, uint64_t raddr,
+                    uint32_t rkey, unsigned flags = IBV_SEND_SIGNALED);
 ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, uint64_t raddr, uint32_t rkey,
                       uint64_t compare_add, uint64_t swap, unsigned flags = IBV_SEND_SIGNALED);
 int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n);

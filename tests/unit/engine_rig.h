@@ -6,9 +6,9 @@
 #include <cstring>
 #include <vector>
 
-#include "emu/barriers.h"
 #include "device/doorbell.h"
 #include "device/engine.h"
+#include "emu/barriers.h"
 #include "emu/objects.h"
 
 namespace emu::test {

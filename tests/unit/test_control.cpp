@@ -1,13 +1,13 @@
 // The control API (emu/control.h): port state changes, the port events they send to the contexts
 // of the device, and what a port that is down does to the responder lookup.
-#include <gtest/gtest.h>
-
-#include <cerrno>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
-#include "emu/control.h"
+#include <cerrno>
+
 #include "device/engine_internal.h"
+#include "emu/control.h"
 #include "emu/notify.h"
 #include "emu/objects.h"
 
@@ -33,8 +33,10 @@ struct FakeContext {
   // The next record, or false if none is waiting.
   bool next(AsyncEventRecord* rec) {
     ssize_t n = read(p[0], rec, sizeof *rec);
-    if (n < 0) EXPECT_EQ(errno, EAGAIN);
-    else EXPECT_EQ(n, static_cast<ssize_t>(sizeof *rec));
+    if (n < 0)
+      EXPECT_EQ(errno, EAGAIN);
+    else
+      EXPECT_EQ(n, static_cast<ssize_t>(sizeof *rec));
     return n == static_cast<ssize_t>(sizeof *rec);
   }
 };

@@ -5,9 +5,9 @@
 
 #include <thread>
 
-#include "engine_rig.h"
 #include "emu/mmio.h"
 #include "emu/race_log.h"
+#include "engine_rig.h"
 
 using namespace emu;
 using namespace emu::test;
@@ -16,7 +16,8 @@ namespace {
 
 const uint64_t A1 = bf_tag(111, 1), A2 = bf_tag(111, 2), B1 = bf_tag(222, 1);
 
-// Runs f in a thread of its own (a second writer); returns that thread's id as the device records it.
+// Runs f in a thread of its own (a second writer); returns that thread's id as the device records
+// it.
 template <class F>
 uint32_t in_another_thread(F f) {
   uint32_t tid = 0;
@@ -123,7 +124,7 @@ TEST(DbrecDetector, BackwardsKeepsTheFurthest) {
 TEST(DbrecDetector, PastTheRingOrPastTheRecordedStoresIsAhead) {
   DbrecVerdict v = inspect_dbrec(0, 17, 0, 16, 16, true);
   EXPECT_TRUE(v.ahead);
-  EXPECT_EQ(v.producer, 0u);  // nothing a device can fetch
+  EXPECT_EQ(v.producer, 0u);                               // nothing a device can fetch
   EXPECT_TRUE(inspect_dbrec(0, 3, 0, 16, 1, true).ahead);  // block 2 never written
   EXPECT_FALSE(inspect_dbrec(0, 3, 0, 16, 2, true).ahead);
   EXPECT_FALSE(inspect_dbrec(0, 3, 0, 16, ~0u, false).ahead);  // stores not recorded: no claim
@@ -171,7 +172,9 @@ struct BfRig : Rig {
     QpSlot& q = h->qps[a];
     for (size_t i = 0; i < w.size() / 64; ++i)
       std::memcpy(s->at<uint8_t>(q.sq_off) + ((pos + i) & 15) * 64, w.data() + i * 64, 64);
-    if (record) sq_note_wqe_store(q, s->at<WqeWriteRec>(q.wrec_off), pos, static_cast<uint32_t>(w.size() / 64));
+    if (record)
+      sq_note_wqe_store(q, s->at<WqeWriteRec>(q.wrec_off), pos,
+                        static_cast<uint32_t>(w.size() / 64));
   }
   void dbrec(uint32_t producer) {
     QpSlot& q = h->qps[a];
@@ -184,8 +187,10 @@ struct BfRig : Rig {
   }
   void drain(uint32_t buf, uint64_t flusher) {
     uint64_t head = bf_intake(s, *reg, buf, flusher);
-    if (head) eng.on_doorbell(head);
-    else eng.kick_sq(h->qps[a]);
+    if (head)
+      eng.on_doorbell(head);
+    else
+      eng.kick_sq(h->qps[a]);
   }
   std::vector<RaceRecord> races() const { return read_races(s, first_race); }
 };
@@ -218,7 +223,7 @@ TEST(DoorbellDevice, ATornBlueFlameWqeIsExecutedAsTornAndReported) {
   r.chunk(0, 2, wa.data() + 128, A1);
   r.drain(0, A1);
   std::string got(r.dst, 100);
-  EXPECT_EQ(got.substr(0, 28), a.substr(0, 28));   // bytes 36..63 of the WQE: chunk 0
+  EXPECT_EQ(got.substr(0, 28), a.substr(0, 28));    // bytes 36..63 of the WQE: chunk 0
   EXPECT_EQ(got.substr(28, 64), b.substr(28, 64));  // chunk 1 came from the other write
   EXPECT_EQ(got.substr(92), a.substr(92));
   auto ev = r.races();
@@ -342,7 +347,8 @@ TEST(DoorbellDevice, LegalPostingOverManyLapsRaisesNothing) {
   BfRig r;
   uint32_t pos = 0;
   for (uint32_t i = 0; i < 100; ++i) {
-    std::vector<uint8_t> w = r.write_wqe(pos & 0xffff, (i % 2) * 128, std::string(i % 3 == 0 ? 100 : 8, char('a' + i % 26)));
+    std::vector<uint8_t> w = r.write_wqe(pos & 0xffff, (i % 2) * 128,
+                                         std::string(i % 3 == 0 ? 100 : 8, char('a' + i % 26)));
     uint32_t n = static_cast<uint32_t>(w.size() / 64);
     if ((pos & 15) + n > 16) {  // keep each WQE contiguous for the BlueFlame copy: pad with NOPs
       while (pos & 15) {
@@ -354,7 +360,8 @@ TEST(DoorbellDevice, LegalPostingOverManyLapsRaisesNothing) {
         r.ring_store(pos, nop);
         ++pos;
       }
-      w = r.write_wqe(pos & 0xffff, (i % 2) * 128, std::string(i % 3 == 0 ? 100 : 8, char('a' + i % 26)));
+      w = r.write_wqe(pos & 0xffff, (i % 2) * 128,
+                      std::string(i % 3 == 0 ? 100 : 8, char('a' + i % 26)));
     }
     r.ring_store(pos, w);
     pos += n;

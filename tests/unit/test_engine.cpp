@@ -11,7 +11,6 @@ using namespace emu;
 
 using namespace emu::test;
 
-
 TEST(Engine, RdmaWriteMovesBytesAndCompletes) {
   Rig r;
   char src[64] = "hello device", dst[64] = {};

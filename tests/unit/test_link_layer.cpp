@@ -7,8 +7,8 @@
 #include <cstring>
 #include <memory>
 
-#include "emu/config.h"
 #include "device/engine_internal.h"
+#include "emu/config.h"
 #include "host_netdev.h"
 #include "ports/link_layer.h"
 #include "ports/netdev.h"

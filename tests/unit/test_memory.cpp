@@ -1,9 +1,9 @@
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <csignal>
 #include <cstring>
-#include <sys/wait.h>
-#include <unistd.h>
 #include <vector>
 
 #include "shm/memory.h"

@@ -1,11 +1,11 @@
 // Interrupt delivery: event records reach the owner's pipe, from the owner itself and from another
 // process (through /proc/<pid>/fd), and a held lock of a dead process is taken over.
-#include <gtest/gtest.h>
-
-#include <csignal>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <csignal>
 
 #include "emu/notify.h"
 #include "emu/segment.h"

@@ -1,18 +1,17 @@
 #include <gtest/gtest.h>
-
-#include <csignal>
-#include <cstdlib>
 #include <spawn.h>
-#include <string>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <csignal>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
 #include "emu/segment.h"
 #include "emu/wqe.h"
-
-#include <cstring>
-#include <vector>
 
 using namespace emu;
 
@@ -209,7 +208,8 @@ TEST(Segment, AnotherLayoutVersionIsRefusedWithAClearError) {
   }
   out.clear();
   EXPECT_EQ(probe_attach(fabric, &out), 3);
-  EXPECT_NE(out.find("layout version " + std::to_string(kLayoutVersion + 100)), std::string::npos) << out;
+  EXPECT_NE(out.find("layout version " + std::to_string(kLayoutVersion + 100)), std::string::npos)
+      << out;
   EXPECT_NE(out.find(path), std::string::npos) << "the message names the file: " << out;
   unlink(path.c_str());
 }

@@ -66,7 +66,7 @@ TEST(ShmHeap, ExhaustionAndBadFrees) {
   heap.free(offs[0] + 64);  // not a block's head
   heap.free(1);             // not in the heap
   heap.free(offs[0]);
-  heap.free(offs[0]);       // twice: the second finds no head and does nothing
+  heap.free(offs[0]);  // twice: the second finds no head and does nothing
   EXPECT_NE(heap.alloc(64 * 1024, 64), 0u) << "the freed block is found again";
   for (size_t i = 1; i < offs.size(); ++i) heap.free(offs[i]);
   EXPECT_LT(heap.free_bytes(), initial);  // the re-allocated block is still out

@@ -36,7 +36,8 @@ static_assert(offsetof(AvSeg, rmac) == offsetof(mlx5_wqe_av, rmac));
 static_assert(offsetof(AvSeg, grh_gid_fl) == offsetof(mlx5_wqe_av, grh_gid_fl));
 static_assert(offsetof(AvSeg, rgid) == offsetof(mlx5_wqe_av, rgid));
 static_assert(sizeof(SrqNextSeg) == sizeof(mlx5_wqe_srq_next_seg));
-static_assert(offsetof(SrqNextSeg, next_wqe_index) == offsetof(mlx5_wqe_srq_next_seg, next_wqe_index));
+static_assert(offsetof(SrqNextSeg, next_wqe_index) ==
+              offsetof(mlx5_wqe_srq_next_seg, next_wqe_index));
 static_assert(sizeof(Grh) == sizeof(ibv_grh));
 static_assert(offsetof(ErrCqe, syndrome) == offsetof(mlx5_err_cqe, syndrome));
 static_assert(offsetof(ErrCqe, vendor_err_synd) == offsetof(mlx5_err_cqe, vendor_err_synd));

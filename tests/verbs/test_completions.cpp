@@ -33,7 +33,8 @@ class Loopback : public VerbsTest {
   }
   // A connected pair whose receiving side (*qb) completes its receives into rcq.
   ::testing::AssertionResult connected_into(ibv_cq* rcq, ibv_qp** qa, ibv_qp** qb,
-                                            const QpCaps& b_caps = {}, ibv_qp_cap* b_got = nullptr) {
+                                            const QpCaps& b_caps = {},
+                                            ibv_qp_cap* b_got = nullptr) {
     *qb = make_qp(p.cqb, rcq, b_caps, b_got);
     *qa = make_qp(p.cqa, p.cqa);
     if (!*qa || !*qb) return ::testing::AssertionFailure() << "QP creation refused";
@@ -158,7 +159,8 @@ TEST_F(Loopback, CompareAndSwap) {
   auto* result = reinterpret_cast<uint64_t*>(la.p + 128);
   *target = 1000;
   ibv_sge s = la.sge(128, 8);
-  ibv_send_wr w = atomic_wr(5, IBV_WR_ATOMIC_CMP_AND_SWP, &s, lb.addr() + 64, lb.rkey(), 1000, 2000);
+  ibv_send_wr w =
+      atomic_wr(5, IBV_WR_ATOMIC_CMP_AND_SWP, &s, lb.addr() + 64, lb.rkey(), 1000, 2000);
   ASSERT_EQ(post_one(p.a, &w), 0);
   ibv_wc wc;
   ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 5, &wc));
@@ -214,7 +216,8 @@ TEST_F(Loopback, UnsignaledThenSignaled) {
   ibv_sge s = la.sge(0, 16);
   ibv_send_wr w[3];
   for (int i = 0; i < 3; ++i)
-    w[i] = rdma_wr(100 + i, IBV_WR_RDMA_WRITE, &s, 1, lb.addr() + 16 * i, lb.rkey(), i == 2 ? IBV_SEND_SIGNALED : 0);
+    w[i] = rdma_wr(100 + i, IBV_WR_RDMA_WRITE, &s, 1, lb.addr() + 16 * i, lb.rkey(),
+                   i == 2 ? IBV_SEND_SIGNALED : 0);
   ASSERT_EQ(post_one(p.a, &w[0]), 0);
   ASSERT_EQ(post_one(p.a, &w[1]), 0);
   EXPECT_TRUE(drain(p.cqa).empty()) << "an unsignaled WR produced a completion";
@@ -232,7 +235,8 @@ TEST_F(Loopback, SqSigAll) {
   ASSERT_TRUE(q.a && q.b);
   ibv_sge s = la.sge(0, 16);
   ibv_send_wr w[3];
-  for (int i = 0; i < 3; ++i) w[i] = rdma_wr(200 + i, IBV_WR_RDMA_WRITE, &s, 1, lb.addr(), lb.rkey(), 0);
+  for (int i = 0; i < 3; ++i)
+    w[i] = rdma_wr(200 + i, IBV_WR_RDMA_WRITE, &s, 1, lb.addr(), lb.rkey(), 0);
   w[0].next = &w[1];
   w[1].next = &w[2];
   ASSERT_EQ(post_one(q.a, &w[0]), 0);
@@ -385,7 +389,8 @@ class RemoteAccess : public Loopback {
  protected:
   // Posts one signaled 64-byte write to (raddr, rkey) and expects REM_ACCESS_ERR with the bytes
   // [check, check + check_len) of the target unchanged.
-  void write_expect_rem_access(uint64_t raddr, uint32_t rkey, const uint8_t* check, size_t check_len) {
+  void write_expect_rem_access(uint64_t raddr, uint32_t rkey, const uint8_t* check,
+                               size_t check_len) {
     std::vector<uint8_t> before(check, check + check_len);
     fill_pattern(la.p, 64, 99);
     ibv_sge s = la.sge(0, 64);
@@ -397,7 +402,9 @@ class RemoteAccess : public Loopback {
   }
 };
 
-TEST_F(RemoteAccess, BadRkey) { write_expect_rem_access(lb.addr(), lb.rkey() ^ 0x777700, lb.p, 128); }
+TEST_F(RemoteAccess, BadRkey) {
+  write_expect_rem_access(lb.addr(), lb.rkey() ^ 0x777700, lb.p, 128);
+}
 
 TEST_F(RemoteAccess, OutOfBounds) {
   // Registered 1000 bytes of a page: a write over the end is refused, in the MR and beyond it.

@@ -174,8 +174,8 @@ struct RecvReport {
 }
 
 __attribute__((constructor)) void maybe_run_peer() {
-  static const char* const kRoles[] = {"attach", "target", "victim", "receiver", "receiver-iova",
-                                       "dereg"};
+  static const char* const kRoles[] = {"attach",   "target",        "victim",
+                                       "receiver", "receiver-iova", "dereg"};
   std::string role = peer_role();
   for (const char* r : kRoles)
     if (role == r) run_peer(role);
@@ -224,7 +224,8 @@ TEST_F(CrossProcess, OneSidedWhilePeerBlocked) {
   for (size_t i = 0; i < kReadLen; ++i) ASSERT_EQ(local.p[1024 + i], pattern_byte(i + 100)) << i;
 
   ibv_sge as = local.sge(2048, 8);
-  ibv_send_wr a = atomic_wr(3, IBV_WR_ATOMIC_FETCH_AND_ADD, &as, pi.addr + kFaaOff, pi.rkey, kFaaAdd, 0);
+  ibv_send_wr a =
+      atomic_wr(3, IBV_WR_ATOMIC_FETCH_AND_ADD, &as, pi.addr + kFaaOff, pi.rkey, kFaaAdd, 0);
   ASSERT_EQ(post_one(qp, &a), 0);
   ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 3));
   uint64_t old;
@@ -335,8 +336,10 @@ TEST(CrossProcessAttach, ConcurrentFirstAttach) {
       auto until = std::chrono::steady_clock::now() + kDeadline;
       for (auto& pr : peers) {
         uint8_t ok = 0;
-        if (!pr.recv_byte_by(&ok, until)) ++hung;  // ~Peer kills what is left
-        else if (ok != 1) ++failed;
+        if (!pr.recv_byte_by(&ok, until))
+          ++hung;  // ~Peer kills what is left
+        else if (ok != 1)
+          ++failed;
       }
     }
     unlink((shm_dir + "/rdmaemu-" + std::to_string(getuid()) + "-" + fabric).c_str());

@@ -53,8 +53,8 @@ TEST_F(Devinfo, AgreesWithQueryDeviceAndPort) {
   EXPECT_EQ(kv["atomic_cap"], "ATOMIC_HCA (1)");
   char guid[32];
   uint64_t g = be64toh(a.node_guid);
-  std::snprintf(guid, sizeof guid, "%04x:%04x:%04x:%04x", unsigned(g >> 48), unsigned(g >> 32) & 0xffff,
-                unsigned(g >> 16) & 0xffff, unsigned(g) & 0xffff);
+  std::snprintf(guid, sizeof guid, "%04x:%04x:%04x:%04x", unsigned(g >> 48),
+                unsigned(g >> 32) & 0xffff, unsigned(g >> 16) & 0xffff, unsigned(g) & 0xffff);
   EXPECT_EQ(kv["node_guid"], guid);
   ibv_port_attr p;
   ASSERT_EQ(ibv_query_port(ctx, 1, &p), 0);

@@ -129,7 +129,8 @@ TEST_F(Errno, PostSendBeforeRts) {
   Buf dst = make_buf(4096, kAllAccess, 0x00);
   ibv_sge sg[3] = {src.sge(0, 64), src.sge(64, 64), src.sge(128, 64)};
   ibv_send_wr w[3];
-  for (int i = 0; i < 3; ++i) w[i] = rdma_wr(10 + i, IBV_WR_RDMA_WRITE, &sg[i], 1, dst.addr() + 64 * i, dst.rkey());
+  for (int i = 0; i < 3; ++i)
+    w[i] = rdma_wr(10 + i, IBV_WR_RDMA_WRITE, &sg[i], 1, dst.addr() + 64 * i, dst.rkey());
   w[0].next = &w[1];  // a chain: the whole of it is refused at its head
 
   ibv_send_wr* bad = nullptr;
@@ -161,7 +162,8 @@ TEST_F(Errno, PostRecvInReset) {
   ibv_qp_attr qa;
   ibv_qp_init_attr ia;
   ASSERT_EQ(ibv_query_qp(qp, &qa, IBV_QP_CAP, &ia), 0);
-  for (uint32_t i = 0; i < qa.cap.max_recv_wr; ++i) ASSERT_EQ(post_recv(qp, 100 + i, &sg, 1), 0) << i;
+  for (uint32_t i = 0; i < qa.cap.max_recv_wr; ++i)
+    ASSERT_EQ(post_recv(qp, 100 + i, &sg, 1), 0) << i;
   EXPECT_EQ(post_recv(qp, 999, &sg, 1), ENOMEM);
 }
 
@@ -195,7 +197,8 @@ class ErrnoConnected : public Errno {
 TEST_F(ErrnoConnected, PostSendTooManySge) {
   std::vector<ibv_sge> sg;
   for (uint32_t i = 0; i <= cap.max_send_sge; ++i) sg.push_back(src.sge(16 * i, 16));
-  ibv_send_wr w = rdma_wr(1, IBV_WR_RDMA_WRITE, sg.data(), static_cast<int>(sg.size()), dst.addr(), dst.rkey());
+  ibv_send_wr w =
+      rdma_wr(1, IBV_WR_RDMA_WRITE, sg.data(), static_cast<int>(sg.size()), dst.addr(), dst.rkey());
   EXPECT_EQ(post_one(a, &w), EINVAL);
   expect_only_marker(a, cq, dst, 4096);
   for (size_t i = 0; i < 16 * sg.size(); ++i) ASSERT_EQ(dst.p[i], 0) << "byte " << i;
@@ -369,7 +372,8 @@ TEST_F(Errno, MemoryWindowsNotSupported) {
   ibv_device_attr da;
   ASSERT_EQ(ibv_query_device(ctx, &da), 0);
   EXPECT_EQ(da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A |
-                                   IBV_DEVICE_MEM_WINDOW_TYPE_2B), 0u);
+                                   IBV_DEVICE_MEM_WINDOW_TYPE_2B),
+            0u);
 }
 
 // max_ah address handles per context, then ENOMEM; destroying one makes room again.

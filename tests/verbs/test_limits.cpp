@@ -62,9 +62,9 @@ TEST_F(Limits, PathMtuOutsideTheIbRange) {
     ASSERT_EQ(to_init(qp, kAllAccess), 0);
     ibv_qp_attr a = rtr_attr(lid, qp->qp_num, 0, 1);
     a.path_mtu = static_cast<ibv_mtu>(bad);
-    EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
-                                        IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC |
-                                        IBV_QP_MIN_RNR_TIMER),
+    EXPECT_EQ(ibv_modify_qp(qp, &a,
+                            IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN |
+                                IBV_QP_RQ_PSN | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER),
               EINVAL)
         << "path_mtu " << bad;
     EXPECT_EQ(qp_state(qp), IBV_QPS_INIT);

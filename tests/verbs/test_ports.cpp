@@ -55,9 +55,9 @@ class PortTest : public VerbsTest {
   int got_port = ev.element.port_num;
   ibv_ack_async_event(&ev);
   if (got != want || got_port != port)
-    return ::testing::AssertionFailure() << "event " << ibv_event_type_str(got) << " port "
-                                         << got_port << ", expected " << ibv_event_type_str(want)
-                                         << " port " << port;
+    return ::testing::AssertionFailure()
+           << "event " << ibv_event_type_str(got) << " port " << got_port << ", expected "
+           << ibv_event_type_str(want) << " port " << port;
   return ::testing::AssertionSuccess();
 }
 

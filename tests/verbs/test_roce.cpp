@@ -288,8 +288,10 @@ TEST_F(Roce, AGidNoPortHoldsGoesNowhere) {
 TEST_F(Roce, TheGidOfAnotherInterfaceDoesNotReachThisPort) {
   connect(path(kRocePort, gid_of(ctx, kLoPort, kIpv4V2), kIpv4V2),
           path(kRocePort, gid_of(ctx, kRocePort, kIpv4V2), kIpv4V2), 1, 1);
-  if (dflt.name == "lo") send_and_write();
-  else expect_unreachable();
+  if (dflt.name == "lo")
+    send_and_write();
+  else
+    expect_unreachable();
 }
 
 TEST_F(Roce, InfiniBandPortDoesNotReachARocePort) {

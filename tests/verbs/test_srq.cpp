@@ -72,7 +72,8 @@ TEST_F(Srq, CreateLimitsAndQuery) {
   struct Bad {
     uint32_t wr, sge;
   };
-  for (Bad b : {Bad{0, 1}, Bad{uint32_t(da.max_srq_wr) + 1, 1}, Bad{16, uint32_t(da.max_srq_sge) + 1}}) {
+  for (Bad b :
+       {Bad{0, 1}, Bad{uint32_t(da.max_srq_wr) + 1, 1}, Bad{16, uint32_t(da.max_srq_sge) + 1}}) {
     ibv_srq_init_attr ia;
     std::memset(&ia, 0, sizeof ia);
     ia.attr.max_wr = b.wr;
@@ -164,7 +165,8 @@ TEST_F(Srq, SharedByThreeQps) {
     EXPECT_TRUE(ids.insert(wc.wr_id).second) << "wr_id " << wc.wr_id << " completed twice";
     int j, i;
     ASSERT_TRUE(is_msg(rb.p + (wc.wr_id - 1000) * kSlot, wc.byte_len, &j, &i))
-        << "wr_id " << wc.wr_id << ": its buffer does not hold a message of " << wc.byte_len << " B";
+        << "wr_id " << wc.wr_id << ": its buffer does not hold a message of " << wc.byte_len
+        << " B";
     ASSERT_LT(j, kLinks);
     EXPECT_EQ(wc.qp_num, l[j].rcv->qp_num) << "message " << j << "/" << i;
     EXPECT_EQ(wc.src_qp, l[j].snd->qp_num) << "message " << j << "/" << i;

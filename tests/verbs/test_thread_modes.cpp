@@ -74,8 +74,8 @@ ibv_qp* create_wr_qp(ibv_context* ctx, ibv_pd* pd, ibv_cq* cq) {
 
 int post_inline_write(ibv_qp* qp, uint64_t wr_id, const void* src, uint64_t raddr, uint32_t rkey) {
   ibv_sge sg{reinterpret_cast<uint64_t>(src), kMsg, 0};
-  ibv_send_wr wr = rdma_wr(wr_id, IBV_WR_RDMA_WRITE, &sg, 1, raddr, rkey,
-                           IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  ibv_send_wr wr =
+      rdma_wr(wr_id, IBV_WR_RDMA_WRITE, &sg, 1, raddr, rkey, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
   ibv_send_wr* bad = nullptr;
   return ibv_post_send(qp, &wr, &bad);
 }
@@ -122,7 +122,8 @@ Overlap overlap_on(ibv_qp* qp, uint64_t raddr, uint32_t rkey, uint8_t fill) {
 // Thread 1 then thread 2 (each joined before the next starts): an aborted session, a session, a
 // post and a receive each. Nobody is inside the queue when the next one comes (an abort leaves it
 // as a complete does).
-void sequential_on(ibv_qp* qp, uint64_t raddr, uint32_t rkey, const ibv_sge& recv_sge, int* errors) {
+void sequential_on(ibv_qp* qp, uint64_t raddr, uint32_t rkey, const ibv_sge& recv_sge,
+                   int* errors) {
   for (int k = 0; k < 2; ++k) {
     std::thread t([&, k] {
       uint8_t src[kMsg];
@@ -458,7 +459,7 @@ TEST_F(ThreadModes, OwnerCheckerQuietForSequentialUse) {
 
 struct SingleReport {
   uint32_t ok;
-  uint32_t plain_reg;      // the plain QP's register: a shared one
+  uint32_t plain_reg;  // the plain QP's register: a shared one
   char err[160];
 };
 
@@ -495,8 +496,8 @@ struct SingleReport {
   auto wcs = poll_n(cq, 2);
   if (wcs.size() != 2 || wcs[0].status || wcs[1].status) single_fail("overlap's completions");
   auto ev = races_since(before, a->qp_num);
-  if (ev.size() != 1 || ev[0].kind != static_cast<uint32_t>(EMUDV_RACE_OWNER) || ev[0].writer_tids[0] != o.tid1 ||
-      ev[0].writer_tids[1] != o.tid2)
+  if (ev.size() != 1 || ev[0].kind != static_cast<uint32_t>(EMUDV_RACE_OWNER) ||
+      ev[0].writer_tids[0] != o.tid1 || ev[0].writer_tids[1] != o.tid2)
     single_fail("%u events on the plain QP, first of kind %u (expected one owner_conflict)",
                 static_cast<unsigned>(ev.size()), ev.empty() ? 0u : ev[0].kind);
 
@@ -547,8 +548,10 @@ struct Tally {
     int n = ibv_poll_cq(cq, 32, wc);
     for (int i = 0; i < n; ++i) {
       if (wc[i].status != IBV_WC_SUCCESS) bad_status.fetch_add(1);
-      if (wc[i].wr_id >= kTotal) bad_wr_id.fetch_add(1);
-      else seen[wc[i].wr_id].fetch_add(1);
+      if (wc[i].wr_id >= kTotal)
+        bad_wr_id.fetch_add(1);
+      else
+        seen[wc[i].wr_id].fetch_add(1);
       done.fetch_add(1);
     }
   }
@@ -556,7 +559,8 @@ struct Tally {
 
 // Thread t posts its kPerThread inline WRITEs through qps[t % qps.size()], each to its own 64-byte
 // place in target, polling its QP's CQ whenever the send queue is full.
-void eight_threads(const std::vector<ibv_qp*>& qps, const std::vector<ibv_cq*>& cqs, const Buf& target) {
+void eight_threads(const std::vector<ibv_qp*>& qps, const std::vector<ibv_cq*>& cqs,
+                   const Buf& target) {
   uint64_t before = dv()->races_recorded();
   Tally tally;
   auto until = std::chrono::steady_clock::now() + kDeadline;
@@ -570,7 +574,8 @@ void eight_threads(const std::vector<ibv_qp*>& qps, const std::vector<ibv_cq*>& 
         uint32_t id = t * kPerThread + i;
         fill_msg(src, id);
         for (;;) {
-          int rc = post_inline_write(qp, id, src, target.addr() + uint64_t(id) * kMsg, target.rkey());
+          int rc =
+              post_inline_write(qp, id, src, target.addr() + uint64_t(id) * kMsg, target.rkey());
           if (rc == 0) break;
           if (rc != ENOMEM || std::chrono::steady_clock::now() > until) {
             tally.post_errors.fetch_add(1);

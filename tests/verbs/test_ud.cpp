@@ -243,7 +243,8 @@ TEST_F(Ud, QpsOnAnSrq) {
     EXPECT_EQ(wc.byte_len, kGrh + (first ? 10 : 300));
     EXPECT_EQ(wc.src_qp, s->qp_num);
     EXPECT_EQ(wc.sl, 2);
-    EXPECT_TRUE(same_pattern(rb.p + 4096 * (wc.wr_id - 300) + kGrh, first ? 10 : 300, first ? 1 : 2));
+    EXPECT_TRUE(
+        same_pattern(rb.p + 4096 * (wc.wr_id - 300) + kGrh, first ? 10 : 300, first ? 1 : 2));
   }
   EXPECT_NE(wcs[0].wr_id, wcs[1].wr_id);
 }
@@ -585,7 +586,8 @@ TEST_F(Ud, AttachBeyondMaxMcastQpAttachIsEnomem) {
   ibv_gid first = mgid(0);
   EXPECT_EQ(ibv_attach_mcast(r, &first, kMlid), 0) << "a group already joined takes no room";
   EXPECT_EQ(ibv_detach_mcast(r, &first, kMlid), 0);
-  EXPECT_EQ(ibv_attach_mcast(r, &more, static_cast<uint16_t>(kMlid + n)), 0) << "room after a detach";
+  EXPECT_EQ(ibv_attach_mcast(r, &more, static_cast<uint16_t>(kMlid + n)), 0)
+      << "room after a detach";
 }
 
 // The multicast peer: one UD QP joined to the group, two receives; it checks both datagrams.
@@ -634,7 +636,8 @@ constexpr uint8_t kMcastSeed[2] = {0x31, 0x47};
     const ibv_wc& wc = wcs[k];
     const uint8_t* d = buf + 4096 * k;
     if (wc.status != IBV_WC_SUCCESS || wc.wr_id != 100 + k || wc.byte_len != kGrh + kMcastLen[k] ||
-        wc.src_qp != parent.sender_qpn || wc.slid != parent.sender_lid || !(wc.wc_flags & IBV_WC_GRH)) {
+        wc.src_qp != parent.sender_qpn || wc.slid != parent.sender_lid ||
+        !(wc.wc_flags & IBV_WC_GRH)) {
       peer_report_failure(rep, "wc %zu: status %d wr_id %llu len %u src_qp 0x%x slid %u flags 0x%x",
                           k, wc.status, (unsigned long long)wc.wr_id, wc.byte_len, wc.src_qp,
                           wc.slid, wc.wc_flags);

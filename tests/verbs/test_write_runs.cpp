@@ -34,7 +34,8 @@ class WriteRuns : public VerbsTest {
       sges[i] = src.sge(off, len);
       unsigned flags = (i % 8 == 0) ? IBV_SEND_INLINE : 0;
       if (i == n - 1) flags |= IBV_SEND_SIGNALED;
-      wrs[i] = rdma_wr(1000 + i, IBV_WR_RDMA_WRITE, &sges[i], 1, dst.addr() + off, dst.rkey(), flags);
+      wrs[i] =
+          rdma_wr(1000 + i, IBV_WR_RDMA_WRITE, &sges[i], 1, dst.addr() + off, dst.rkey(), flags);
       if (i + 1 < n) wrs[i].next = &wrs[i + 1];
       off += len + 3;
     }
@@ -72,7 +73,9 @@ TEST_F(WriteRuns, BadRkeyInTheMiddleStopsTheRunThere) {
   ASSERT_EQ(wcs.size(), 20u);
   for (int i = 0; i < 20; ++i) {
     EXPECT_EQ(wcs[i].wr_id, 1000u + i);
-    ibv_wc_status want = i < 9 ? IBV_WC_SUCCESS : i == 9 ? IBV_WC_REM_ACCESS_ERR : IBV_WC_WR_FLUSH_ERR;
+    ibv_wc_status want = i < 9    ? IBV_WC_SUCCESS
+                         : i == 9 ? IBV_WC_REM_ACCESS_ERR
+                                  : IBV_WC_WR_FLUSH_ERR;
     EXPECT_EQ(wcs[i].status, want) << "write " << i;
     size_t off = sges[i].addr - src.addr();
     if (i < 9)

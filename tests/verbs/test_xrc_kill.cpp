@@ -57,7 +57,8 @@ void check_census_mid(const CensusView& c, const std::string& where) {
     EXPECT_TRUE(domain_open) << where << "kept TGT QP of a closed domain\n" << c.json;
   }
   for (const CensusView::Xrcd& d : c.xrcds) {
-    for (bool a : d.opener_alive) EXPECT_TRUE(a) << where << "domain opened by the dead\n" << c.json;
+    for (bool a : d.opener_alive)
+      EXPECT_TRUE(a) << where << "domain opened by the dead\n" << c.json;
     EXPECT_TRUE(d.opens > 0 || d.objects > 0) << where << "unused domain\n" << c.json;
   }
 }
@@ -87,23 +88,35 @@ TEST(XrcKill, RandomKills) {
     // no reply is not.
     struct Step {
       Who who;
-      std::function<std::string()> cmd;     // "" to skip
+      std::function<std::string()> cmd;  // "" to skip
       std::function<void(const Reply&)> got;
     };
     auto num = [](long v) { return std::to_string(v); };
     auto none = [](const Reply&) {};
     const Step steps[] = {
         {kCreator, [&] { return std::string("setenv EMU_XRC_POLICY ") + pol.policy; }, none},
-        {kCreator, [&] { return std::string("setenv EMU_XRC_TGT_LIFETIME ") + pol.lifetime; }, none},
+        {kCreator, [&] { return std::string("setenv EMU_XRC_TGT_LIFETIME ") + pol.lifetime; },
+         none},
         {kCreator, [&] { return "open_xrcd " + file.path + " " + num(O_CREAT); }, none},
         {kCreator, [&] { return std::string("create_tgt"); },
-         [&](const Reply& r) { if (r.ok()) tgt = r.val(0); }},
+         [&](const Reply& r) {
+           if (r.ok()) tgt = r.val(0);
+         }},
         {kOpener, [&] { return "open_xrcd " + file.path + " 0"; }, none},
         {kOpener, [&] { return std::string("create_srq 4"); },
-         [&](const Reply& r) { if (r.ok()) srqn = r.val(0); }},
+         [&](const Reply& r) {
+           if (r.ok()) srqn = r.val(0);
+         }},
         {kSender, [&] { return std::string("create_ini"); },
-         [&](const Reply& r) { if (r.ok()) { ini = r.val(0); lid = r.val(1); } }},
-        {kCreator, [&] { return tgt < 0 || ini < 0 ? "" : "connect_tgt " + num(lid) + " " + num(ini); }, none},
+         [&](const Reply& r) {
+           if (r.ok()) {
+             ini = r.val(0);
+             lid = r.val(1);
+           }
+         }},
+        {kCreator,
+         [&] { return tgt < 0 || ini < 0 ? "" : "connect_tgt " + num(lid) + " " + num(ini); },
+         none},
         {kSender, [&] { return tgt < 0 ? "" : "connect_ini " + num(lid) + " " + num(tgt); }, none},
         {kOpener, [&] { return tgt < 0 ? "" : "open_qp " + num(tgt); }, none},
         {kSender, [&] { return srqn < 0 ? "" : "send " + num(srqn) + " 1"; },
@@ -149,7 +162,8 @@ TEST(XrcKill, RandomKills) {
         continue;
       }
       Reply r = who.call(cmd);
-      ASSERT_TRUE(r.answered) << where << kWhoName[steps[s].who] << " did not answer '" << cmd << "'";
+      ASSERT_TRUE(r.answered) << where << kWhoName[steps[s].who] << " did not answer '" << cmd
+                              << "'";
       steps[s].got(r);
     }
     for (int w = 0; w < kPlayers; ++w)

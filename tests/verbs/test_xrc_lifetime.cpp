@@ -19,9 +19,9 @@ namespace {
 
 struct Variant {
   const char* name;
-  const char* policy;    // EMU_XRC_POLICY in the creator when it makes the domain
-  const char* lifetime;  // EMU_XRC_TGT_LIFETIME in the creator when it makes the TGT QP
-  bool kept;             // a TGT QP whose handles all went with their processes stays
+  const char* policy;           // EMU_XRC_POLICY in the creator when it makes the domain
+  const char* lifetime;         // EMU_XRC_TGT_LIFETIME in the creator when it makes the TGT QP
+  bool kept;                    // a TGT QP whose handles all went with their processes stays
   bool explicit_destroy_kills;  // ibv_destroy_qp of any handle destroys the real QP
 };
 
@@ -41,7 +41,8 @@ bool has(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end()
 void expect_nothing_of_the_dead(const CensusView& c) {
   EXPECT_EQ(c.dead_owned, 0u) << c.json;
   for (const CensusView::Tgt& t : c.tgts)
-    for (bool a : t.holder_alive) EXPECT_TRUE(a) << "TGT QP " << t.qpn << " held by the dead\n" << c.json;
+    for (bool a : t.holder_alive)
+      EXPECT_TRUE(a) << "TGT QP " << t.qpn << " held by the dead\n" << c.json;
   for (const CensusView::Xrcd& d : c.xrcds)
     for (bool a : d.opener_alive) EXPECT_TRUE(a) << "domain opened by the dead\n" << c.json;
 }
@@ -120,8 +121,10 @@ class XrcLifetime : public ::testing::TestWithParam<Variant> {
   }
 
   void creator_goes(bool kill) {
-    if (kill) creator.kill_now();
-    else ASSERT_TRUE(creator.exit_normally());
+    if (kill)
+      creator.kill_now();
+    else
+      ASSERT_TRUE(creator.exit_normally());
   }
 
   // Rows of docs/xrc.md shared by the exit and the SIGKILL variants.
@@ -194,8 +197,10 @@ void XrcLifetime::row_no_other_handle(bool kill) {
     }
     expect_nothing_of_the_dead(c);
   }
-  if (v.kept) ASSERT_NO_FATAL_FAILURE(expect_lands(8));
-  else ASSERT_NO_FATAL_FAILURE(expect_lost());
+  if (v.kept)
+    ASSERT_NO_FATAL_FAILURE(expect_lands(8));
+  else
+    ASSERT_NO_FATAL_FAILURE(expect_lost());
   Reply r = opener.call("open_qp " + std::to_string(tgt));
   EXPECT_EQ(r.err, v.kept ? 0 : EINVAL) << r.text;
   if (v.kept) {
@@ -230,8 +235,10 @@ TEST_P(XrcLifetime, HandleDestroyedWhileAnotherHolds) {
     }
     expect_nothing_of_the_dead(c);
   }
-  if (v.explicit_destroy_kills) ASSERT_NO_FATAL_FAILURE(expect_lost());
-  else ASSERT_NO_FATAL_FAILURE(expect_lands(9));
+  if (v.explicit_destroy_kills)
+    ASSERT_NO_FATAL_FAILURE(expect_lost());
+  else
+    ASSERT_NO_FATAL_FAILURE(expect_lands(9));
   // New references take the free handle slots, under 2a the stale handle's too: the sender opens
   // the domain, the creator makes a second TGT QP.
   ASSERT_TRUE(sender.call("open_xrcd " + file.path + " 0").ok());
@@ -288,7 +295,9 @@ TEST_P(XrcLifetime, OpenerKilledWhileHoldingHandle) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Policies, XrcLifetime, ::testing::ValuesIn(kVariants),
-                         [](const ::testing::TestParamInfo<Variant>& i) { return std::string(i.param.name); });
+                         [](const ::testing::TestParamInfo<Variant>& i) {
+                           return std::string(i.param.name);
+                         });
 
 // The rows where every policy answers alike: the kernel's errnos.
 class XrcErrnos : public ::testing::Test {

@@ -40,7 +40,7 @@ struct PlayerState {
   ibv_cq* recv_cq = nullptr;  // the XRC SRQ's
   int fd = -1;
   ibv_xrcd* xrcd = nullptr;
-  ibv_qp* tgt = nullptr;      // a TGT QP handle: created or opened
+  ibv_qp* tgt = nullptr;  // a TGT QP handle: created or opened
   ibv_srq* srq = nullptr;
   ibv_qp* ini = nullptr;
   alignas(4096) uint8_t buf[4096];
@@ -70,7 +70,8 @@ std::string player_step(PlayerState& p, const std::string& line) {
     return ok_reply();
   }
   if (cmd == "ping") return ok_reply({getpid()});
-  if (cmd == "async_event") {  // MS: the next async event within MS, acked: "ok type qpn" or "ok -1"
+  if (cmd ==
+      "async_event") {  // MS: the next async event within MS, acked: "ok type qpn" or "ok -1"
     long ms = 0;
     in >> ms;
     ibv_async_event ev;
@@ -219,11 +220,13 @@ std::string player_step(PlayerState& p, const std::string& line) {
     if (wc.empty()) return err_reply(ETIMEDOUT, "no send completion");
     return ok_reply({static_cast<long>(wc[0].status)});
   }
-  if (cmd == "poll") {  // N MS: up to N completions of the SRQ's CQ within MS; "ok n status tag ..."
+  if (cmd ==
+      "poll") {  // N MS: up to N completions of the SRQ's CQ within MS; "ok n status tag ..."
     long n = 1, ms = 2000;
     in >> n >> ms;
     if (!p.recv_cq) return err_reply(ENOENT, "no SRQ CQ");
-    std::vector<ibv_wc> wc = poll_n(p.recv_cq, static_cast<size_t>(n), std::chrono::milliseconds(ms));
+    std::vector<ibv_wc> wc =
+        poll_n(p.recv_cq, static_cast<size_t>(n), std::chrono::milliseconds(ms));
     std::string s = "ok " + std::to_string(wc.size());
     for (const ibv_wc& w : wc)
       s += " " + std::to_string(w.status) + " " +
@@ -270,14 +273,16 @@ std::string player_step(PlayerState& p, const std::string& line) {
     std::snprintf(b, sizeof b, "T %u %u %u %d %d %d %d %s", t.qpn, t.xrcd, t.handles,
                   t.dies_with_xrcd, t.orphaned, t.creator_alive, t.creator_pid, t.state.c_str());
     s += b;
-    for (const emu::CensusHandle& x : t.holders) s += " " + std::to_string(x.pid) + (x.alive ? "+" : "-");
+    for (const emu::CensusHandle& x : t.holders)
+      s += " " + std::to_string(x.pid) + (x.alive ? "+" : "-");
     s += "\n";
   }
   for (const emu::CensusXrcd& d : c.xrcds) {
-    std::snprintf(b, sizeof b, "X %u %llu %u %u %s", d.index, static_cast<unsigned long long>(d.inode),
-                  d.opens, d.objects, d.policy.c_str());
+    std::snprintf(b, sizeof b, "X %u %llu %u %u %s", d.index,
+                  static_cast<unsigned long long>(d.inode), d.opens, d.objects, d.policy.c_str());
     s += b;
-    for (const emu::CensusHandle& x : d.openers) s += " " + std::to_string(x.pid) + (x.alive ? "+" : "-");
+    for (const emu::CensusHandle& x : d.openers)
+      s += " " + std::to_string(x.pid) + (x.alive ? "+" : "-");
     s += "\n";
   }
   for (const emu::CensusObject& o : c.objects)
@@ -396,7 +401,8 @@ CensusView take_census_view() {
   std::string s;
   if (!census.recv_by(&n, sizeof n, until) || n > (1u << 24)) {
     if (std::getenv("EMU_XRC_HANG_GDB")) {
-      std::string g = "gdb -batch -p " + std::to_string(census.pid()) + " -ex 'thread apply all bt' 1>&2";
+      std::string g =
+          "gdb -batch -p " + std::to_string(census.pid()) + " -ex 'thread apply all bt' 1>&2";
       if (std::system(g.c_str()) != 0) std::fprintf(stderr, "gdb failed\n");
     }
     return v;
@@ -436,8 +442,12 @@ CensusView take_census_view() {
         v.objects.push_back(o);
         break;
       }
-      case 'D': in >> v.dead_owned; break;
-      case 'J': v.json = line.substr(2); break;
+      case 'D':
+        in >> v.dead_owned;
+        break;
+      case 'J':
+        v.json = line.substr(2);
+        break;
     }
   }
   v.ok = s.rfind("err", 0) != 0;

@@ -25,9 +25,9 @@ namespace vt {
 constexpr std::chrono::seconds kStepDeadline{10};
 
 struct Reply {
-  bool answered = false;  // false: the player died or did not answer before the deadline
-  int err = 0;            // errno of the verb when the reply was "err"
-  std::vector<long> vals; // the numbers after "ok"
+  bool answered = false;   // false: the player died or did not answer before the deadline
+  int err = 0;             // errno of the verb when the reply was "err"
+  std::vector<long> vals;  // the numbers after "ok"
   std::string text;
   bool ok() const { return answered && err == 0; }
   long val(size_t i) const { return i < vals.size() ? vals[i] : -1; }
@@ -61,7 +61,7 @@ struct CensusView {
     bool dies_with_xrcd = false, orphaned = false, creator_alive = false;
     int creator_pid = 0;
     std::string state;
-    std::vector<int> holders;       // pids holding a handle
+    std::vector<int> holders;  // pids holding a handle
     std::vector<bool> holder_alive;
   };
   struct Xrcd {

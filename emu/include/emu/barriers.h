@@ -1,10 +1,10 @@
 // Every ordering point between the driver (post path) and the device engine, named for its use.
-// Mirrors the vocabulary of rdma-core's udma_barrier.h so a reader of mlx5 code recognises each one;
-// a later deterministic scheduler hooks exactly these helpers (roadmap 1).
+// Mirrors the vocabulary of rdma-core's udma_barrier.h so a reader of mlx5 code recognises each
+// one; a later deterministic scheduler hooks exactly these helpers (roadmap 1).
 #pragma once
 #include <atomic>
-#include <cstdint>
 #include <cstddef>
+#include <cstdint>
 #include <cstring>
 
 namespace emu {
@@ -49,8 +49,8 @@ inline void mmio_words_load(void* dst, const void* src, size_t bytes) {
   }
 }
 
-// One 64-byte BlueFlame chunk. Real WC memory may tear a chunk into smaller bursts; the device model
-// treats a chunk as the unit it receives.
+// One 64-byte BlueFlame chunk. Real WC memory may tear a chunk into smaller bursts; the device
+// model treats a chunk as the unit it receives.
 inline void mmio_copy_chunk64(void* dst, const void* src) { mmio_words_store(dst, src, 64); }
 
 // Device side: read a doorbell record written by the driver.

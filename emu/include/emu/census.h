@@ -15,27 +15,27 @@ namespace emu {
 struct CensusProc {
   uint32_t index;  // ProcRecord slot
   int pid;
-  bool alive;      // the recorded pid still runs with the recorded start time
+  bool alive;  // the recorded pid still runs with the recorded start time
 };
 
 // A verbs object in a table: kind is "context", "pd", "mr", "cq", "qp", "srq".
 struct CensusObject {
   std::string kind;
-  uint32_t index;      // table slot
-  uint32_t dev;        // device index (emuN), where the object has one
-  uint64_t number;     // qpn, srqn, MR key, or the slot for the others
-  std::string type;    // QPs: "RC", "UC", "UD", "XRC_SEND", "XRC_RECV"; SRQs: "BASIC", "XRC"
-  std::string state;   // QPs: "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"; else ""
-  int owner_pid;       // the process that made it (a TGT QP: its creator)
+  uint32_t index;     // table slot
+  uint32_t dev;       // device index (emuN), where the object has one
+  uint64_t number;    // qpn, srqn, MR key, or the slot for the others
+  std::string type;   // QPs: "RC", "UC", "UD", "XRC_SEND", "XRC_RECV"; SRQs: "BASIC", "XRC"
+  std::string state;  // QPs: "RESET", "INIT", "RTR", "RTS", "SQD", "SQE", "ERR"; else ""
+  int owner_pid;      // the process that made it (a TGT QP: its creator)
   bool owner_alive;
-  bool dying;          // being destroyed (unfindable, waiting for engines to leave)
+  bool dying;  // being destroyed (unfindable, waiting for engines to leave)
 };
 
 struct CensusHandle {
-  uint32_t index;      // XrcHandle slot
+  uint32_t index;  // XrcHandle slot
   int pid;
   bool alive;
-  uint32_t ctx;        // context slot it was made on
+  uint32_t ctx;  // context slot it was made on
 };
 
 struct CensusXrcd {
@@ -46,7 +46,7 @@ struct CensusXrcd {
   uint64_t inode;
   std::string policy;  // "kernel", "xrcd", "creator"
   uint32_t opens;
-  uint32_t objects;    // TGT QPs and XRC SRQs
+  uint32_t objects;  // TGT QPs and XRC SRQs
   int creator_pid;
   bool creator_alive;
   std::vector<CensusHandle> openers;
@@ -54,20 +54,20 @@ struct CensusXrcd {
 
 struct CensusTgtQp {
   uint32_t qpn;
-  uint32_t xrcd;       // CensusXrcd::index
+  uint32_t xrcd;  // CensusXrcd::index
   std::string state;
   uint32_t handles;
-  bool dies_with_xrcd; // kept when its handles' processes exit (2a / 2b "xrcd")
+  bool dies_with_xrcd;  // kept when its handles' processes exit (2a / 2b "xrcd")
   int creator_pid;
   bool creator_alive;
-  bool orphaned;       // the creator is gone (the QP lives on through other handles or the policy)
+  bool orphaned;  // the creator is gone (the QP lives on through other handles or the policy)
   std::vector<CensusHandle> holders;
 };
 
 struct Census {
   std::string fabric;
-  std::vector<CensusProc> procs;          // attached process records
-  std::vector<CensusObject> objects;      // every live (or dying) object, TGT QPs included
+  std::vector<CensusProc> procs;      // attached process records
+  std::vector<CensusObject> objects;  // every live (or dying) object, TGT QPs included
   std::vector<CensusXrcd> xrcds;
   std::vector<CensusTgtQp> tgt_qps;
   // Objects whose owner is dead and that no policy keeps (a TGT QP alive through a handle or its

@@ -48,8 +48,8 @@ struct KnobDoc {
   const char* doc;
 };
 
-const Config& config();              // read once from the environment
-Config config_from_env();            // fresh read (tests)
+const Config& config();    // read once from the environment
+Config config_from_env();  // fresh read (tests)
 const KnobDoc* knob_docs(int* count);
 
 void log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));

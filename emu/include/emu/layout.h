@@ -12,10 +12,10 @@ namespace emu {
 
 // The segment heap's state (its allocator is emu/shm/shm_heap.h, private to emu/).
 struct ShmHeapHeader {
-  uint64_t heap_off;     // first byte of the heap (page aligned), from the segment base
-  uint64_t heap_blocks;  // in kHeapMinBlock units
-  uint64_t order_off;    // uint8_t[heap_blocks]: 1 + order of an allocated block's head, else 0
-  uint64_t free_off[32]; // per order: uint64_t bitmap words, bit i = block i of that order free
+  uint64_t heap_off;      // first byte of the heap (page aligned), from the segment base
+  uint64_t heap_blocks;   // in kHeapMinBlock units
+  uint64_t order_off;     // uint8_t[heap_blocks]: 1 + order of an allocated block's head, else 0
+  uint64_t free_off[32];  // per order: uint64_t bitmap words, bit i = block i of that order free
   uint32_t max_order;
   uint32_t rsvd;
 };
@@ -23,7 +23,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 24;  // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 24;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -43,11 +43,11 @@ constexpr uint32_t kSrqIndexBits = 10;
 constexpr uint32_t kMaxSrqs = 1u << kSrqIndexBits;
 constexpr uint32_t kMaxXrcds = 64;
 constexpr uint32_t kMaxXrcHandles = 4096;
-constexpr uint32_t kMaxMcastPerQp = 8;   // multicast groups one UD QP can join
+constexpr uint32_t kMaxMcastPerQp = 8;      // multicast groups one UD QP can join
 constexpr uint16_t kMcastLidBase = 0xc000;  // IB multicast LIDs: 0xc000 .. 0xfffe
 constexpr uint32_t kMcastQpn = 0xffffff;    // the destination QPN of a multicast send
-constexpr uint32_t kUarRegsMax = 128;  // shared + thread-domain registers per context
-constexpr uint32_t kBfBufSize = 256;  // each register has two BlueFlame buffers of this size
+constexpr uint32_t kUarRegsMax = 128;       // shared + thread-domain registers per context
+constexpr uint32_t kBfBufSize = 256;        // each register has two BlueFlame buffers of this size
 // A destroyed object is dying until no engine can still be using it (see EngineSlot): it cannot be
 // found by number or key, and its slot is not handed out again.
 enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1, kSlotDying = 2 };
@@ -93,7 +93,7 @@ struct PortState {
   uint64_t port_guid;   // host order
   // RoCE: the interface the port is bound to (its addresses were read when the segment was made).
   uint32_t ndev_ifindex;
-  char ndev_name[16];   // IFNAMSIZ
+  char ndev_name[16];              // IFNAMSIZ
   uint8_t gid_type[kGidTableLen];  // GidType
   uint8_t gid[kGidTableLen][16];   // network byte order, as ibv_gid
 };
@@ -120,9 +120,9 @@ struct ContextSlot {
   std::atomic<uint32_t> state;
   uint32_t owner;
   uint32_t dev;
-  int32_t async_wfd;    // write end of the async-event pipe, in the owner
+  int32_t async_wfd;  // write end of the async-event pipe, in the owner
   uint64_t uid;
-  uint64_t uar_off;     // UarReg array
+  uint64_t uar_off;  // UarReg array
   uint32_t uar_count;
   uint32_t rsvd;
 };
@@ -135,16 +135,16 @@ constexpr uint32_t kBfChunks = kBfBufSize / 64;  // 64-byte write-combining chun
 // is what lets it tell a torn BlueFlame WQE from a whole one (emu/device/doorbell.h,
 // docs/doorbells.md).
 struct alignas(64) UarReg {
-  uint64_t doorbell;                 // the 8-byte doorbell register
-  std::atomic<uint32_t> device_busy; // the device takes one write to this register at a time
-  uint32_t ctx;                      // which register this is, for race reports: context slot,
-  uint16_t index;                    // index in the context (dedicated ones after the shared)
+  uint64_t doorbell;                  // the 8-byte doorbell register
+  std::atomic<uint32_t> device_busy;  // the device takes one write to this register at a time
+  uint32_t ctx;                       // which register this is, for race reports: context slot,
+  uint16_t index;                     // index in the context (dedicated ones after the shared)
   uint16_t dev;
-  std::atomic<uint32_t> db_writer;   // tid of the last 8-byte doorbell write
+  std::atomic<uint32_t> db_writer;  // tid of the last 8-byte doorbell write
   uint8_t pad[40];
   std::atomic<uint64_t> bf_tag[2][kBfChunks];  // per chunk: the write that last filled it
-  uint64_t bf_taken[2][kBfChunks];   // per chunk: the tag the device last took (device only)
-  uint8_t bf[2][kBfBufSize];         // BlueFlame buffers, alternated per post
+  uint64_t bf_taken[2][kBfChunks];  // per chunk: the tag the device last took (device only)
+  uint8_t bf[2][kBfBufSize];        // BlueFlame buffers, alternated per post
 };
 static_assert(sizeof(UarReg) == 64 + 64 + 64 + 2 * kBfBufSize);
 static_assert(offsetof(UarReg, bf_tag) == 64 && offsetof(UarReg, bf) == 192);
@@ -168,9 +168,9 @@ static_assert(sizeof(WqeWriteRec) == 16);
 struct alignas(64) BfStash {
   std::atomic<uint32_t> seq;
   std::atomic<uint32_t> consumed;
-  std::atomic<uint32_t> index;       // the WQE index (16 bits) | kStashBad if it did not parse
-  uint32_t writers[2];               // the threads whose chunks it holds
-  uint32_t torn;                     // 1: assembled from more than one write
+  std::atomic<uint32_t> index;  // the WQE index (16 bits) | kStashBad if it did not parse
+  uint32_t writers[2];          // the threads whose chunks it holds
+  uint32_t torn;                // 1: assembled from more than one write
   uint32_t rsvd[10];
   uint8_t bytes[kBfBufSize];
 };
@@ -184,48 +184,48 @@ inline bool stash_pending(const BfStash& s) {
 // unsynchronised driver stores produce.
 enum RaceKind : uint8_t {
   kRaceNone = 0,
-  kRaceBfTorn = 1,         // a BlueFlame buffer's chunks came from more than one write
-  kRaceDbrecBackwards = 2, // the send doorbell record moved backwards
-  kRaceDbrecAhead = 3,     // the send doorbell record counts blocks the ring was not given
-  kRaceDoubleWrite = 4,    // two WQEs written into one slot before the device fetched it
-  kRaceStaleWqe = 5,       // the device reached a slot not written since the last wrap
-  kRaceOwner = 6,          // a lock-free (thread-domain / single-threaded) QP entered by two threads
+  kRaceBfTorn = 1,          // a BlueFlame buffer's chunks came from more than one write
+  kRaceDbrecBackwards = 2,  // the send doorbell record moved backwards
+  kRaceDbrecAhead = 3,      // the send doorbell record counts blocks the ring was not given
+  kRaceDoubleWrite = 4,     // two WQEs written into one slot before the device fetched it
+  kRaceStaleWqe = 5,        // the device reached a slot not written since the last wrap
+  kRaceOwner = 6,  // a lock-free (thread-domain / single-threaded) QP entered by two threads
   kRaceKinds = 7,
 };
 // What the device did with what it saw.
 enum RaceAction : uint8_t {
-  kActNone = 0,            // nothing to do (the ownership checker reports; the post goes on)
-  kActExecutedBf = 1,      // executed the BlueFlame copy as the WQE at `slot`
-  kActExecutedRing = 2,    // executed the WQE in the ring at `slot`
-  kActLocalQpOpErr = 3,    // completed `slot` with a local QP operation error (QP to ERR)
-  kActIgnored = 4,         // took nothing from it (already fetched / stale copy / kept furthest)
-  kActDropped = 5,         // the write named no QP of this register's context
+  kActNone = 0,          // nothing to do (the ownership checker reports; the post goes on)
+  kActExecutedBf = 1,    // executed the BlueFlame copy as the WQE at `slot`
+  kActExecutedRing = 2,  // executed the WQE in the ring at `slot`
+  kActLocalQpOpErr = 3,  // completed `slot` with a local QP operation error (QP to ERR)
+  kActIgnored = 4,       // took nothing from it (already fetched / stale copy / kept furthest)
+  kActDropped = 5,       // the write named no QP of this register's context
 };
 
 struct RaceBody {
-  uint8_t kind;                    // RaceKind
-  uint8_t action;                  // RaceAction
-  uint16_t reg;                    // register index in its context (0xffff: none)
+  uint8_t kind;    // RaceKind
+  uint8_t action;  // RaceAction
+  uint16_t reg;    // register index in its context (0xffff: none)
   uint32_t dev;
   uint32_t qpn;
-  uint32_t ctx;                    // context slot (0xffffffff: unknown)
-  uint32_t slot;                   // WQE index (16 bits), or the BlueFlame buffer for kRaceBfTorn
-  int32_t pid;                     // the process the writer threads belong to
-  uint32_t writers[2];             // writer thread ids (0: not known)
-  uint32_t value[2];               // kind-specific: doorbell record before/after; chunk mask
-  uint64_t time_ns;                // CLOCK_MONOTONIC when the device saw it
+  uint32_t ctx;         // context slot (0xffffffff: unknown)
+  uint32_t slot;        // WQE index (16 bits), or the BlueFlame buffer for kRaceBfTorn
+  int32_t pid;          // the process the writer threads belong to
+  uint32_t writers[2];  // writer thread ids (0: not known)
+  uint32_t value[2];    // kind-specific: doorbell record before/after; chunk mask
+  uint64_t time_ns;     // CLOCK_MONOTONIC when the device saw it
 };
 
 struct RaceEvent {
-  std::atomic<uint64_t> seq;       // 1 + its number in the log once complete; 0 while written
+  std::atomic<uint64_t> seq;  // 1 + its number in the log once complete; 0 while written
   RaceBody body;
 };
 
 constexpr uint32_t kRaceLogLen = 1024;
 struct RaceLog {
-  std::atomic<uint64_t> next;                                // events ever recorded
-  std::atomic<uint64_t> counts[kMaxDevices][kRaceKinds];     // per device and kind
-  RaceEvent ring[kRaceLogLen];                               // the last kRaceLogLen events
+  std::atomic<uint64_t> next;                             // events ever recorded
+  std::atomic<uint64_t> counts[kMaxDevices][kRaceKinds];  // per device and kind
+  RaceEvent ring[kRaceLogLen];                            // the last kRaceLogLen events
 };
 
 struct PdSlot {
@@ -237,22 +237,22 @@ struct PdSlot {
 
 struct MrSlot {
   std::atomic<uint32_t> state;
-  uint32_t key;     // lkey == rkey: index << 8 | generation
+  uint32_t key;  // lkey == rkey: index << 8 | generation
   uint32_t pd;
   uint32_t owner;
   uint32_t dev;
   uint32_t access;  // ibv_access_flags
   uint64_t addr;    // in the owner's address space
   uint64_t length;
-  uint64_t iova;    // what remote keys address
+  uint64_t iova;  // what remote keys address
   // EMU_SHARED_MR: the whole pages inside the MR re-backed by a memfd the owner keeps open, so
   // engines in other processes map them once and copy without a system call. share_len 0: not so.
-  int32_t share_fd;     // in the owner
+  int32_t share_fd;  // in the owner
   uint32_t rsvd;
-  uint64_t share_va;    // page-aligned start, in the owner's address space
+  uint64_t share_va;  // page-aligned start, in the owner's address space
   uint64_t share_len;
-  uint64_t share_off;   // offset of share_va in the memfd
-  uint64_t share_uid;   // names the memfd (several MRs may share one)
+  uint64_t share_off;  // offset of share_va in the memfd
+  uint64_t share_uid;  // names the memfd (several MRs may share one)
 };
 
 // What a CQ's completion channel waits for (ibv_req_notify_cq): the driver arms, the device disarms
@@ -266,16 +266,16 @@ struct CqSlot {
   uint32_t owner;
   uint32_t dev;
   uint32_t ctx;
-  uint32_t cqe_cnt;                 // power of two
+  uint32_t cqe_cnt;  // power of two
   uint32_t log_cqe_cnt;
-  uint64_t buf_off;                 // Cqe64[cqe_cnt]
-  uint64_t uid;                     // names the CQ in event records
-  int32_t chan_wfd;                 // write end of the completion channel in the owner, -1 if none
-  uint32_t stamp;                   // 1: CQEs carry a timestamp (a CQ made to report one)
+  uint64_t buf_off;  // Cqe64[cqe_cnt]
+  uint64_t uid;      // names the CQ in event records
+  int32_t chan_wfd;  // write end of the completion channel in the owner, -1 if none
+  uint32_t stamp;    // 1: CQEs carry a timestamp (a CQ made to report one)
   uint64_t chan_uid;
   // Producers (engines, any process).
   alignas(64) std::atomic<uint32_t> pi;  // next CQE to produce (reserved by fetch_add)
-  std::atomic<uint32_t> ci_seen;    // the consumer index as producers last read it
+  std::atomic<uint32_t> ci_seen;         // the consumer index as producers last read it
   // The consumer (the driver in the owner).
   alignas(64) std::atomic<uint32_t> ci;  // consumer index (the CQ doorbell record)
   // Rarely written.
@@ -284,7 +284,8 @@ struct CqSlot {
   std::atomic<uint32_t> stalled_qps;  // QPs completing here whose head WQE waits for a retry
 };
 
-// Requester stall reasons: the head WQE waits for a receive (RNR) or for an answer that does not come.
+// Requester stall reasons: the head WQE waits for a receive (RNR) or for an answer that does not
+// come.
 enum SqStall : uint32_t { kStallNone = 0, kStallRnr = 1, kStallRetry = 2 };
 
 struct QpSlot {
@@ -318,38 +319,38 @@ struct QpSlot {
   uint8_t dgid[16];
   uint32_t access;
   uint16_t pkey_index;
-  uint16_t uar_index;     // the doorbell register the QP's driver rings (for race reports)
+  uint16_t uar_index;  // the doorbell register the QP's driver rings (for race reports)
   uint32_t qkey;
   // Rings.
   uint64_t sq_off;
-  uint32_t sq_bbs;        // send ring size in 64-byte blocks (power of two)
-  uint32_t rq_wqe_cnt;    // power of two
+  uint32_t sq_bbs;      // send ring size in 64-byte blocks (power of two)
+  uint32_t rq_wqe_cnt;  // power of two
   uint64_t rq_off;
-  uint32_t rq_stride;     // bytes per receive WQE (16 * max receive SGEs, power of two)
+  uint32_t rq_stride;  // bytes per receive WQE (16 * max receive SGEs, power of two)
   uint32_t rsvd3;
-  uint64_t dbrec_off;     // be32[2]: [0] receive counter, [1] send counter
-  uint64_t wrec_off;      // WqeWriteRec[sq_bbs]: the device's record of the driver's ring stores
+  uint64_t dbrec_off;  // be32[2]: [0] receive counter, [1] send counter
+  uint64_t wrec_off;   // WqeWriteRec[sq_bbs]: the device's record of the driver's ring stores
   std::atomic<uint32_t> incarnation;  // bumped by every move to RESET; stamped on each CQE
   // Device-side requester state (written per message by the requester's engine).
   alignas(64) ShmLock sq_engine;
-  uint32_t sq_ci;         // next send block the device fetches
+  uint32_t sq_ci;  // next send block the device fetches
   uint32_t sq_psn;
   std::atomic<uint32_t> stall;
   uint32_t stall_attempts;
   std::atomic<uint32_t> retry_now;  // try the stalled head WQE at once (a receive was posted)
-  uint64_t stall_delay_us;  // the wait before the stalled head WQE is tried again
+  uint64_t stall_delay_us;          // the wait before the stalled head WQE is tried again
   uint64_t stall_since_ns;
   uint64_t peer_checked_ns;  // when the responder's process was last seen alive (shared mappings)
   // Race detection (emu/device/doorbell.h), the device's view of the driver's stores. The first two
   // are written by the driver per post: here, on the line its own engine uses, not among the
   // attributes above that a peer's engine reads per message.
-  std::atomic<uint32_t> wrec_tracked;   // 1 once a ring store was recorded (else: not checked)
-  std::atomic<uint32_t> dbrec_writer;   // tid of the last send doorbell record store
-  std::atomic<uint32_t> dbrec_other;    // the last other thread that stored it (0: none yet)
-  uint32_t dbrec_seen;      // furthest send doorbell record value read (16 bits)
+  std::atomic<uint32_t> wrec_tracked;  // 1 once a ring store was recorded (else: not checked)
+  std::atomic<uint32_t> dbrec_writer;  // tid of the last send doorbell record store
+  std::atomic<uint32_t> dbrec_other;   // the last other thread that stored it (0: none yet)
+  uint32_t dbrec_seen;                 // furthest send doorbell record value read (16 bits)
   uint32_t dbrec_seen_writer;
   uint32_t dbrec_ahead_at;  // doorbell record value already reported as ahead
-  uint32_t dbrec_last_raw;   // the raw value read last (a backwards value is reported once)
+  uint32_t dbrec_last_raw;  // the raw value read last (a backwards value is reported once)
   // Device-side responder state (written per message by the engine of whoever sends to us).
   alignas(64) ShmLock rq_lock;
   uint32_t rq_ci;
@@ -362,22 +363,22 @@ struct QpSlot {
   // it has a line of its own (beside rq_lock, each receive would pull the line the sender writes).
   alignas(64) std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty RQ
   // Rarely written.
-  uint32_t srq_ref;                   // 1 + the SrqSlot index it receives from; 0: its own RQ
-  std::atomic<uint32_t> comm_est;     // IBV_EVENT_COMM_EST raised since the last RESET
-  std::atomic<uint32_t> last_wqe;     // IBV_EVENT_QP_LAST_WQE_REACHED raised since the last RESET
+  uint32_t srq_ref;                // 1 + the SrqSlot index it receives from; 0: its own RQ
+  std::atomic<uint32_t> comm_est;  // IBV_EVENT_COMM_EST raised since the last RESET
+  std::atomic<uint32_t> last_wqe;  // IBV_EVENT_QP_LAST_WQE_REACHED raised since the last RESET
   // XRC TGT QPs (type kQptXrcRecv): the domain, and the handles (XrcHandle) that keep it alive.
-  uint32_t xrcd_ref;                  // 1 + the XrcdSlot index; 0: not an XRC TGT QP
-  std::atomic<uint32_t> handles;      // open handles in every process (ibv_create_qp / ibv_open_qp)
-  uint8_t dies_with_xrcd;             // lives on when its last handle goes with a process (2a/2b)
+  uint32_t xrcd_ref;              // 1 + the XrcdSlot index; 0: not an XRC TGT QP
+  std::atomic<uint32_t> handles;  // open handles in every process (ibv_create_qp / ibv_open_qp)
+  uint8_t dies_with_xrcd;         // lives on when its last handle goes with a process (2a/2b)
   uint8_t rsvd4[3];
-  int32_t creator_pid;                // who created it (a TGT QP outlives it: "orphaned")
-  uint64_t creator_start;             // the creator's start time (tells a recycled pid apart)
-  uint32_t n_mcast;                   // UD: multicast groups joined
+  int32_t creator_pid;     // who created it (a TGT QP outlives it: "orphaned")
+  uint64_t creator_start;  // the creator's start time (tells a recycled pid apart)
+  uint32_t n_mcast;        // UD: multicast groups joined
   struct {
     uint8_t gid[16];
     uint16_t lid;
   } mcast[kMaxMcastPerQp];
-  BfStash bf_stash;                   // the last BlueFlame WQE delivered, until the device uses it
+  BfStash bf_stash;  // the last BlueFlame WQE delivered, until the device uses it
 };
 
 // XRC domain lifetime policies (docs/xrc.md). kernel: today's Linux rule, a TGT QP lives while a
@@ -389,14 +390,14 @@ enum XrcPolicy : uint32_t { kXrcPolicyKernel = 0, kXrcPolicyXrcd = 1, kXrcPolicy
 // count = opens + objects, and the slot is freed when both are 0.
 struct XrcdSlot {
   std::atomic<uint32_t> state;
-  uint32_t owner;                  // the process that created it (for the census)
+  uint32_t owner;  // the process that created it (for the census)
   uint32_t dev;
-  uint32_t policy;                 // XrcPolicy, fixed at creation
-  uint64_t inode_dev;              // st_dev of the file; 0 with inode 0: a private domain (fd -1)
-  uint64_t inode;                  // st_ino
+  uint32_t policy;     // XrcPolicy, fixed at creation
+  uint64_t inode_dev;  // st_dev of the file; 0 with inode 0: a private domain (fd -1)
+  uint64_t inode;      // st_ino
   uint64_t uid;
-  std::atomic<uint32_t> opens;     // ibv_open_xrcd handles (XrcHandle), every process
-  std::atomic<uint32_t> objects;   // TGT QPs and XRC SRQs on it
+  std::atomic<uint32_t> opens;    // ibv_open_xrcd handles (XrcHandle), every process
+  std::atomic<uint32_t> objects;  // TGT QPs and XRC SRQs on it
 };
 
 // A process's reference to a shared XRC object: an ibv_open_xrcd, or a handle to a TGT QP
@@ -405,12 +406,12 @@ enum XrcHandleKind : uint32_t { kHandleXrcd = 1, kHandleTgtQp = 2 };
 
 struct XrcHandle {
   std::atomic<uint32_t> state;
-  uint32_t owner;                  // the process holding it
-  uint32_t kind;                   // XrcHandleKind
-  uint32_t object;                 // XrcdSlot or QpSlot index
-  uint32_t ctx;                    // the context it was made on (a TGT QP's events go there)
+  uint32_t owner;   // the process holding it
+  uint32_t kind;    // XrcHandleKind
+  uint32_t object;  // XrcdSlot or QpSlot index
+  uint32_t ctx;     // the context it was made on (a TGT QP's events go there)
   uint32_t rsvd;
-  uint64_t uid;                    // names the handle (its ibv_qp) in the holder's event records
+  uint64_t uid;  // names the handle (its ibv_qp) in the holder's event records
 };
 
 // A shared receive queue, in mlx5's layout: each WQE is a next segment (the index of the WQE that
@@ -423,22 +424,22 @@ struct SrqSlot {
   uint32_t dev;
   uint32_t ctx;
   uint32_t pd;
-  uint32_t srqn;          // generation << kSrqIndexBits | index
-  uint32_t wqe_cnt;       // power of two
-  uint32_t stride;        // bytes per WQE: next segment + 16 * max SGEs, power of two
+  uint32_t srqn;     // generation << kSrqIndexBits | index
+  uint32_t wqe_cnt;  // power of two
+  uint32_t stride;   // bytes per WQE: next segment + 16 * max SGEs, power of two
   uint64_t buf_off;
-  uint64_t dbrec_off;     // be32 [0]: WQEs posted (16-bit counter)
+  uint64_t dbrec_off;  // be32 [0]: WQEs posted (16-bit counter)
   uint64_t uid;
   std::atomic<uint32_t> attached_qps;  // destroy is refused (EBUSY) while QPs use it
-  uint32_t xrcd_ref;      // XRC SRQs: 1 + the XrcdSlot index; 0 for a basic SRQ
-  uint32_t cq;            // XRC SRQs: the CqSlot its completions go to
+  uint32_t xrcd_ref;                   // XRC SRQs: 1 + the XrcdSlot index; 0 for a basic SRQ
+  uint32_t cq;                         // XRC SRQs: the CqSlot its completions go to
   uint32_t rsvd;
   // Device side (the engines of senders, any process).
   alignas(64) ShmLock lock;
-  uint32_t ci;            // WQEs consumed
-  uint32_t head;          // the WQE the device takes next
+  uint32_t ci;                  // WQEs consumed
+  uint32_t head;                // the WQE the device takes next
   std::atomic<uint32_t> limit;  // armed limit, 0 when not armed: SRQ_LIMIT_REACHED below it
-  uint32_t pi_seen;       // the doorbell record's value when last read (as QpSlot::rq_pi_seen)
+  uint32_t pi_seen;  // the doorbell record's value when last read (as QpSlot::rq_pi_seen)
   // Written when a requester parks on the empty SRQ; read by every post.
   alignas(64) std::atomic<uint32_t> rnr_waiter;
 };
@@ -450,7 +451,7 @@ struct SrqSlot {
 constexpr uint32_t kEngineSlots = 32;  // per process; more engine threads share an overflow count
 
 struct alignas(64) EngineSlot {
-  std::atomic<uint64_t> seq;     // odd: inside the engine
+  std::atomic<uint64_t> seq;  // odd: inside the engine
   std::atomic<uint32_t> owner_tid;
 };
 
@@ -465,12 +466,12 @@ struct Header {
   uint32_t layout_version;
   uint32_t header_size;
   uint64_t segment_size;
-  ShmLock table_lock;       // object table allocation (slow path)
-  ShmLock atomic_lock;      // serialises remote atomics: IBV_ATOMIC_HCA semantics
-  ShmLock xrc_lock;         // XRC domains and handles (emu/xrc/xrc.cpp; after table_lock)
+  ShmLock table_lock;   // object table allocation (slow path)
+  ShmLock atomic_lock;  // serialises remote atomics: IBV_ATOMIC_HCA semantics
+  ShmLock xrc_lock;     // XRC domains and handles (emu/xrc/xrc.cpp; after table_lock)
   std::atomic<uint64_t> next_uid;
   std::atomic<uint32_t> generation;
-  ShmHeapHeader heap;       // the allocator of rings and buffers (emu/shm/shm_heap.h)
+  ShmHeapHeader heap;  // the allocator of rings and buffers (emu/shm/shm_heap.h)
   uint32_t num_devices;
   DeviceState devices[kMaxDevices];
   ProcRecord procs[kMaxProcs];

@@ -14,7 +14,6 @@
 
 namespace emu {
 
-
 constexpr uint32_t kWcBuffers = 4;
 
 // Starts a BlueFlame burst by the calling thread: the tag its chunks carry.

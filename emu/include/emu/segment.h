@@ -23,7 +23,9 @@ class Segment {
 
   void* at(uint64_t off) const { return base_ + off; }
   template <class T>
-  T* at(uint64_t off) const { return reinterpret_cast<T*>(base_ + off); }
+  T* at(uint64_t off) const {
+    return reinterpret_cast<T*>(base_ + off);
+  }
   uint64_t offset_of(const void* p) const {
     return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
   }

@@ -2,9 +2,10 @@
 // slot is stored in the word, and a waiter that finds the owner dead takes the lock over.
 // Used only off the fast path (object tables, responder receive queue, atomics).
 #pragma once
+#include <sched.h>
+
 #include <atomic>
 #include <cstdint>
-#include <sched.h>
 
 #include "emu/barriers.h"
 

@@ -6,13 +6,13 @@ namespace emu {
 
 enum class Status {
   ok = 0,
-  invalid,         // bad argument or state transition
-  no_memory,       // segment or table full
-  busy,            // object still in use
-  not_found,       // no such object
+  invalid,    // bad argument or state transition
+  no_memory,  // segment or table full
+  busy,       // object still in use
+  not_found,  // no such object
   not_supported,
-  layout_mismatch, // shared segment made by another layout version
-  io,              // system-level failure
+  layout_mismatch,  // shared segment made by another layout version
+  io,               // system-level failure
 };
 
 const char* status_name(Status s);

@@ -1,6 +1,7 @@
 // Wire-visible layouts of the queues the driver and the device share: send WQE segments, receive
 // segments and CQE64. Offsets follow the public infiniband/mlx5dv.h (checked by a unit test against
-// that header); the device model itself stays free of verbs types. Multi-byte fields are big-endian.
+// that header); the device model itself stays free of verbs types. Multi-byte fields are
+// big-endian.
 #pragma once
 #include <cstddef>
 #include <cstdint>
@@ -11,8 +12,8 @@ inline uint32_t be32(uint32_t v) { return __builtin_bswap32(v); }
 inline uint64_t be64(uint64_t v) { return __builtin_bswap64(v); }
 inline uint16_t be16(uint16_t v) { return __builtin_bswap16(v); }
 
-constexpr uint32_t kSendWqeBB = 64;    // send basic block
-constexpr uint32_t kMaxWqeBBs = 16;    // one WQE spans at most this many blocks (1 KiB)
+constexpr uint32_t kSendWqeBB = 64;  // send basic block
+constexpr uint32_t kMaxWqeBBs = 16;  // one WQE spans at most this many blocks (1 KiB)
 constexpr uint32_t kInlineSegFlag = 0x80000000u;
 constexpr uint32_t kInvalidLkey = 0x100;  // terminates a receive scatter list
 
@@ -29,7 +30,7 @@ enum WqeOpcode : uint8_t {
 
 enum CtrlFlags : uint8_t {
   kCtrlSolicited = 1 << 1,
-  kCtrlCqUpdate = 2 << 2,   // signaled
+  kCtrlCqUpdate = 2 << 2,  // signaled
   kCtrlFence = 4 << 5,
 };
 
@@ -39,7 +40,7 @@ struct CtrlSeg {
   uint8_t signature;
   uint8_t rsvd[2];
   uint8_t fm_ce_se;
-  uint32_t imm;               // be
+  uint32_t imm;  // be
 };
 static_assert(sizeof(CtrlSeg) == 16);
 static_assert(offsetof(CtrlSeg, fm_ce_se) == 11);
@@ -85,17 +86,17 @@ static_assert(sizeof(DataSeg) == 16);
 
 // A UD send's address vector, right after the control segment (mlx5_wqe_datagram_seg).
 struct AvSeg {
-  uint32_t qkey;          // be; the high bit set means "use the QP's own Q_Key"
+  uint32_t qkey;  // be; the high bit set means "use the QP's own Q_Key"
   uint32_t rsvd0;
-  uint32_t dqp;           // be: destination QPN (low 24 bits)
-  uint8_t stat_rate_sl;   // service level in the low 4 bits
-  uint8_t fl_mlid;        // source path bits
-  uint16_t rlid;          // be
+  uint32_t dqp;          // be: destination QPN (low 24 bits)
+  uint8_t stat_rate_sl;  // service level in the low 4 bits
+  uint8_t fl_mlid;       // source path bits
+  uint16_t rlid;         // be
   uint8_t rsvd1[4];
   uint8_t rmac[6];
   uint8_t tclass;
   uint8_t hop_limit;
-  uint32_t grh_gid_fl;    // be: kAvGrh | sgid_index << 20 | flow label
+  uint32_t grh_gid_fl;  // be: kAvGrh | sgid_index << 20 | flow label
   uint8_t rgid[16];
 };
 static_assert(sizeof(AvSeg) == 48);
@@ -179,24 +180,24 @@ constexpr uint32_t kCqeInlineMax = 32;
 constexpr uint32_t kCqeRqpnGrh = 1u << 28;
 
 struct Cqe64 {
-  uint8_t rsvd0[17];        // bytes 0..31: the payload of an inline-scatter CQE
+  uint8_t rsvd0[17];  // bytes 0..31: the payload of an inline-scatter CQE
   uint8_t ml_path;
   uint8_t rsvd20[4];
-  uint16_t slid;            // be
-  uint32_t flags_rqpn;      // be
+  uint16_t slid;        // be
+  uint32_t flags_rqpn;  // be
   uint8_t rsvd28[4];
   uint32_t srqn_uidx;       // be
   uint32_t imm_inval_pkey;  // be (immediate data as sent)
   uint8_t emu_flags;        // CqeEmuFlags (mlx5: app)
   uint8_t app_op;
-  uint16_t qp_gen;          // the QP's incarnation (bumped by every reset), low 16 bits: stale CQEs
-                            // are dropped (mlx5: app_info)
-  uint32_t byte_cnt;        // be
-  uint64_t timestamp;       // be
-  uint32_t sop_drop_qpn;    // be: WQE opcode (requester) << 24 | qpn
-  uint16_t wqe_counter;     // be
+  uint16_t qp_gen;        // the QP's incarnation (bumped by every reset), low 16 bits: stale CQEs
+                          // are dropped (mlx5: app_info)
+  uint32_t byte_cnt;      // be
+  uint64_t timestamp;     // be
+  uint32_t sop_drop_qpn;  // be: WQE opcode (requester) << 24 | qpn
+  uint16_t wqe_counter;   // be
   uint8_t signature;
-  uint8_t op_own;           // opcode << 4 | owner
+  uint8_t op_own;  // opcode << 4 | owner
 };
 static_assert(sizeof(Cqe64) == 64);
 static_assert(offsetof(Cqe64, slid) == 22);
