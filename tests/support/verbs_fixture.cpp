@@ -363,6 +363,7 @@ void VerbsTest::SetUp() {
   ASSERT_NE(pd, nullptr) << "ibv_alloc_pd, errno " << errno;
   lid = port_lid(ctx);
   ASSERT_NE(lid, 0) << "port 1 has no LID";
+  SetUpObjects();
 }
 
 void VerbsTest::TearDown() {

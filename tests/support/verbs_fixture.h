@@ -169,8 +169,11 @@ int post_one(ibv_qp* qp, ibv_send_wr* wr);  // ibv_post_send of one WR (checks b
 // a safe order (QPs, AHs, SRQs, CQs, channels, MRs, PD, context).
 class VerbsTest : public ::testing::Test {
  protected:
-  void SetUp() override;
+  // Opens the device and the PD, then calls SetUpObjects unless that failed.
+  void SetUp() final;
   void TearDown() override;
+  // What a test class makes on top of the device and PD (its CQs, QPs, buffers).
+  virtual void SetUpObjects() {}
 
   ibv_cq* make_cq(int cqe = 256, ibv_comp_channel* ch = nullptr);
   ibv_qp* make_qp(ibv_cq* scq, ibv_cq* rcq, const QpCaps& caps = {}, ibv_qp_cap* out = nullptr);

@@ -12,9 +12,7 @@ namespace {
 
 class Loopback : public VerbsTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
-    if (HasFatalFailure()) return;
+  void SetUpObjects() override {
     p = make_pair();
     ASSERT_TRUE(p.a && p.b);
     la = make_buf(16384, kAllAccess, 0x11);

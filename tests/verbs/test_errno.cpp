@@ -9,9 +9,7 @@ namespace {
 
 class Errno : public VerbsTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
-    if (HasFatalFailure()) return;
+  void SetUpObjects() override {
     cq = make_cq();
     ASSERT_NE(cq, nullptr);
   }
@@ -169,8 +167,8 @@ TEST_F(Errno, PostRecvInReset) {
 
 class ErrnoConnected : public Errno {
  protected:
-  void SetUp() override {
-    Errno::SetUp();
+  void SetUpObjects() override {
+    Errno::SetUpObjects();
     if (HasFatalFailure()) return;
     QpCaps c;
     c.max_send_wr = 16;

@@ -15,9 +15,7 @@ namespace {
 class Events : public VerbsTest, public ::testing::WithParamInterface<ibv_qp_type> {
  protected:
   // a in RTS, b only in RTR: b can receive but has not sent.
-  void SetUp() override {
-    VerbsTest::SetUp();
-    if (HasFatalFailure()) return;
+  void SetUpObjects() override {
     type = GetParam();
     Pair p = make_qps(type);
     ASSERT_TRUE(p.a && p.b);

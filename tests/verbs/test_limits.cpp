@@ -11,9 +11,7 @@ namespace {
 
 class Limits : public VerbsTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
-    if (HasFatalFailure()) return;
+  void SetUpObjects() override {
     ASSERT_EQ(ibv_query_device(ctx, &da), 0);
     cq = make_cq();
     ASSERT_NE(cq, nullptr);

@@ -103,8 +103,7 @@ void expect_gid_table(ibv_context* ctx, uint8_t port, const testhost::HostNetdev
 
 class Roce : public GrhPairTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
+  void SetUpObjects() override {
     ASSERT_TRUE(testhost::host_netdev("", &dflt));
     ASSERT_TRUE(testhost::host_netdev("lo", &lo));
   }

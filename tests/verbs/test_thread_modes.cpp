@@ -156,8 +156,7 @@ void sequential_on(ibv_qp* qp, uint64_t raddr, uint32_t rkey, const ibv_sge& rec
 
 class ThreadModes : public VerbsTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
+  void SetUpObjects() override {
     ASSERT_TRUE(dv()) << "emudv_* not found: is libemu_verbs.so preloaded?";
   }
   void TearDown() override {

@@ -16,9 +16,7 @@ bool same_pattern(const uint8_t* d, size_t n, uint8_t seed) { return has_pattern
 
 class Uc : public VerbsTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
-    if (HasFatalFailure()) return;
+  void SetUpObjects() override {
     Pair p = make_qps(IBV_QPT_UC);
     ASSERT_TRUE(p.a && p.b);
     std::tie(a, b, cqa, cqb) = std::tie(p.a, p.b, p.cqa, p.cqb);

@@ -45,9 +45,7 @@ constexpr uint32_t kMcastQpn = 0xffffff;
 
 class Ud : public VerbsTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
-    if (HasFatalFailure()) return;
+  void SetUpObjects() override {
     scq = make_cq();
     rcq = make_cq();
     ASSERT_TRUE(scq && rcq);

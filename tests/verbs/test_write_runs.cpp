@@ -11,9 +11,7 @@ namespace {
 
 class WriteRuns : public VerbsTest {
  protected:
-  void SetUp() override {
-    VerbsTest::SetUp();
-    if (HasFatalFailure()) return;
+  void SetUpObjects() override {
     QpCaps caps;
     caps.max_send_wr = 128;
     caps.max_inline_data = 64;
