@@ -125,9 +125,8 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
   for (;;) {
     Cqe64& c = cq->ring[cq->ci & (cq->shm->cqe_cnt - 1)];
     uint8_t op_own = cqe_owner_load(&c.op_own);
-    uint8_t opcode = op_own >> 4;
-    uint8_t expect_owner = (cq->ci >> cq->shm->log_cqe_cnt) & 1;
-    if (opcode == kCqeInvalid || (op_own & 1) != expect_owner) return false;
+    if (!cqe_is_new(op_own, cq->ci, cq->shm->log_cqe_cnt)) return false;
+    uint8_t opcode = cqe_opcode_of(op_own);
     from_device_barrier();
     if (is_recv_cqe(opcode) && c.srqn_uidx) {
       bool got = xrc_recv_wc(c, opcode, wc);
@@ -216,12 +215,11 @@ void srq_reclaim_cqes(EmuQp* qp) {
   for (uint32_t ci = cq->ci;; ++ci) {
     Cqe64& c = cq->ring[ci & (cq->shm->cqe_cnt - 1)];
     uint8_t op_own = cqe_owner_load(&c.op_own);
-    uint8_t opcode = op_own >> 4;
-    if (opcode == kCqeInvalid || (op_own & 1) != ((ci >> cq->shm->log_cqe_cnt) & 1)) return;
+    if (!cqe_is_new(op_own, ci, cq->shm->log_cqe_cnt)) return;
+    uint8_t opcode = cqe_opcode_of(op_own);
     from_device_barrier();
     // (Of any incarnation: one from before a reset took a WQE of the same SRQ.)
-    if ((be32(c.sop_drop_qpn) & 0xffffff) == qpn && is_recv_cqe(opcode))
-      srq_complete(qp->srq, be16(c.wqe_counter));
+    if (cqe_qpn(c) == qpn && is_recv_cqe(opcode)) srq_complete(qp->srq, be16(c.wqe_counter));
   }
 }
 
@@ -396,7 +394,7 @@ int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   cq->lock.lock();
   Cqe64& c = cq->ring[cq->ci & (cs.cqe_cnt - 1)];
   uint8_t op_own = cqe_owner_load(&c.op_own);
-  bool pending = (op_own >> 4) != kCqeInvalid && (op_own & 1) == ((cq->ci >> cs.log_cqe_cnt) & 1);
+  bool pending = cqe_is_new(op_own, cq->ci, cs.log_cqe_cnt);
   cq->lock.unlock();
   if (pending && !solicited_only && cs.arm.exchange(kCqArmNone) != kCqArmNone) notify_comp(cs);
   return 0;

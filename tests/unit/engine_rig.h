@@ -96,7 +96,7 @@ struct Rig {
     uint32_t ci = c.ci.load();
     auto* e = &s->at<Cqe64>(c.buf_off)[ci & 15];
     uint8_t op_own = cqe_owner_load(&e->op_own);
-    if ((op_own >> 4) == kCqeInvalid || (op_own & 1) != ((ci >> 4) & 1)) return nullptr;
+    if (!cqe_is_new(op_own, ci, 4)) return nullptr;  // a ring of 16
     c.ci.store(ci + 1);
     return e;
   }

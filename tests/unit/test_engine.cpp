@@ -25,7 +25,7 @@ TEST(Engine, RdmaWriteMovesBytesAndCompletes) {
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->op_own >> 4, kCqeReq);
   EXPECT_EQ(be32(c->byte_cnt), 13u);
-  EXPECT_EQ(be32(c->sop_drop_qpn) >> 24, kOpRdmaWrite);
+  EXPECT_EQ(cqe_wqe_opcode(*c), kOpRdmaWrite);
   EXPECT_EQ(r.poll(), nullptr) << "one WQE, one CQE";
 }
 

@@ -206,6 +206,14 @@ static_assert(offsetof(Cqe64, byte_cnt) == 44);
 static_assert(offsetof(Cqe64, sop_drop_qpn) == 56);
 static_assert(offsetof(Cqe64, op_own) == 63);
 
+// op_own: the CQE's opcode in the high nibble and the owner bit in bit 0. The device writes a
+// CQE of lap L of the ring (producer index >> log2(count)) with owner bit L & 1, so a poller at
+// consumer index ci knows a CQE is new when its owner bit is the parity of ci's lap.
+inline uint8_t cqe_opcode_of(uint8_t op_own) { return op_own >> 4; }
+inline bool cqe_is_new(uint8_t op_own, uint32_t ci, uint32_t log_cqe_cnt) {
+  return cqe_opcode_of(op_own) != kCqeInvalid && (op_own & 1) == ((ci >> log_cqe_cnt) & 1);
+}
+
 // sop_drop_qpn (the same word as ErrCqe::s_wqe_opcode_qpn): the QP the CQE is for, and for a
 // requester's CQE the opcode of the WQE it completes.
 inline uint32_t cqe_qpn(const Cqe64& c) { return be32(c.sop_drop_qpn) & 0xffffff; }
