@@ -1,0 +1,190 @@
+// The deterministic scheduler: a scenario's actors are real OS threads that pass one baton, so
+// exactly one of them runs between two scheduling points. At each point the scheduler picks the
+// next actor with a Strategy; a run is a function of the scenario and the strategy's choices only
+// (no wall clock, no unseeded randomness), so a Schedule (emu/schedule.h) replays it exactly.
+//
+// Actor side (any code, any thread): point(), wait_until(), Mutex, fail(). Outside a scheduled
+// run they cost one thread_local load (point) or behave as their plain counterparts, so the
+// provider's post path and the engine can call them unconditionally.
+// Runner side: run() one schedule, explore() every schedule within a preemption bound, campaign()
+// many seeded schedules.
+#pragma once
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "emu/schedule.h"
+
+namespace emu::sched {
+
+// What a scheduling point is; numbers above kUser are the caller's own (label "user").
+enum PointKind : uint16_t {
+  kPointYield = 0,
+  kPointLoad,
+  kPointStore,
+  kPointLock,    // sched::Mutex::lock, before it is taken
+  kPointUnlock,  // sched::Mutex::unlock, after it is released
+  kPointWait,    // wait_until
+  kPointFinish,  // an actor's body returned
+  kPointUser = 64,
+};
+const char* point_label(uint16_t kind);  // a static string
+
+// One scheduling point of a run, for the trace writer (Perfetto JSON).
+struct TraceEvent {
+  uint32_t step;
+  ActorId actor;
+  uint16_t kind;
+  uint64_t addr;
+  uint64_t value;
+  const char* label;  // a static string naming the point kind
+};
+
+class Run;
+namespace detail {
+extern thread_local Run* tl_run;  // the run the calling thread is an actor of, else null
+void point_slow(uint16_t kind, uint64_t addr, uint64_t value);
+void wait_slow(const std::function<bool()>& ready, uint16_t kind, uint64_t addr, const char* what);
+}  // namespace detail
+
+// A scheduling point: the calling actor may be switched out here.
+inline void point(uint16_t kind, uint64_t addr = 0, uint64_t value = 0) {
+  if (detail::tl_run) detail::point_slow(kind, addr, value);
+}
+
+// Blocks the calling actor (it is not enabled) until ready() holds; ready() is evaluated at each
+// decision by whichever actor decides, so it must only read scenario state. `what` names the wait
+// in a deadlock report. Outside a scheduled run: spins on ready() with yields.
+void wait_until(const std::function<bool()>& ready, const char* what = "condition",
+                uint16_t kind = kPointWait, uint64_t addr = 0);
+
+// Ends the run as failed with this signature (a scenario's oracle); does not return when called
+// from an actor (the actor is unwound). Outside a scheduled run: aborts the process.
+[[noreturn]] void fail(const std::string& signature);
+
+// Whether the calling thread is an actor of a scheduled run.
+inline bool scheduled() { return detail::tl_run != nullptr; }
+
+// A mutex whose lock and unlock are scheduling points; an actor waiting for it is not enabled, so
+// the scheduler sees blocking (and deadlock) instead of a thread stuck in the kernel. It also
+// holds a real std::mutex, so it is an ordinary mutex outside a scheduled run.
+class Mutex {
+ public:
+  explicit Mutex(const char* name = "mutex") : name_(name) {}
+  void lock();
+  void unlock();
+  const char* name() const { return name_; }
+
+ private:
+  std::mutex real_;
+  ActorId holder_ = kNoActor;  // only meaningful inside a scheduled run (read under the baton)
+  const char* name_;
+};
+
+// ---- runner side ----
+
+struct Actor {
+  std::string name;
+  std::function<void()> body;
+};
+// One run's fresh actors and the check of its final state ("" = pass, else a failure signature),
+// run on the runner's thread after every actor finished.
+struct Scenario {
+  std::vector<Actor> actors;
+  std::function<std::string()> final_check;
+};
+using ScenarioFactory = std::function<Scenario()>;
+
+enum class Outcome { kOk, kFailed, kDeadlock };
+
+// Where an actor stood when the run ended (the deadlock report).
+struct ActorPosition {
+  std::string name;
+  uint16_t last_kind = kPointYield;
+  uint64_t last_addr = 0;
+  uint32_t steps = 0;
+  bool finished = false;
+  const char* waits_on = nullptr;  // the wait's `what`, or null when it was not waiting
+};
+
+struct RunResult {
+  Outcome outcome = Outcome::kOk;
+  std::string signature;  // kFailed: the oracle's; kDeadlock: "deadlock"
+  Schedule schedule;      // the non-forced choices, in order
+  std::vector<ChoiceRecord> choices;
+  uint32_t steps = 0;
+  uint64_t trace_hash = 0;  // FNV-1a over (step, actor, kind, addr) of every point
+  std::vector<TraceEvent> trace;
+  std::vector<ActorPosition> positions;  // one per actor, by ActorId
+  std::string describe() const;          // a line per actor, for people
+};
+
+// A decision: more than one actor can move. `enabled` is sorted ascending.
+struct Decision {
+  const std::vector<ActorId>& enabled;
+  ActorId previous;  // the actor that moved last (kNoActor at the start)
+  bool previous_enabled;
+  uint32_t step;         // points so far in this run
+  uint32_t index;        // decisions so far in this run
+  uint32_t actor_count;  // actors in the run so far
+};
+
+// Chosen once per run; a choice outside `enabled` is replaced by the default rule.
+class Strategy {
+ public:
+  virtual ~Strategy() = default;
+  virtual ActorId choose(const Decision& d) = 0;
+};
+// The default rule of schedule.h: the previous actor if it can move, else the lowest enabled.
+ActorId default_choice(const Decision& d);
+
+std::unique_ptr<Strategy> replay_strategy(Schedule s);
+std::unique_ptr<Strategy> random_walk_strategy(uint64_t seed);
+// PCT with `depth` d (1..3) and `k` the expected number of steps of a run.
+std::unique_ptr<Strategy> pct_strategy(uint64_t seed, uint32_t depth, uint32_t k);
+
+RunResult run(const ScenarioFactory& factory, Strategy& strategy);
+
+// Every schedule with at most `bound` preemptions, depth first, up to `max_schedules` runs.
+struct ExploreResult {
+  bool failed = false;
+  RunResult failure;       // the first failing (or deadlocking) run
+  uint64_t schedules = 0;  // runs made
+  bool exhausted = false;  // every schedule within the bound was run (no failure within bound)
+};
+ExploreResult explore(const ScenarioFactory& factory, uint32_t bound,
+                      uint64_t max_schedules = 1'000'000);
+
+enum class StrategyKind { kRandomWalk, kPct };
+struct CampaignResult {
+  bool failed = false;
+  uint64_t failing_seed = 0;  // the per-run seed of the first failure
+  uint64_t schedules = 0;     // runs made, the failing one included
+  RunResult failure;
+};
+// Runs up to `budget` schedules with per-run seeds from `master_seed`, stopping at the first
+// failure. kPct measures k from a first default-rule run and cycles depth 1, 2, 3.
+CampaignResult campaign(const ScenarioFactory& factory, StrategyKind kind, uint64_t master_seed,
+                        uint64_t budget);
+// The per-run seed campaign() gives run `index`, and the strategy it builds from it, so one run of
+// a campaign can be repeated alone.
+uint64_t campaign_run_seed(uint64_t master_seed, uint64_t index);
+std::unique_ptr<Strategy> campaign_strategy(StrategyKind kind, uint64_t run_seed, uint64_t index,
+                                            uint32_t k);
+
+// splitmix64: the one PRNG of scheduled runs (seeded, no std::random_device, no time).
+struct SplitMix64 {
+  uint64_t state;
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  uint64_t below(uint64_t n) { return next() % n; }  // n > 0; the bias is negligible here
+};
+
+}  // namespace emu::sched

@@ -1,0 +1,90 @@
+// What scenario code calls: points, waits, the mutex, fail; and the names of point kinds.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+#include <thread>
+
+#include "sched/run.h"
+
+namespace emu::sched {
+
+const char* point_label(uint16_t kind) {
+  static const char* const kLabels[] = {"yield",  "load", "store", "lock",
+                                        "unlock", "wait", "finish"};
+  return kind < std::size(kLabels) ? kLabels[kind] : "user";
+}
+
+namespace detail {
+
+// An actor whose run is over is unwound by RunOver; a point reached while it unwinds (a
+// destructor that unlocks, say) must not throw again, so it does nothing.
+static bool unwinding(Run* r) {
+  if (!r->over()) return false;
+  if (std::uncaught_exceptions() > 0) return true;
+  throw RunOver{};
+}
+
+void point_slow(uint16_t kind, uint64_t addr, uint64_t value) {
+  if (!unwinding(tl_run)) tl_run->point(tl_actor, kind, addr, value);
+}
+
+}  // namespace detail
+
+void wait_until(const std::function<bool()>& ready, const char* what, uint16_t kind,
+                uint64_t addr) {
+  Run* r = detail::tl_run;
+  if (!r) {
+    while (!ready()) std::this_thread::yield();
+    return;
+  }
+  if (!detail::unwinding(r)) r->wait(detail::tl_actor, ready, what, kind, addr);
+}
+
+void fail(const std::string& signature) {
+  Run* r = detail::tl_run;
+  if (!r) {
+    std::fprintf(stderr, "emu::sched::fail outside a scheduled run: %s\n", signature.c_str());
+    std::abort();
+  }
+  if (r->over()) throw RunOver{};
+  r->fail(detail::tl_actor, signature);
+}
+
+void Mutex::lock() {
+  if (scheduled()) {
+    wait_until([this] { return holder_ == kNoActor; }, name_, kPointLock,
+               reinterpret_cast<uintptr_t>(this));
+    holder_ = detail::tl_actor;
+  }
+  // Uncontended inside a scheduled run (the wait above saw it free, and only one actor moves).
+  real_.lock();
+}
+
+void Mutex::unlock() {
+  holder_ = kNoActor;
+  real_.unlock();
+  point(kPointUnlock, reinterpret_cast<uintptr_t>(this));
+}
+
+std::string RunResult::describe() const {
+  static const char* const kOutcomes[] = {"ok", "failed", "deadlock"};
+  std::string out = std::string(kOutcomes[static_cast<int>(outcome)]);
+  if (!signature.empty() && outcome == Outcome::kFailed) out += " (" + signature + ")";
+  out += " after " + std::to_string(steps) + " steps, schedule " + format_schedule(schedule) + "\n";
+  for (size_t i = 0; i < positions.size(); ++i) {
+    const ActorPosition& p = positions[i];
+    char line[256];
+    if (p.finished)
+      std::snprintf(line, sizeof line, "  actor %zu %s: finished after %u steps\n", i,
+                    p.name.c_str(), p.steps);
+    else
+      std::snprintf(line, sizeof line, "  actor %zu %s: at %s 0x%llx after %u steps%s%s\n", i,
+                    p.name.c_str(), point_label(p.last_kind),
+                    static_cast<unsigned long long>(p.last_addr), p.steps,
+                    p.waits_on ? ", waiting on " : "", p.waits_on ? p.waits_on : "");
+    out += line;
+  }
+  return out;
+}
+
+}  // namespace emu::sched

@@ -1,0 +1,209 @@
+// A scheduled run: real OS threads, one baton (a futex word per actor), one mover at a time.
+#include "sched/run.h"
+
+#include <linux/futex.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <exception>
+
+namespace emu::sched {
+
+namespace detail {
+thread_local Run* tl_run = nullptr;
+thread_local ActorId tl_actor = kNoActor;
+}  // namespace detail
+
+namespace {
+
+constexpr uint32_t kParked = 0, kGo = 1, kAbort = 2;
+
+// Parks the calling thread until its baton is given; returns what it was given (kGo or kAbort).
+uint32_t take_baton(std::atomic<uint32_t>& baton) {
+  uint32_t v;
+  while ((v = baton.load(std::memory_order_acquire)) == kParked)
+    syscall(SYS_futex, &baton, FUTEX_WAIT_PRIVATE, kParked, nullptr, nullptr, 0);
+  baton.store(kParked, std::memory_order_relaxed);
+  return v;
+}
+
+// The release store publishes everything the giver did to the taker's acquire load.
+void give_baton(std::atomic<uint32_t>& baton, uint32_t v) {
+  baton.store(v, std::memory_order_release);
+  syscall(SYS_futex, &baton, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
+}
+
+uint64_t fnv1a(uint64_t h, uint64_t v, int bytes) {
+  for (int i = 0; i < bytes; ++i) {
+    h ^= (v >> (8 * i)) & 0xff;
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+}  // namespace
+
+Run::Run(Scenario scenario, Strategy& strategy)
+    : final_check_(std::move(scenario.final_check)), strategy_(strategy) {
+  for (Actor& a : scenario.actors) {
+    actors_.push_back(std::make_unique<ActorState>());
+    actors_.back()->name = std::move(a.name);
+    actors_.back()->body = std::move(a.body);
+  }
+  result_.trace_hash = 0xcbf29ce484222325ull;
+}
+
+void Run::actor_main(ActorId self) {
+  detail::tl_run = this;
+  detail::tl_actor = self;
+  ActorState& me = *actors_[self];
+  try {
+    if (take_baton(me.baton) == kAbort) throw RunOver{};
+    me.body();
+    record(self, kPointFinish, 0, 0);
+    me.finished = true;
+    switch_from(self, /*leaving=*/true);
+  } catch (const RunOver&) {
+  } catch (const std::exception& e) {
+    end(self, Outcome::kFailed, std::string("exception: ") + e.what());
+  } catch (...) {
+    end(self, Outcome::kFailed, "exception");
+  }
+  detail::tl_run = nullptr;
+  detail::tl_actor = kNoActor;
+}
+
+void Run::record(ActorId self, uint16_t kind, uint64_t addr, uint64_t value) {
+  uint32_t step = result_.steps++;
+  result_.trace.push_back({step, self, kind, addr, value, point_label(kind)});
+  uint64_t h = fnv1a(result_.trace_hash, step, 4);
+  h = fnv1a(h, self, 2);
+  h = fnv1a(h, kind, 2);
+  result_.trace_hash = fnv1a(h, addr, 8);
+  ActorPosition& p = actors_[self]->position;
+  p.last_kind = kind;
+  p.last_addr = addr;
+  ++p.steps;
+}
+
+bool Run::choose_next(ActorId self, ActorId* next) {
+  enabled_.clear();
+  bool all_finished = true;
+  for (ActorId i = 0; i < actors_.size(); ++i) {
+    const ActorState& a = *actors_[i];
+    all_finished &= a.finished;
+    if (!a.finished && (!a.ready || (*a.ready)())) enabled_.push_back(i);
+  }
+  if (enabled_.empty()) {
+    end(self, all_finished ? Outcome::kOk : Outcome::kDeadlock, all_finished ? "" : "deadlock");
+    return false;
+  }
+  if (enabled_.size() == 1) {
+    *next = enabled_[0];
+    return true;
+  }
+  bool self_enabled = std::binary_search(enabled_.begin(), enabled_.end(), self);
+  Decision d{enabled_,
+             self,
+             self_enabled,
+             result_.steps,
+             static_cast<uint32_t>(result_.schedule.choices.size()),
+             static_cast<uint32_t>(actors_.size())};
+  ActorId c = strategy_.choose(d);
+  if (!std::binary_search(enabled_.begin(), enabled_.end(), c)) c = default_choice(d);
+  result_.schedule.choices.push_back(c);
+  result_.choices.push_back({c, self, self_enabled});
+  *next = c;
+  return true;
+}
+
+void Run::switch_from(ActorId self, bool leaving) {
+  ActorId next;
+  if (!choose_next(self, &next)) {
+    if (leaving) return;
+    throw RunOver{};
+  }
+  if (next == self) {
+    resume(self);
+    return;
+  }
+  resume(next);
+  give_baton(actors_[next]->baton, kGo);
+  if (leaving) return;
+  if (take_baton(actors_[self]->baton) == kAbort) throw RunOver{};
+}
+
+void Run::resume(ActorId next) {
+  ActorState& n = *actors_[next];
+  n.ready = nullptr;  // its condition held when it was chosen, and nothing has run since
+  n.position.waits_on = nullptr;
+}
+
+void Run::end(ActorId ender, Outcome outcome, const std::string& signature) {
+  if (over_) return;
+  over_ = true;
+  ender_ = ender;
+  result_.outcome = outcome;
+  result_.signature = signature;
+  if (ender != kNoActor) give_baton(runner_baton_, kGo);
+}
+
+void Run::point(ActorId self, uint16_t kind, uint64_t addr, uint64_t value) {
+  record(self, kind, addr, value);
+  switch_from(self, /*leaving=*/false);
+}
+
+void Run::wait(ActorId self, const std::function<bool()>& ready, const char* what, uint16_t kind,
+               uint64_t addr) {
+  ActorState& me = *actors_[self];
+  me.ready = &ready;
+  me.position.waits_on = what;
+  point(self, kind, addr, 0);
+}
+
+void Run::fail(ActorId self, const std::string& signature) {
+  end(self, Outcome::kFailed, signature);
+  throw RunOver{};
+}
+
+RunResult Run::execute() {
+  for (ActorId i = 0; i < actors_.size(); ++i)
+    actors_[i]->thread = std::thread([this, i] { actor_main(i); });
+  // The runner makes the first decision, then parks until the run is over.
+  ActorId first;
+  if (choose_next(kNoActor, &first)) {
+    resume(first);
+    give_baton(actors_[first]->baton, kGo);
+    take_baton(runner_baton_);
+  }
+  // Unwind the stuck actors one at a time (the ender first), so scenario destructors never run
+  // two at once.
+  if (ender_ != kNoActor) actors_[ender_]->thread.join();
+  for (ActorId i = 0; i < actors_.size(); ++i) {
+    ActorState& a = *actors_[i];
+    if (!a.thread.joinable()) continue;
+    if (!a.finished) give_baton(a.baton, kAbort);
+    a.thread.join();
+  }
+  if (result_.outcome == Outcome::kOk && final_check_) {
+    std::string sig = final_check_();
+    if (!sig.empty()) {
+      result_.outcome = Outcome::kFailed;
+      result_.signature = std::move(sig);
+    }
+  }
+  for (auto& a : actors_) {
+    a->position.name = a->name;
+    a->position.finished = a->finished;
+    result_.positions.push_back(a->position);
+  }
+  return std::move(result_);
+}
+
+RunResult run(const ScenarioFactory& factory, Strategy& strategy) {
+  Run r(factory(), strategy);
+  return r.execute();
+}
+
+}  // namespace emu::sched
