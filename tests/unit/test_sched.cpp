@@ -199,24 +199,33 @@ TEST(Sched, OutsideARunPointsAreNoOpsAndTheMutexIsAMutex) {
   wait_until([&] { return ready; });
 }
 
-// Prints (does not assert) the scheduler's speed: 4 actors x 50 points under random walk.
-TEST(Sched, ThroughputIsPrinted) {
-  auto factory = [] {
-    auto body = [] {
-      for (int i = 0; i < 50; ++i) point(kPointYield, i);
-    };
-    return Scenario{{{"t0", body}, {"t1", body}, {"t2", body}, {"t3", body}}, nullptr};
-  };
-  constexpr int kRuns = 300;
+// Prints (does not assert) the scheduler's speed: schedules/s and ns per point over `runs` runs.
+void print_throughput(const char* what, const ScenarioFactory& factory, int runs) {
   uint64_t points = 0;
   auto t0 = std::chrono::steady_clock::now();
-  for (int i = 0; i < kRuns; ++i) {
+  for (int i = 0; i < runs; ++i) {
     auto walk = random_walk_strategy(i);
     points += run(factory, *walk).steps;
   }
   double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("sched: %.0f schedules/s, %.0f ns per scheduling point (4 actors x 50 points)\n",
-              kRuns / s, s * 1e9 / static_cast<double>(points));
+  std::printf("sched, %s: %.0f schedules/s, %.0f ns per scheduling point\n", what, runs / s,
+              s * 1e9 / static_cast<double>(points));
+}
+
+ScenarioFactory yielders(int actors, int points) {
+  return [actors, points] {
+    Scenario sc;
+    for (int a = 0; a < actors; ++a)
+      sc.actors.push_back({"t" + std::to_string(a), [points] {
+                             for (int i = 0; i < points; ++i) point(kPointYield, i);
+                           }});
+    return sc;
+  };
+}
+
+TEST(Sched, ThroughputIsPrinted) {
+  print_throughput("4 actors x 50 points, random walk", yielders(4, 50), 300);
+  print_throughput("1 actor x 100000 points (no hand-over)", yielders(1, 100000), 3);
 }
 
 }  // namespace
