@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <stdexcept>
 
 #include "emu/sched.h"
 
@@ -79,6 +80,44 @@ TEST(Sched, BoundedSearchFindsTheLostUpdateWithOnePreemption) {
   ASSERT_TRUE(e.failed);
   EXPECT_EQ(e.failure.signature, "lost update");
   EXPECT_EQ(count_preemptions(e.failure.choices), 1u);
+}
+
+// The lost update needs one preemption: PCT of depth 1 never preempts, depth 2 can.
+TEST(Sched, PctDepthBoundsItsPreemptions) {
+  bool depth2_found = false;
+  for (uint64_t seed = 0; seed < 200; ++seed) {
+    auto d1 = pct_strategy(seed, 1, 12);
+    ASSERT_EQ(run(counter_scenario(false), *d1).outcome, Outcome::kOk) << seed;
+    auto d2 = pct_strategy(seed, 2, 12);
+    depth2_found |= run(counter_scenario(false), *d2).outcome == Outcome::kFailed;
+  }
+  EXPECT_TRUE(depth2_found);
+}
+
+// Shrinking relies on this: a schedule cut short, or naming an actor that cannot move, still runs
+// to the end by the default rule.
+TEST(Sched, ReplayPastItsEndOrOfABadChoiceGoesOnByTheDefaultRule) {
+  for (Schedule s : {Schedule{}, Schedule{{1}}, Schedule{{7, 7, 7}}}) {
+    auto replay = replay_strategy(s);
+    RunResult r = run(counter_scenario(false), *replay);
+    EXPECT_EQ(r.outcome, Outcome::kOk) << format_schedule(s);
+    EXPECT_EQ(count_preemptions(r.choices), 0u) << format_schedule(s);
+  }
+}
+
+TEST(Sched, AnExceptionOutOfAnActorFailsTheRun) {
+  auto walk = random_walk_strategy(1);
+  RunResult r = run(
+      [] {
+        auto thrower = [] {
+          point(kPointYield);
+          throw std::runtime_error("bad state");
+        };
+        return Scenario{{{"thrower", thrower}, {"other", [] { point(kPointYield); }}}, nullptr};
+      },
+      *walk);
+  EXPECT_EQ(r.outcome, Outcome::kFailed);
+  EXPECT_EQ(r.signature, "exception: bad state");
 }
 
 TEST(Sched, ReplayOfAFailingScheduleIsExact) {

@@ -69,8 +69,8 @@ void wait_until(const std::function<bool()>& ready, const char* what = "conditio
 inline bool scheduled() { return detail::tl_run != nullptr; }
 
 // A mutex whose lock and unlock are scheduling points; an actor waiting for it is not enabled, so
-// the scheduler sees blocking (and deadlock) instead of a thread stuck in the kernel. It also
-// holds a real std::mutex, so it is an ordinary mutex outside a scheduled run.
+// the scheduler sees blocking (and deadlock) instead of a thread stuck in the kernel. Outside a
+// scheduled run it is an ordinary mutex (a real std::mutex).
 class Mutex {
  public:
   explicit Mutex(const char* name = "mutex") : name_(name) {}
