@@ -84,7 +84,10 @@ void Run::record(ActorId self, uint16_t kind, uint64_t addr, uint64_t value) {
   uint64_t h = fnv1a(result_.trace_hash, step, 4);
   h = fnv1a(h, self, 2);
   h = fnv1a(h, kind, 2);
-  result_.trace_hash = fnv1a(h, addr, 8);
+  // Addresses differ between processes (ASLR, allocators): the hash takes an address's order of
+  // first appearance in the run, so a replay in another process hashes the same.
+  uint64_t order = addr_order_.try_emplace(addr, addr_order_.size()).first->second;
+  result_.trace_hash = fnv1a(h, order, 8);
   ActorPosition& p = actors_[self]->position;
   p.last_kind = kind;
   p.last_addr = addr;

@@ -2,12 +2,18 @@
 // positions, and the result being built. Every member is read and written only by the thread that
 // holds the baton (an actor, or the runner before the first hand-over and after the run is over):
 // the baton's release/acquire hand-over orders all of it.
+//
+// Room for threads that join late (EMU_SCHEDULE over an unmodified program, not built yet): a
+// thread that reaches point() while a program-wide run is active and has no tl_run would register
+// itself under the baton, appending to actors_ (pointers, so existing states do not move);
+// Decision::actor_count grows with it and PCT gives a newcomer a priority when it first sees it.
 #pragma once
 #include <atomic>
 #include <cstdint>
 #include <functional>
 #include <memory>
 #include <thread>
+#include <unordered_map>
 #include <vector>
 
 #include "emu/sched.h"
@@ -59,7 +65,8 @@ class Run {
   std::function<std::string()> final_check_;
   Strategy& strategy_;
   RunResult result_;
-  std::vector<ActorId> enabled_;  // scratch for choose_next
+  std::vector<ActorId> enabled_;                       // scratch for choose_next
+  std::unordered_map<uint64_t, uint64_t> addr_order_;  // address -> order of first appearance
   std::atomic<uint32_t> runner_baton_{0};
   bool over_ = false;
   ActorId ender_ = kNoActor;

@@ -125,7 +125,10 @@ TEST(Sched, ReplayOfAFailingScheduleIsExact) {
   ASSERT_TRUE(c.failed);
   Schedule text;
   ASSERT_TRUE(parse_schedule(format_schedule(c.failure.schedule), &text));
+  // Live allocations between replays move the scenario's objects, as another process would.
+  std::vector<std::unique_ptr<char[]>> ballast;
   for (int i = 0; i < 100; ++i) {
+    ballast.push_back(std::make_unique<char[]>(48));
     auto replay = replay_strategy(text);
     RunResult r = run(counter_scenario(false), *replay);
     ASSERT_EQ(r.trace_hash, c.failure.trace_hash) << i;
@@ -256,7 +259,7 @@ ScenarioFactory yielders(int actors, int points) {
     Scenario sc;
     for (int a = 0; a < actors; ++a)
       sc.actors.push_back({"t" + std::to_string(a), [points] {
-                             for (int i = 0; i < points; ++i) point(kPointYield, i);
+                             for (int i = 0; i < points; ++i) point(kPointYield, i % 16);
                            }});
     return sc;
   };

@@ -116,7 +116,9 @@ struct RunResult {
   Schedule schedule;      // the non-forced choices, in order
   std::vector<ChoiceRecord> choices;
   uint32_t steps = 0;
-  uint64_t trace_hash = 0;  // FNV-1a over (step, actor, kind, addr) of every point
+  // FNV-1a over (step, actor, kind, addr) of every point, addr as its order of first appearance
+  // in the run, so that the hash does not depend on where a process placed its objects.
+  uint64_t trace_hash = 0;
   std::vector<TraceEvent> trace;
   std::vector<ActorPosition> positions;  // one per actor, by ActorId
   std::string describe() const;          // a line per actor, for people
