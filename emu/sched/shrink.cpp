@@ -117,7 +117,7 @@ ShrinkResult shrink_schedule(const Schedule& failing, const std::string& signatu
   ShrinkResult out{failing, {}};
   out.stats.choices_before = failing.choices.size();
   Shrinker shrinker(signature, run, options.max_runs);
-  if (shrinker.try_accept(failing)) {
+  if (!signature.empty() && shrinker.try_accept(failing)) {
     out.stats.reproduced = true;
     out.stats.preemptions_before = count_preemptions(shrinker.record());
     do {

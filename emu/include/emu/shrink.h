@@ -30,11 +30,9 @@ struct ShrinkOptions {
 };
 
 struct ShrinkStats {
-  uint32_t runs = 0;
-  size_t choices_before = 0;
-  size_t choices_after = 0;
-  uint32_t preemptions_before = 0;
-  uint32_t preemptions_after = 0;
+  uint32_t runs = 0;  // replays used
+  size_t choices_before = 0, choices_after = 0;
+  uint32_t preemptions_before = 0, preemptions_after = 0;
   bool reproduced = false;        // the input failed with the signature when replayed
   bool budget_exhausted = false;  // stopped by max_runs, so a smaller schedule may exist
 };
@@ -44,8 +42,8 @@ struct ShrinkResult {
   ShrinkStats stats;
 };
 
-// `failing` is expected to fail with `signature` under `run`; if its replay does not, it is
-// returned unchanged with stats.reproduced false.
+// `failing` is expected to fail with `signature` under `run`; if its replay does not (or the
+// signature is empty, which is a pass), it is returned unchanged with stats.reproduced false.
 ShrinkResult shrink_schedule(const Schedule& failing, const std::string& signature,
                              const ScheduleRunner& run, const ShrinkOptions& options = {});
 
