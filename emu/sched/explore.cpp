@@ -78,12 +78,6 @@ ExploreResult explore(const ScenarioFactory& factory, uint32_t bound, uint64_t m
   return out;
 }
 
-uint64_t campaign_run_seed(uint64_t master_seed, uint64_t index) {
-  // The index-th output of splitmix64 seeded with the master seed, reached without stepping.
-  SplitMix64 g{master_seed + index * 0x9e3779b97f4a7c15ull};
-  return g.next();
-}
-
 std::unique_ptr<Strategy> campaign_strategy(StrategyKind kind, uint64_t run_seed, uint64_t index,
                                             uint32_t k) {
   if (kind == StrategyKind::kPct) return pct_strategy(run_seed, 1 + index % 3, k);
@@ -100,7 +94,7 @@ CampaignResult campaign(const ScenarioFactory& factory, StrategyKind kind, uint6
     k = run(factory, *first).steps;
   }
   for (uint64_t i = 0; i < budget; ++i) {
-    uint64_t seed = campaign_run_seed(master_seed, i);
+    uint64_t seed = run_seed(master_seed, i);
     auto strategy = campaign_strategy(kind, seed, i, k);
     RunResult r = run(factory, *strategy);
     ++out.schedules;

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <exception>
+#include <unordered_map>
 
 namespace emu::sched {
 
@@ -36,14 +37,6 @@ void give_baton(std::atomic<uint32_t>& baton, uint32_t v) {
   syscall(SYS_futex, &baton, FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
-uint64_t fnv1a(uint64_t h, uint64_t v, int bytes) {
-  for (int i = 0; i < bytes; ++i) {
-    h ^= (v >> (8 * i)) & 0xff;
-    h *= 0x100000001b3ull;
-  }
-  return h;
-}
-
 }  // namespace
 
 Run::Run(Scenario scenario, Strategy& strategy)
@@ -53,7 +46,6 @@ Run::Run(Scenario scenario, Strategy& strategy)
     actors_.back()->name = std::move(a.name);
     actors_.back()->body = std::move(a.body);
   }
-  result_.trace_hash = 0xcbf29ce484222325ull;
 }
 
 void Run::actor_main(ActorId self) {
@@ -81,13 +73,6 @@ void Run::actor_main(ActorId self) {
 void Run::record(ActorId self, uint16_t kind, uint64_t addr, uint64_t value) {
   uint32_t step = result_.steps++;
   result_.trace.push_back({step, self, kind, addr, value, point_label(kind)});
-  uint64_t h = fnv1a(result_.trace_hash, step, 4);
-  h = fnv1a(h, self, 2);
-  h = fnv1a(h, kind, 2);
-  // Addresses differ between processes (ASLR, allocators): the hash takes an address's order of
-  // first appearance in the run, so a replay in another process hashes the same.
-  uint64_t order = addr_order_.try_emplace(addr, addr_order_.size()).first->second;
-  result_.trace_hash = fnv1a(h, order, 8);
   ActorPosition& p = actors_[self]->position;
   p.last_kind = kind;
   p.last_addr = addr;
@@ -208,12 +193,20 @@ RunResult Run::execute() {
       result_.signature = std::move(sig);
     }
   }
+  result_.trace_hash = canonical_trace_hash(result_.trace);
   for (auto& a : actors_) {
     a->position.name = a->name;
     a->position.finished = a->finished;
     result_.positions.push_back(a->position);
   }
   return std::move(result_);
+}
+
+uint64_t canonical_trace_hash(const std::vector<TraceEvent>& events) {
+  std::vector<TraceEvent> canonical = events;
+  std::unordered_map<uint64_t, uint64_t> order;
+  for (TraceEvent& e : canonical) e.addr = order.try_emplace(e.addr, order.size()).first->second;
+  return trace_hash(canonical);
 }
 
 RunResult run(const ScenarioFactory& factory, Strategy& strategy) {

@@ -13,7 +13,6 @@
 #include <functional>
 #include <memory>
 #include <thread>
-#include <unordered_map>
 #include <vector>
 
 #include "emu/sched.h"
@@ -65,8 +64,7 @@ class Run {
   std::function<std::string()> final_check_;
   Strategy& strategy_;
   RunResult result_;
-  std::vector<ActorId> enabled_;                       // scratch for choose_next
-  std::unordered_map<uint64_t, uint64_t> addr_order_;  // address -> order of first appearance
+  std::vector<ActorId> enabled_;  // scratch for choose_next
   std::atomic<uint32_t> runner_baton_{0};
   bool over_ = false;
   ActorId ender_ = kNoActor;

@@ -16,7 +16,9 @@
 #include <string>
 #include <vector>
 
+#include "emu/sched_trace.h"  // TraceEvent, trace_hash
 #include "emu/schedule.h"
+#include "emu/seeds.h"  // run_seed, splitmix64
 
 namespace emu::sched {
 
@@ -32,16 +34,6 @@ enum PointKind : uint16_t {
   kPointUser = 64,
 };
 const char* point_label(uint16_t kind);  // a static string
-
-// One scheduling point of a run, for the trace writer (Perfetto JSON).
-struct TraceEvent {
-  uint32_t step;
-  ActorId actor;
-  uint16_t kind;
-  uint64_t addr;
-  uint64_t value;
-  const char* label;  // a static string naming the point kind
-};
 
 class Run;
 namespace detail {
@@ -116,13 +108,16 @@ struct RunResult {
   Schedule schedule;      // the non-forced choices, in order
   std::vector<ChoiceRecord> choices;
   uint32_t steps = 0;
-  // FNV-1a over (step, actor, kind, addr) of every point, addr as its order of first appearance
-  // in the run, so that the hash does not depend on where a process placed its objects.
-  uint64_t trace_hash = 0;
+  uint64_t trace_hash = 0;  // canonical_trace_hash(trace)
   std::vector<TraceEvent> trace;
   std::vector<ActorPosition> positions;  // one per actor, by ActorId
   std::string describe() const;          // a line per actor, for people
 };
+
+// trace_hash (sched_trace.h) of the events with each address replaced by its order of first
+// appearance: addresses differ between processes (ASLR, allocators), so a replay in another
+// process, or under ASan, hashes the same.
+uint64_t canonical_trace_hash(const std::vector<TraceEvent>& events);
 
 // A decision: more than one actor can move. `enabled` is sorted ascending.
 struct Decision {
@@ -171,20 +166,19 @@ struct CampaignResult {
 // failure. kPct measures k from a first default-rule run and cycles depth 1, 2, 3.
 CampaignResult campaign(const ScenarioFactory& factory, StrategyKind kind, uint64_t master_seed,
                         uint64_t budget);
-// The per-run seed campaign() gives run `index`, and the strategy it builds from it, so one run of
-// a campaign can be repeated alone.
-uint64_t campaign_run_seed(uint64_t master_seed, uint64_t index);
+// The strategy campaign() builds for run `index` from its seed (run_seed of seeds.h), so one
+// run of a campaign can be repeated alone.
 std::unique_ptr<Strategy> campaign_strategy(StrategyKind kind, uint64_t run_seed, uint64_t index,
                                             uint32_t k);
 
-// splitmix64: the one PRNG of scheduled runs (seeded, no std::random_device, no time).
+// The splitmix64 generator: the one PRNG of scheduled runs (seeded; no std::random_device, no
+// time). Its i-th output from `state` is run_seed(state, i).
 struct SplitMix64 {
   uint64_t state;
   uint64_t next() {
-    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
-    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
-    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
-    return z ^ (z >> 31);
+    uint64_t out = splitmix64(state);
+    state += 0x9e3779b97f4a7c15ull;
+    return out;
   }
   uint64_t below(uint64_t n) { return next() % n; }  // n > 0; the bias is negligible here
 };

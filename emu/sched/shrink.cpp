@@ -1,0 +1,135 @@
+// Shrinking a failing schedule (emu/shrink.h).
+#include "emu/shrink.h"
+
+#include <cstddef>
+#include <set>
+#include <utility>
+
+namespace emu::sched {
+
+namespace {
+
+// Failure need not be monotone in the prefix length (a shorter prefix hands the run to the replay
+// default earlier, which can bring the failure back), so after the binary search a few lengths
+// below its answer are tried one by one; this many passing lengths in a row end that walk.
+constexpr size_t kTightenWindow = 4;
+
+bool is_preemption(const ChoiceRecord& r) {
+  return r.previous != kNoActor && r.previous_enabled && r.chosen != r.previous;
+}
+
+Schedule prefix(const Schedule& s, size_t len) {
+  return Schedule{{s.choices.begin(), s.choices.begin() + static_cast<std::ptrdiff_t>(len)}};
+}
+
+// Holds the smallest failing schedule so far and the record of its replay; every change goes
+// through try_accept, so the schedule it holds has always been seen failing with the signature.
+class Shrinker {
+ public:
+  Shrinker(const std::string& signature, const ScheduleRunner& run, uint32_t max_runs)
+      : signature_(signature), run_(run), max_runs_(max_runs) {}
+
+  bool try_accept(Schedule s) {
+    if (runs_ >= max_runs_) {
+      exhausted_ = true;
+      return false;
+    }
+    ++runs_;
+    RunOutcome o = run_(s);
+    if (o.signature != signature_) return false;
+    current_ = std::move(s);
+    record_ = std::move(o.record);
+    // Choices past the run's last decision were never consumed: without them it replays the same.
+    if (current_.choices.size() > record_.size()) current_.choices.resize(record_.size());
+    return true;
+  }
+
+  void truncate() {
+    const Schedule whole = current_;  // every probe below is a prefix of it
+    std::set<size_t> passing;
+    size_t lo = 0, hi = current_.choices.size();
+    while (lo < hi && !exhausted_) {
+      const size_t mid = lo + (hi - lo) / 2;
+      if (try_accept(prefix(whole, mid))) {
+        hi = current_.choices.size();
+      } else {
+        passing.insert(mid);
+        lo = mid + 1;
+      }
+    }
+    size_t passes_in_a_row = 0;
+    for (size_t len = hi; len-- > 0 && passes_in_a_row < kTightenWindow && !exhausted_;) {
+      if (passing.count(len)) {
+        ++passes_in_a_row;
+      } else if (try_accept(prefix(whole, len))) {
+        len = current_.choices.size();
+        passes_in_a_row = 0;
+      } else {
+        ++passes_in_a_row;
+      }
+    }
+  }
+
+  // One pass over the schedule; true when it changed it. The preemption pass gives each
+  // preempting choice back to the actor that moved before (as replay's default would) or deletes
+  // it; the deletion pass deletes any choice, for the switches that are not preemptions but still
+  // lead to one (a first choice of another actor, which the next preemption then undoes).
+  bool edit_pass(bool preemptions_only) {
+    bool changed = false;
+    for (size_t i = 0; i < current_.choices.size() && !exhausted_;) {
+      const bool preempts = is_preemption(record_[i]);
+      if (preemptions_only && !preempts) {
+        ++i;
+        continue;
+      }
+      Schedule yield = current_;
+      yield.choices[i] = record_[i].previous;
+      Schedule drop = current_;
+      drop.choices.erase(drop.choices.begin() + static_cast<std::ptrdiff_t>(i));
+      if ((preempts && try_accept(std::move(yield))) || try_accept(std::move(drop))) {
+        changed = true;  // index i now holds a yield or the next choice: look at it again
+      } else {
+        ++i;
+      }
+    }
+    return changed;
+  }
+
+  const Schedule& current() const { return current_; }
+  const std::vector<ChoiceRecord>& record() const { return record_; }
+  uint32_t runs() const { return runs_; }
+  bool exhausted() const { return exhausted_; }
+
+ private:
+  const std::string& signature_;
+  const ScheduleRunner& run_;
+  const uint32_t max_runs_;
+  uint32_t runs_ = 0;
+  bool exhausted_ = false;
+  Schedule current_;
+  std::vector<ChoiceRecord> record_;
+};
+
+}  // namespace
+
+ShrinkResult shrink_schedule(const Schedule& failing, const std::string& signature,
+                             const ScheduleRunner& run, const ShrinkOptions& options) {
+  ShrinkResult out{failing, {}};
+  out.stats.choices_before = failing.choices.size();
+  Shrinker shrinker(signature, run, options.max_runs);
+  if (!signature.empty() && shrinker.try_accept(failing)) {
+    out.stats.reproduced = true;
+    out.stats.preemptions_before = count_preemptions(shrinker.record());
+    do {
+      shrinker.truncate();
+    } while ((shrinker.edit_pass(true) || shrinker.edit_pass(false)) && !shrinker.exhausted());
+    out.schedule = shrinker.current();
+    out.stats.preemptions_after = count_preemptions(shrinker.record());
+  }
+  out.stats.runs = shrinker.runs();
+  out.stats.budget_exhausted = shrinker.exhausted();
+  out.stats.choices_after = out.schedule.choices.size();
+  return out;
+}
+
+}  // namespace emu::sched
