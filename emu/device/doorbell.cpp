@@ -50,11 +50,17 @@ void report(Segment* seg, RaceKind kind, RaceAction act, const QpSlot* qp, uint1
   // Where the stores the device saw were one thread's, the race is with the thread that last
   // stored this QP's doorbell record besides it (two posters of one QP: after their first
   // collision each one's stores go wrong on its own, the cause being the other's earlier store).
-  if (qp && (w1 == 0 || w1 == w0)) {
+  // A writer missing from the record (0) is the same case: two first stores into a slot at the
+  // same moment both read "no writer before me", so the one they hid is the QP's other poster.
+  auto other_poster = [&](uint32_t not_this) -> uint32_t {
     uint32_t other = qp->dbrec_other.load(std::memory_order_relaxed);
     uint32_t last = qp->dbrec_writer.load(std::memory_order_relaxed);
-    uint32_t pick = other && other != w0 ? other : (last && last != w0 ? last : 0);
-    if (pick) w1 = pick;
+    return other && other != not_this ? other : (last && last != not_this ? last : 0);
+  };
+  if (qp && w0 == 0 && w1 != 0) {
+    if (uint32_t pick = other_poster(w1)) w0 = pick;
+  } else if (qp && (w1 == 0 || w1 == w0)) {
+    if (uint32_t pick = other_poster(w0)) w1 = pick;
   }
   r.writers[0] = w0;
   r.writers[1] = w1;

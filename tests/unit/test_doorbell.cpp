@@ -385,6 +385,26 @@ TEST(DoorbellDevice, LegalPostingOverManyLapsRaisesNothing) {
   EXPECT_TRUE(r.races().empty()) << race_json(r.races().front());
 }
 
+// Two threads storing the first WQE into one slot at the same moment can both record "no writer
+// before me": the double write the device then sees has one known writer, and names the QP's
+// other poster for the one the record lost (the stress acceptance requires both names).
+TEST(DoorbellDevice, ADoubleWriteWithAWriterLostFromTheRecordNamesTheOtherPoster) {
+  BfRig r;
+  uint32_t other = in_another_thread([&] { r.dbrec(0); });  // the other poster of this QP
+  r.ring_store(0, r.write_wqe(0, 0, "x"));
+  r.ring_store(0, r.write_wqe(0, 0, "y"));
+  QpSlot& q = r.h->qps[r.a];
+  r.s->at<WqeWriteRec>(q.wrec_off)[0].prev_writer.store(
+      0);  // as the concurrent first store left it
+  r.dbrec(1);
+  r.eng.kick_sq(q);
+  auto ev = r.races();
+  ASSERT_EQ(ev.size(), 1u);
+  EXPECT_EQ(ev[0].kind, kRaceDoubleWrite);
+  EXPECT_EQ(ev[0].writers[0], other) << "the writer the record lost: the QP's other poster";
+  EXPECT_EQ(ev[0].writers[1], writer_tid());
+}
+
 TEST(DoorbellDevice, AnEventFromOneThreadsStoresNamesTheQpsOtherPoster) {
   BfRig r;
   r.ring_store(0, r.write_wqe(0, 0, "x"));
