@@ -84,8 +84,7 @@ ibv_qp* create_qp_ex(ibv_context* ctx, ibv_pd* pd, ibv_qp_type type, ibv_cq* cq,
 }
 
 ibv_qp_attr init_attr(int access, uint8_t port) {
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
+  ibv_qp_attr a{};  // every field not set below is 0
   a.qp_state = IBV_QPS_INIT;
   a.port_num = port;
   a.qp_access_flags = access;
@@ -93,8 +92,7 @@ ibv_qp_attr init_attr(int access, uint8_t port) {
 }
 
 ibv_qp_attr rtr_attr(uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t min_rnr_timer) {
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
+  ibv_qp_attr a{};  // every field not set below is 0
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = IBV_MTU_1024;
   a.dest_qp_num = dest_qpn;
@@ -107,8 +105,7 @@ ibv_qp_attr rtr_attr(uint16_t dlid, uint32_t dest_qpn, uint32_t rq_psn, uint8_t 
 }
 
 ibv_qp_attr rts_attr(uint32_t sq_psn, uint8_t timeout, uint8_t retry_cnt, uint8_t rnr_retry) {
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
+  ibv_qp_attr a{};  // every field not set below is 0
   a.qp_state = IBV_QPS_RTS;
   a.sq_psn = sq_psn;
   a.timeout = timeout;
@@ -146,8 +143,7 @@ int connect_qp(ibv_qp* qp, uint16_t dlid, uint32_t dest_qpn, uint32_t my_psn, ui
 }
 
 int ud_to_rts(ibv_qp* qp, uint32_t qkey, uint32_t sq_psn) {
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
+  ibv_qp_attr a{};  // every field not set below is 0
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.pkey_index = 0;
