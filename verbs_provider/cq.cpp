@@ -124,6 +124,7 @@ bool xrc_recv_wc(const Cqe64& c, uint8_t opcode, ibv_wc* wc) {
 bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
   for (;;) {
     Cqe64& c = cq->ring[cq->ci & (cq->shm->cqe_cnt - 1)];
+    sched::point(sched::kPointPoll, reinterpret_cast<uintptr_t>(&c), cq->ci);
     uint8_t op_own = cqe_owner_load(&c.op_own);
     if (!cqe_is_new(op_own, cq->ci, cq->shm->log_cqe_cnt)) return false;
     uint8_t opcode = cqe_opcode_of(op_own);
@@ -377,6 +378,8 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   uint64_t ts;
   while (i < n && next_cqe(cq, &wc[i], &ts)) ++i;
   cq->lock.unlock();
+  // An empty poll inside a scheduled run: wait for another actor (the device) to move.
+  if (i == 0) sched::spin(sched::kPointSpin, reinterpret_cast<uintptr_t>(cq));
   // With EMU_ENGINE=thread, a poller that busy-polls an empty CQ while this process's device
   // thread has doorbells queued would keep that thread off a shared core for a whole time slice.
   if (i == 0 && device_thread_busy()) sched_yield();

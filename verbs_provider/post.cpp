@@ -159,6 +159,7 @@ int wqe_add_inline(EmuQp* qp, const ibv_data_buf* bufs, size_t n) {
 int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs_out) {
   uint32_t size = (qp->stage_size + 15) & ~15u;
   uint32_t bbs = (size + kSendWqeBB - 1) / kSendWqeBB;
+  sched::point(sched::kPointIndexLoad, reinterpret_cast<uintptr_t>(&qp->sq_head), qp->sq_head);
   if (sq_full(qp, bbs)) return ENOMEM;
   CtrlSeg* c = stage_ctrl(qp);
   ctrl_set_index_opcode(*c, qp->sq_head, qp->stage_opcode);
@@ -172,6 +173,7 @@ int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs_out) {
   qp->sq_seq[slot] = qp->sq_posted;
   *ctrl_block = qp->sq_head;
   *bbs_out = bbs;
+  sched::point(sched::kPointIndexStore, reinterpret_cast<uintptr_t>(&qp->sq_head), qp->sq_head);
   qp->sq_head += bbs;
   qp->stage_size = 0;
   return 0;

@@ -15,6 +15,7 @@
 #include "emu/device.h"
 #include "emu/layout.h"
 #include "emu/race_log.h"
+#include "emu/sched.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
 
@@ -33,19 +34,29 @@ struct EmuXrcd;
 // under a thread domain and everything under EMU_SINGLE_THREADED are unlocked. The mode is fixed
 // when the object is made, so the default path pays one predictable branch on a line it touches
 // anyway.
+// Inside a scheduled run (emu/sched.h) taking and dropping it are scheduling points, and a thread
+// that finds it held is blocked by the schedule instead of spinning.
 struct ModeLock {
   pthread_spinlock_t spin;
   bool off = false;
+  sched::ActorId holder = sched::kNoActor;  // inside a scheduled run only
   void init(bool lockless) {
     off = lockless;
     pthread_spin_init(&spin, PTHREAD_PROCESS_PRIVATE);
   }
   void lock() {
-    if (!off) pthread_spin_lock(&spin);
+    if (off) return;
+    if (sched::scheduled()) return sched::lock_acquire(&holder, "provider lock", addr());
+    pthread_spin_lock(&spin);
   }
   void unlock() {
-    if (!off) pthread_spin_unlock(&spin);
+    if (off) return;
+    if (sched::scheduled()) return sched::lock_release(&holder, addr());
+    pthread_spin_unlock(&spin);
   }
+
+ private:
+  uint64_t addr() const { return reinterpret_cast<uintptr_t>(this); }
 };
 
 // The ownership checker's word for one queue that has no lock (the thread inside it, 0: none).

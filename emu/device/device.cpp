@@ -4,10 +4,14 @@
 #include "device/engine.h"
 #include "device/progress.h"
 #include "emu/config.h"
+#include "emu/sched_device.h"
 
 namespace emu {
 
+// An actor of a scheduled run with a device actor gives its doorbells to that actor (one thread
+// local load outside a run).
 void device_doorbell(uint64_t head) {
+  if (sched::DeviceActor* dev = sched::DeviceActor::for_caller()) return dev->doorbell(head);
   Engine* eng = Engine::process_engine();
   if (config().engine == EngineMode::inline_on_doorbell)
     eng->on_doorbell(head);
@@ -16,6 +20,7 @@ void device_doorbell(uint64_t head) {
 }
 
 void device_kick_sq(QpSlot& qp, bool force_retry) {
+  if (sched::DeviceActor* dev = sched::DeviceActor::for_caller()) return dev->kick(qp, force_retry);
   Engine::process_engine()->kick_sq(qp, force_retry);
 }
 

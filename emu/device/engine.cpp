@@ -249,6 +249,7 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
 }
 
 bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
+  sched::point(sched::kPointDevCqe, info.qpn, info.wqe_counter);
   if (cq.overrun.load(std::memory_order_relaxed)) return false;  // a CQ in error takes no more
   uint32_t pi = cq.pi.fetch_add(1, std::memory_order_relaxed);
   // The consumer's index is read only when the cached one says the ring may be full.

@@ -25,6 +25,7 @@
 #include "device/doorbell.h"
 #include "device/engine_internal.h"
 #include "emu/layout.h"
+#include "emu/sched.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
 #include "shm/memory.h"
@@ -106,7 +107,9 @@ class Engine {
   // ---- Steps (see the top of this file). The send-queue steps need qp's engine lock held. ----
 
   // The producer index the device goes on with.
+  // Each step starts with its scheduling point (one thread-local load outside a scheduled run).
   uint32_t step_fetch_dbrec(QpSlot& qp) {
+    sched::point(sched::kPointDevDbrec, qp.qpn);
     return dbrec_checked(seg_, qp, engine_detail::sq_producer(seg_, qp));
   }
   // What fetching the WQE at a ring position gave: a WQE; a BlueFlame copy that did not parse
@@ -114,6 +117,7 @@ class Engine {
   enum class Fetch { ok, bad_bf, stale };
   // The WQE at sq_ci into buf (kMaxWqeBBs * kSendWqeBB bytes), and the blocks it takes.
   Fetch step_fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs) {
+    sched::point(sched::kPointDevWqe, qp.sq_off + (qp.sq_ci & (qp.sq_bbs - 1)) * kSendWqeBB);
     return fetch_wqe_at(qp, qp.sq_ci, buf, bbs);
   }
   ExecOutcome step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);

@@ -15,7 +15,8 @@ using namespace engine_detail;
 uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   constexpr uint32_t kBatch = 64;
   uint32_t pending = (producer - qp.sq_ci) & 0xffff;
-  if (pending < 2) return 0;
+  // A scheduled run takes each WQE as its own steps, so that a schedule can switch between them.
+  if (pending < 2 || sched::scheduled()) return 0;
   // A WQE delivered by BlueFlame is executed from its copy, one at a time: the run stops before it.
   if (stash_pending(qp.bf_stash)) {
     uint32_t stash = qp.bf_stash.index.load(std::memory_order_relaxed);

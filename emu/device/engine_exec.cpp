@@ -23,6 +23,7 @@ ExecOutcome fail(CqeInfo* out, uint8_t syndrome) {
 }  // namespace
 
 ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
+  sched::point(sched::kPointDevExecute, qp.qpn);
   ParsedWqe w;
   uint8_t syndrome = parse_wqe(seg_, qp, wqe, &w);
   *out = CqeInfo{};

@@ -6,6 +6,7 @@
 #include "emu/barriers.h"
 #include "emu/config.h"
 #include "emu/race_log.h"
+#include "emu/sched.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
 
@@ -37,6 +38,8 @@ uint64_t drain_one(const PendingBf& p, bool reg_locked = false) {
 uint64_t mmio_bf_begin() { return bf_tag(writer_tid(), ++t_wc.burst ? t_wc.burst : ++t_wc.burst); }
 
 void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint64_t tag) {
+  sched::point(sched::kPointBfChunk, reinterpret_cast<uintptr_t>(reg.bf[buf] + i * kSendWqeBB),
+               tag);
   mmio_copy_chunk64(reg.bf[buf] + i * kSendWqeBB, src);
   reg.bf_tag[buf][i].store(tag, std::memory_order_release);
   // Remember the buffer as pending (once per burst).
@@ -72,6 +75,7 @@ void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint3
 }
 
 uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
+  sched::point(sched::kPointFlush);
   mmio_flush_writes();
   WcState& wc = t_wc;
   uint32_t out = 0;
@@ -88,11 +92,14 @@ uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
 }
 
 uint64_t mmio_db64(UarReg& reg, uint64_t head) {
+  sched::point(sched::kPointDb64, reinterpret_cast<uintptr_t>(&reg.doorbell), head);
   mmio_write64(&reg.doorbell, head);
   return db_intake(reg, head, writer_tid());
 }
 
 void sq_note_wqe_store(QpSlot& qp, WqeWriteRec* rec, uint32_t pos, uint32_t nbbs) {
+  // After the ring copy: the switch a schedule may make between this WQE and what follows it.
+  sched::point(sched::kPointWqeStore, qp.sq_off + (pos & (qp.sq_bbs - 1)) * kSendWqeBB, pos);
   if (!rec) return;
   uint32_t tid = writer_tid();
   uint32_t mask = qp.sq_bbs - 1;
@@ -120,6 +127,7 @@ void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos) {
 }
 
 void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
+  sched::point(sched::kPointDbrecStore, reinterpret_cast<uintptr_t>(dbrec_send), producer);
   // A store only when the writer changes: one thread posting pays a load.
   uint32_t me = writer_tid(), last = qp.dbrec_writer.load(std::memory_order_relaxed);
   if (last != me) {

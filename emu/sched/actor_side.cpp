@@ -9,8 +9,12 @@
 namespace emu::sched {
 
 const char* point_label(uint16_t kind) {
-  static const char* const kLabels[] = {"yield",  "load", "store", "lock",
-                                        "unlock", "wait", "finish"};
+  static const char* const kLabels[] = {
+      "yield",    "load",        "store",       "lock",      "unlock",       "wait",
+      "finish",   "index load",  "index store", "wqe store", "dbrec store",  "db64",
+      "bf chunk", "flush",       "poll",        "spin",      "dev doorbell", "dev dbrec",
+      "dev wqe",  "dev execute", "dev cqe",     "drain"};
+  static_assert(std::size(kLabels) == kPointDrain + 1);
   return kind < std::size(kLabels) ? kLabels[kind] : "user";
 }
 
@@ -28,7 +32,27 @@ void point_slow(uint16_t kind, uint64_t addr, uint64_t value) {
   if (!unwinding(tl_run)) tl_run->point(tl_actor, kind, addr, value);
 }
 
+void spin_slow(uint16_t kind, uint64_t addr) {
+  if (!unwinding(tl_run)) tl_run->spin(tl_actor, kind, addr);
+}
+
 }  // namespace detail
+
+ActorId current_actor() { return detail::tl_run ? detail::tl_actor : kNoActor; }
+
+bool all_finished_except(ActorId self) {
+  return detail::tl_run && detail::tl_run->all_finished_except(self);
+}
+
+void lock_acquire(ActorId* holder, const char* what, uint64_t addr) {
+  wait_until([holder] { return *holder == kNoActor; }, what, kPointLock, addr);
+  *holder = detail::tl_actor;
+}
+
+void lock_release(ActorId* holder, uint64_t addr) {
+  *holder = kNoActor;
+  point(kPointUnlock, addr);
+}
 
 void wait_until(const std::function<bool()>& ready, const char* what, uint16_t kind,
                 uint64_t addr) {
@@ -58,9 +82,7 @@ void Mutex::lock() {
     real_.lock();
     return;
   }
-  wait_until([this] { return holder_ == kNoActor; }, name_, kPointLock,
-             reinterpret_cast<uintptr_t>(this));
-  holder_ = detail::tl_actor;
+  lock_acquire(&holder_, name_, reinterpret_cast<uintptr_t>(this));
 }
 
 void Mutex::unlock() {
@@ -68,8 +90,7 @@ void Mutex::unlock() {
     real_.unlock();
     return;
   }
-  holder_ = kNoActor;
-  point(kPointUnlock, reinterpret_cast<uintptr_t>(this));
+  lock_release(&holder_, reinterpret_cast<uintptr_t>(this));
 }
 
 std::string RunResult::describe() const {

@@ -14,8 +14,8 @@
 namespace emu::sched {
 
 namespace detail {
-thread_local Run* tl_run = nullptr;
-thread_local ActorId tl_actor = kNoActor;
+EMU_FAST_TLS Run* tl_run = nullptr;
+EMU_FAST_TLS ActorId tl_actor = kNoActor;
 }  // namespace detail
 
 namespace {
@@ -72,6 +72,7 @@ void Run::actor_main(ActorId self) {
 
 void Run::record(ActorId self, uint16_t kind, uint64_t addr, uint64_t value) {
   uint32_t step = result_.steps++;
+  if (kind != kPointSpin) ++moves_;
   result_.trace.push_back({step, self, kind, addr, value, point_label(kind)});
   ActorPosition& p = actors_[self]->position;
   p.last_kind = kind;
@@ -81,14 +82,18 @@ void Run::record(ActorId self, uint16_t kind, uint64_t addr, uint64_t value) {
 
 bool Run::choose_next(ActorId self, ActorId* next) {
   enabled_.clear();
-  bool all_finished = true;
+  bool all_finished = true, all_spin = true;
   for (ActorId i = 0; i < actors_.size(); ++i) {
     const ActorState& a = *actors_[i];
     all_finished &= a.finished;
-    if (!a.finished && (!a.ready || (*a.ready)())) enabled_.push_back(i);
+    if (!a.finished && !a.ready && a.spun_at != moves_) all_spin = false;
+    if (enabled(a)) enabled_.push_back(i);
   }
   if (enabled_.empty()) {
-    end(self, all_finished ? Outcome::kOk : Outcome::kDeadlock, all_finished ? "" : "deadlock");
+    if (all_finished)
+      end(self, Outcome::kOk, "");
+    else
+      end(self, Outcome::kDeadlock, all_spin ? "livelock" : "deadlock");
     return false;
   }
   if (enabled_.size() == 1) {
@@ -129,6 +134,7 @@ void Run::switch_from(ActorId self, bool leaving) {
 void Run::resume(ActorId next) {
   ActorState& n = *actors_[next];
   n.ready = nullptr;  // its condition held when it was chosen, and nothing has run since
+  n.spun_at = kNotSpinning;
   n.position.waits_on = nullptr;
 }
 
@@ -152,6 +158,17 @@ void Run::wait(ActorId self, const std::function<bool()>& ready, const char* wha
   me.ready = &ready;
   me.position.waits_on = what;
   point(self, kind, addr, 0);
+}
+
+void Run::spin(ActorId self, uint16_t kind, uint64_t addr) {
+  actors_[self]->spun_at = moves_;
+  point(self, kind, addr, 0);
+}
+
+bool Run::all_finished_except(ActorId self) const {
+  for (ActorId i = 0; i < actors_.size(); ++i)
+    if (i != self && !actors_[i]->finished) return false;
+  return true;
 }
 
 void Run::fail(ActorId self, const std::string& signature) {

@@ -20,7 +20,7 @@
 namespace emu::sched {
 
 namespace detail {
-extern thread_local ActorId tl_actor;  // the calling thread's actor in tl_run
+extern EMU_FAST_TLS ActorId tl_actor;  // the calling thread's actor in tl_run
 }  // namespace detail
 
 // Thrown out of point()/wait_until()/fail() to unwind an actor whose run is over; caught by the
@@ -36,6 +36,8 @@ class Run {
   void point(ActorId self, uint16_t kind, uint64_t addr, uint64_t value);
   void wait(ActorId self, const std::function<bool()>& ready, const char* what, uint16_t kind,
             uint64_t addr);
+  void spin(ActorId self, uint16_t kind, uint64_t addr);
+  bool all_finished_except(ActorId self) const;
   [[noreturn]] void fail(ActorId self, const std::string& signature);
   bool over() const { return over_; }
 
@@ -47,6 +49,7 @@ class Run {
     std::atomic<uint32_t> baton{0};  // kParked, kGo or kAbort
     bool finished = false;
     const std::function<bool()>* ready = nullptr;  // set while it waits
+    uint64_t spun_at = kNotSpinning;               // moves_ when it last spun
     ActorPosition position;
   };
 
@@ -60,7 +63,13 @@ class Run {
   void resume(ActorId next);                      // clears its wait before it moves
   void end(ActorId ender, Outcome outcome, const std::string& signature);
 
+  static constexpr uint64_t kNotSpinning = ~0ull;
+  bool enabled(const ActorState& a) const {
+    return !a.finished && a.spun_at != moves_ && (!a.ready || (*a.ready)());
+  }
+
   std::vector<std::unique_ptr<ActorState>> actors_;
+  uint64_t moves_ = 0;  // points recorded other than spins: a spinner waits for this to change
   std::function<std::string()> final_check_;
   Strategy& strategy_;
   RunResult result_;

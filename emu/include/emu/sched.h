@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/barriers.h"     // EMU_FAST_TLS
 #include "emu/sched_trace.h"  // TraceEvent, trace_hash
 #include "emu/schedule.h"
 #include "emu/seeds.h"  // run_seed, splitmix64
@@ -31,20 +32,47 @@ enum PointKind : uint16_t {
   kPointUnlock,  // sched::Mutex::unlock, after it is released
   kPointWait,    // wait_until
   kPointFinish,  // an actor's body returned
+  // The driver's post and poll path (emu/mmio.h and the provider), in the order a post makes them.
+  kPointIndexLoad,   // a producer index read by the driver (addr: the index)
+  kPointIndexStore,  // a producer index written by the driver
+  kPointWqeStore,    // a WQE written into a send ring (addr: the ring slot's segment offset)
+  kPointDbrecStore,  // the send doorbell record (value: the producer it publishes)
+  kPointDb64,        // the 8-byte MMIO doorbell (value: the control segment's head)
+  kPointBfChunk,     // one 64-byte BlueFlame chunk into a register buffer
+  kPointFlush,       // mmio_flush_writes: the thread's write-combining buffers reach the device
+  kPointPoll,        // the driver reads a CQE's owner byte
+  kPointSpin,        // found nothing to do: not enabled again until another actor moves
+  // The device's steps (emu/device/engine.h); the device is an actor like the threads.
+  kPointDevDoorbell,  // takes a queued doorbell (a scheduled run's device actor)
+  kPointDevDbrec,     // reads a send doorbell record
+  kPointDevWqe,       // fetches a WQE (addr: the ring slot's segment offset)
+  kPointDevExecute,   // executes it
+  kPointDevCqe,       // writes a CQE
+  kPointDrain,        // a buffered store reaches the device (the visibility model)
   kPointUser = 64,
 };
 const char* point_label(uint16_t kind);  // a static string
 
 class Run;
 namespace detail {
-extern thread_local Run* tl_run;  // the run the calling thread is an actor of, else null
+// The run the calling thread is an actor of, else null. Initial-exec TLS: the provider's post path
+// reads it at every point, and a general-dynamic access would be a call.
+extern EMU_FAST_TLS Run* tl_run;
 void point_slow(uint16_t kind, uint64_t addr, uint64_t value);
+void spin_slow(uint16_t kind, uint64_t addr);
 void wait_slow(const std::function<bool()>& ready, uint16_t kind, uint64_t addr, const char* what);
 }  // namespace detail
 
 // A scheduling point: the calling actor may be switched out here.
 inline void point(uint16_t kind, uint64_t addr = 0, uint64_t value = 0) {
   if (detail::tl_run) detail::point_slow(kind, addr, value);
+}
+
+// A point where the caller found nothing to do (an empty CQ, a lock it polls): the actor stays
+// out of the choice until another actor has moved, so a strategy that favours it (PCT) cannot
+// spin it forever. A run whose every live actor spins ends as a deadlock ("livelock").
+inline void spin(uint16_t kind = kPointSpin, uint64_t addr = 0) {
+  if (detail::tl_run) detail::spin_slow(kind, addr);
 }
 
 // Blocks the calling actor (it is not enabled) until ready() holds; ready() is evaluated at each
@@ -59,6 +87,18 @@ void wait_until(const std::function<bool()>& ready, const char* what = "conditio
 
 // Whether the calling thread is an actor of a scheduled run.
 inline bool scheduled() { return detail::tl_run != nullptr; }
+
+// The calling actor's id in its run (kNoActor outside a run).
+ActorId current_actor();
+// Whether every actor of the caller's run other than `self` has finished (a device actor's cue to
+// stop once its queue is empty). Callable from a wait_until condition.
+bool all_finished_except(ActorId self);
+
+// A lock word owned by code that is not scenario code (the provider's locks): inside a run the
+// lock's holder is kept in *holder and taking a held lock blocks the actor (not enabled) instead
+// of spinning; outside a run these are not called (the caller takes its real lock).
+void lock_acquire(ActorId* holder, const char* what, uint64_t addr);
+void lock_release(ActorId* holder, uint64_t addr);
 
 // A mutex whose lock and unlock are scheduling points; an actor waiting for it is not enabled, so
 // the scheduler sees blocking (and deadlock) instead of a thread stuck in the kernel. Outside a

@@ -1,0 +1,49 @@
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+
+#include "device/engine.h"
+#include "emu/sched_device.h"
+
+namespace emu::sched {
+namespace {
+std::atomic<DeviceActor*> g_installed{nullptr};
+}  // namespace
+
+DeviceActor::DeviceActor() {
+  DeviceActor* none = nullptr;
+  if (!g_installed.compare_exchange_strong(none, this)) {
+    std::fprintf(stderr, "emu::sched::DeviceActor: one is installed already\n");
+    std::abort();
+  }
+}
+
+DeviceActor::~DeviceActor() { g_installed.store(nullptr); }
+
+DeviceActor* DeviceActor::for_caller() {
+  return scheduled() ? g_installed.load(std::memory_order_relaxed) : nullptr;
+}
+
+Actor DeviceActor::actor(const char* name) {
+  return Actor{name, [this] { body(); }};
+}
+
+void DeviceActor::body() {
+  ActorId me = current_actor();
+  Engine* eng = Engine::process_engine();
+  for (;;) {
+    // Taking a doorbell is the device's decision point; the engine's steps that follow are its
+    // next ones.
+    wait_until([this, me] { return !queue_.empty() || all_finished_except(me); }, "doorbell",
+               kPointDevDoorbell);
+    if (queue_.empty()) return;
+    Work w = queue_.front();
+    queue_.pop_front();
+    if (w.qp)
+      eng->kick_sq(*w.qp, w.force_retry);
+    else
+      eng->on_doorbell(w.head);
+  }
+}
+
+}  // namespace emu::sched
