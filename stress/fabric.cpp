@@ -166,6 +166,18 @@ bool Fabric::connect(ibv_qp* qp, uint32_t dest_qpn, std::string* err) {
   return true;
 }
 
+bool Fabric::reconnect(uint32_t i, std::string* err) {
+  QpPair& p = pairs_[i];
+  ibv_qp_attr a{};
+  a.qp_state = IBV_QPS_RESET;
+  for (ibv_qp* qp : {p.initiator, p.target})
+    if (int rc = ibv_modify_qp(qp, &a, IBV_QP_STATE)) {
+      *err = errno_text("ibv_modify_qp RESET", rc);
+      return false;
+    }
+  return connect(p.initiator, p.target->qp_num, err) && connect(p.target, p.initiator->qp_num, err);
+}
+
 bool Fabric::setup(const FabricConfig& cfg, std::string* err, bool* td_missing) {
   *td_missing = false;
   if (!open_contexts(cfg, err)) return false;

@@ -39,6 +39,10 @@ class Fabric {
   // *td_missing is set when ibv_alloc_td itself failed (the provider has no thread domains).
   bool setup(const FabricConfig& cfg, std::string* err, bool* td_missing);
 
+  // Pair i back to RESET and connected again (both QPs, PSNs from 0): a fresh pair for the next
+  // scheduled run without creating one. Its CQs keep what they hold (the caller drains them).
+  bool reconnect(uint32_t i, std::string* err);
+
   ibv_context* initiator_ctx() const { return ictx_; }
   const std::vector<QpPair>& pairs() const { return pairs_; }
   uint8_t* source() const { return source_; }

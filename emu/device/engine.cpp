@@ -145,7 +145,9 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
   for (;;) {
     if (qp.state.load(std::memory_order_acquire) != kSlotLive) return;  // destroyed meanwhile
     uint32_t pi = step_fetch_dbrec(qp);
-    if ((qp.sq_ci & 0xffff) == pi) return;
+    // Done when the consumer reached the producer, or passed it: a WQE whose blocks overran the
+    // record (racing posters wrote it) must not send the flush loop round the 16-bit ring again.
+    if (static_cast<int16_t>(pi - qp.sq_ci) <= 0) return;
     uint32_t state = qp.qp_state.load(std::memory_order_acquire);
     if (state == kQpsErr || state == kQpsSqe) {
       flush_head(qp, buf);
