@@ -113,6 +113,15 @@ std::string event_text(const TraceEvent& e) {
     case kPointBfChunk:
       snprintf(buf, sizeof buf, "BlueFlame chunk into the register buffer at 0x%" PRIx64, e.addr);
       break;
+    case kPointPoll:
+      snprintf(buf, sizeof buf, "reads the owner byte of the CQE at consumer index %" PRIu64,
+               e.value);
+      break;
+    case kPointCqIndexLoad:
+    case kPointCqIndexStore:
+      snprintf(buf, sizeof buf, "%s the CQ consumer index %" PRIu64,
+               e.kind == kPointCqIndexLoad ? "reads" : "writes", e.value);
+      break;
     case kPointDb64:
       snprintf(buf, sizeof buf, "8-byte doorbell, head 0x%" PRIx64, e.value);
       break;

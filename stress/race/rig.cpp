@@ -11,8 +11,6 @@ using emu::sched::point;
 
 namespace {
 constexpr uint32_t kBlock = emu::kSendWqeBB;
-constexpr uint16_t kPointCqIndexLoad = emu::sched::kPointUser + 1;
-constexpr uint16_t kPointCqIndexStore = emu::sched::kPointUser + 2;
 }  // namespace
 
 uint32_t RawQp::load_pi() {

@@ -21,6 +21,9 @@ namespace race {
 constexpr uint32_t kRigQps = 17;
 constexpr uint32_t kSlotBytes = 256;  // one message's place in the target buffer
 constexpr uint32_t kSlotsPerQp = 16;
+// RawQp's CQ consumer-index load and store (point kinds of the scenario's own).
+constexpr uint16_t kPointCqIndexLoad = emu::sched::kPointUser + 1;
+constexpr uint16_t kPointCqIndexStore = emu::sched::kPointUser + 2;
 
 // A doorbell register as the mutants keep it: its lock and BlueFlame buffer toggle.
 struct RawReg {
