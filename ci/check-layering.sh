@@ -2,7 +2,8 @@
 # The layers' includes: the provider (verbs_provider/), stress/ and tools/ see the device model
 # only through its public face, and that face includes nothing private. Each "..." include of a
 # file there must name a public "emu/<name>.h" (a file of emu/include/emu/), a file of the
-# including file's own folder, or the provider's own public header (emudv.h, as mlx5dv.h);
+# including file's own folder (under stress/, also stress/ itself), or the provider's own public
+# header (emudv.h, as mlx5dv.h);
 # a <...> include is a system header and must not name a file of emu/.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -17,6 +18,8 @@ for f in $(grep -E '\.(h|cpp)$' <<<"$files"); do
     if [ "$kind" = '"' ]; then
       if [[ $name =~ ^emu/[A-Za-z0-9_]+\.h$ && -f emu/include/$name ]]; then ok=1
       elif [[ $name != */* && -f $dir/$name ]]; then ok=1
+      # stress/'s subfolders (stress/race/) build on stress/'s own headers.
+      elif [[ $name != */* && $dir == stress/* && -f stress/$name ]]; then ok=1
       elif [[ $dir != emu/* && " $provider_public " == *" verbs_provider/$name "* ]]; then ok=1
       fi
     elif [[ ! -e emu/$name && ( $name != emu/* || -f emu/include/$name ) ]]; then

@@ -96,6 +96,19 @@ namespace {
 std::string event_text(const TraceEvent& e) {
   char buf[160];
   const char* label = e.label ? e.label : point_label(e.kind);
+  struct IndexPoint {
+    uint16_t load, store;
+    const char* what;
+  };
+  static const IndexPoint kIndexPoints[] = {
+      {kPointIndexLoad, kPointIndexStore, "the producer index"},
+      {kPointCqIndexLoad, kPointCqIndexStore, "the CQ consumer index"}};
+  for (const IndexPoint& p : kIndexPoints)
+    if (e.kind == p.load || e.kind == p.store) {
+      snprintf(buf, sizeof buf, "%s %s %" PRIu64, e.kind == p.load ? "reads" : "writes", p.what,
+               e.value);
+      return buf;
+    }
   switch (e.kind) {
     case kPointWqeStore:
       snprintf(buf, sizeof buf,
@@ -105,22 +118,12 @@ std::string event_text(const TraceEvent& e) {
     case kPointDbrecStore:
       snprintf(buf, sizeof buf, "stores the doorbell record: producer %" PRIu64, e.value);
       break;
-    case kPointIndexLoad:
-    case kPointIndexStore:
-      snprintf(buf, sizeof buf, "%s producer index %" PRIu64,
-               e.kind == kPointIndexLoad ? "reads" : "writes", e.value);
-      break;
     case kPointBfChunk:
       snprintf(buf, sizeof buf, "BlueFlame chunk into the register buffer at 0x%" PRIx64, e.addr);
       break;
     case kPointPoll:
       snprintf(buf, sizeof buf, "reads the owner byte of the CQE at consumer index %" PRIu64,
                e.value);
-      break;
-    case kPointCqIndexLoad:
-    case kPointCqIndexStore:
-      snprintf(buf, sizeof buf, "%s the CQ consumer index %" PRIu64,
-               e.kind == kPointCqIndexLoad ? "reads" : "writes", e.value);
       break;
     case kPointDb64:
       snprintf(buf, sizeof buf, "8-byte doorbell, head 0x%" PRIx64, e.value);
