@@ -13,8 +13,8 @@ const char* point_label(uint16_t kind) {
       "yield",    "load",        "store",       "lock",      "unlock",       "wait",
       "finish",   "index load",  "index store", "wqe store", "dbrec store",  "db64",
       "bf chunk", "flush",       "poll",        "spin",      "dev doorbell", "dev dbrec",
-      "dev wqe",  "dev execute", "dev cqe",     "drain"};
-  static_assert(std::size(kLabels) == kPointDrain + 1);
+      "dev wqe",  "dev execute", "dev cqe",     "drain",     "spawn",        "signal"};
+  static_assert(std::size(kLabels) == kPointSignal + 1);
   return kind < std::size(kLabels) ? kLabels[kind] : "user";
 }
 

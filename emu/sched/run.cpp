@@ -23,11 +23,16 @@ namespace {
 constexpr uint32_t kParked = 0, kGo = 1, kAbort = 2;
 
 // Parks the calling thread until its baton is given; returns what it was given (kGo or kAbort).
+// tl_run is cleared around the wait: libemu_sched.so interposes syscall() and makes an actor's
+// futex wait a scheduling wait, which the baton's own wait must not be.
 uint32_t take_baton(std::atomic<uint32_t>& baton) {
   uint32_t v;
+  Run* run = detail::tl_run;
+  detail::tl_run = nullptr;
   while ((v = baton.load(std::memory_order_acquire)) == kParked)
     syscall(SYS_futex, &baton, FUTEX_WAIT_PRIVATE, kParked, nullptr, nullptr, 0);
   baton.store(kParked, std::memory_order_relaxed);
+  detail::tl_run = run;
   return v;
 }
 
@@ -144,6 +149,10 @@ void Run::end(ActorId ender, Outcome outcome, const std::string& signature) {
   ender_ = ender;
   result_.outcome = outcome;
   result_.signature = signature;
+  if (stuck_) {
+    collect_result();
+    stuck_(std::move(result_));  // does not return
+  }
   if (ender != kNoActor) give_baton(runner_baton_, kGo);
 }
 
@@ -210,12 +219,54 @@ RunResult Run::execute() {
       result_.signature = std::move(sig);
     }
   }
+  collect_result();
+  return std::move(result_);
+}
+
+void Run::collect_result() {
   result_.trace_hash = canonical_trace_hash(result_.trace);
   for (auto& a : actors_) {
     a->position.name = a->name;
     a->position.finished = a->finished;
     result_.positions.push_back(a->position);
   }
+}
+
+Run::Run(Strategy& strategy, StuckHandler stuck) : strategy_(strategy), stuck_(std::move(stuck)) {
+  detail::tl_run = this;
+  detail::tl_actor = add_actor("main");
+}
+
+ActorId Run::add_actor(std::string name) {
+  actors_.push_back(std::make_unique<ActorState>());
+  actors_.back()->name = std::move(name);
+  return static_cast<ActorId>(actors_.size() - 1);
+}
+
+bool Run::enter(ActorId self) {
+  detail::tl_run = this;
+  detail::tl_actor = self;
+  if (take_baton(actors_[self]->baton) == kGo) return true;
+  detail::tl_run = nullptr;
+  detail::tl_actor = kNoActor;
+  return false;
+}
+
+void Run::leave(ActorId self) {
+  record(self, kPointFinish, 0, 0);
+  actors_[self]->finished = true;
+  switch_from(self, /*leaving=*/true);
+  detail::tl_run = nullptr;
+  detail::tl_actor = kNoActor;
+}
+
+RunResult Run::finish_program(ActorId self) {
+  record(self, kPointFinish, 0, 0);
+  actors_[self]->finished = true;
+  over_ = true;
+  detail::tl_run = nullptr;
+  detail::tl_actor = kNoActor;
+  collect_result();
   return std::move(result_);
 }
 

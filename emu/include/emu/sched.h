@@ -49,6 +49,9 @@ enum PointKind : uint16_t {
   kPointDevExecute,   // executes it
   kPointDevCqe,       // writes a CQE
   kPointDrain,        // a buffered store reaches the device (the visibility model)
+  // A program-wide run (emu/sched_program.h): the program's own thread operations.
+  kPointSpawn,   // an actor created a thread (value: the new actor)
+  kPointSignal,  // a condition variable was signalled or broadcast (addr: it)
   kPointUser = 64,
 };
 const char* point_label(uint16_t kind);  // a static string

@@ -1,0 +1,44 @@
+// A program-wide scheduled run (EMU_SCHEDULE): the threads of an unmodified program are the actors
+// of one run, which starts before main and ends when main returns. libemu_sched.so drives it from
+// the program's own thread operations (pthread_create adds an actor in its creator's step,
+// pthread_join and condition variables wait as scheduling waits); the provider's post path and the
+// inline engine are its points. Every function here is called by the actor holding the baton,
+// except enter(), which a new thread calls to wait for it.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "emu/sched.h"
+
+namespace emu::sched::program {
+
+// EMU_SCHEDULE: "pct:seed=S[,depth=D][,k=K]", "random:seed=S" or "replay:<schedule text>".
+struct Spec {
+  std::string strategy;  // "pct", "random" or "replay"
+  uint64_t seed = 0;
+  uint32_t depth = 1;   // PCT: 1..3
+  uint32_t k = 2000;    // PCT: the expected steps of a run (change points fall in [1, k])
+  Schedule replay;
+};
+bool parse_spec(std::string_view text, Spec* out, std::string* err);
+
+// Called when the run cannot go on (deadlock, livelock, fail()): reports and ends the process.
+using StuckHandler = void (*)(const Spec& spec, const RunResult& result);
+
+// Starts the run with the calling thread as actor 0. One per process.
+void start(const Spec& spec, StuckHandler stuck);
+bool active();  // started and not yet stopped
+// Adds an actor for a thread the caller is about to create (then a kPointSpawn of the caller's).
+ActorId add_thread();
+// On the new thread, before its function: parks until the schedule chooses it. false: the run is
+// over (the thread then runs unscheduled).
+bool enter(ActorId self);
+void leave();  // on that thread, after its function returned
+bool finished(ActorId a);
+// The run's steps so far: the virtual clock of a scheduled program (no wall clock in a run).
+uint32_t steps();
+// By actor 0: ends the run (other actors stay parked) and returns what happened.
+RunResult stop();
+
+}  // namespace emu::sched::program
