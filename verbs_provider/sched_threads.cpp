@@ -97,7 +97,7 @@ int cond_wait_scheduled(pthread_cond_t* c, pthread_mutex_t* m, bool timed) {
   uint64_t seen = *gen;
   pthread_mutex_unlock(m);
   if (timed)
-    sched::spin(sched::kPointWait, addr_of(c));
+    sched::spin(sched::kPointSpin, addr_of(c));
   else
     sched::wait_until([gen, seen] { return *gen != seen; }, "condition variable", sched::kPointWait,
                       addr_of(c));
@@ -173,12 +173,12 @@ int pthread_cond_broadcast(pthread_cond_t* c) {
   return cond_wake(c, g_broadcast, "pthread_cond_broadcast");
 }
 
-// The monotonic clocks of an actor read one microsecond per step of the run: a program's timeouts
-// are then a function of the schedule. CLOCK_REALTIME stays real (dates in a report).
+// The monotonic clocks of an actor read the run's virtual clock: a program's timeouts are then a
+// function of the schedule. CLOCK_REALTIME stays real (dates in a report).
 int clock_gettime(clockid_t clk, timespec* ts) {
   if (clk == CLOCK_REALTIME || clk == CLOCK_REALTIME_COARSE || !in_program_run())
     return libc_next(g_clock, "clock_gettime")(clk, ts);
-  uint64_t us = 1'000'000 + program::steps();
+  uint64_t us = 1'000'000 + program::now_us();
   ts->tv_sec = static_cast<time_t>(us / 1'000'000);
   ts->tv_nsec = static_cast<long>(us % 1'000'000 * 1000);
   return 0;
@@ -216,7 +216,7 @@ long syscall(long nr, ...) {
     auto* word = reinterpret_cast<const std::atomic<uint32_t>*>(a[0]);
     uint32_t seen = static_cast<uint32_t>(a[2]);
     if (a[3])
-      sched::spin(sched::kPointWait, addr_of(word));
+      sched::spin(sched::kPointSpin, addr_of(word));
     else
       sched::wait_until([word, seen] { return word->load(std::memory_order_acquire) != seen; },
                         "futex", sched::kPointWait, addr_of(word));

@@ -31,6 +31,8 @@ bool parse_param(std::string_view item, Spec* out) {
     out->depth = static_cast<uint32_t>(v);
   else if (key == "k" && v >= 1 && v <= 1'000'000'000)
     out->k = static_cast<uint32_t>(v);
+  else if (key == "max_steps" && v >= 1 && v <= 4'000'000'000)
+    out->max_steps = static_cast<uint32_t>(v);
   else
     return false;
   return true;
@@ -44,14 +46,15 @@ bool parse_spec(std::string_view text, Spec* out, std::string* err) {
   s.strategy = std::string(text.substr(0, colon));
   std::string_view rest = colon == std::string_view::npos ? "" : text.substr(colon + 1);
   if (s.strategy == "replay") {
-    if (!parse_schedule(rest, &s.replay)) {
+    // The schedule's text has commas too: its parameters are what follows the first '='s item.
+    size_t eq = rest.find('=');
+    size_t cut = eq == std::string_view::npos ? rest.size() : rest.rfind(',', eq);
+    if (cut == std::string_view::npos || !parse_schedule(rest.substr(0, cut), &s.replay)) {
       *err = "malformed schedule '" + std::string(rest) + "'";
       return false;
     }
-    *out = std::move(s);
-    return true;
-  }
-  if (s.strategy != "pct" && s.strategy != "random") {
+    rest = cut < rest.size() ? rest.substr(cut + 1) : "";
+  } else if (s.strategy != "pct" && s.strategy != "random") {
     *err = "unknown strategy '" + s.strategy + "' (pct, random or replay)";
     return false;
   }
@@ -59,7 +62,7 @@ bool parse_spec(std::string_view text, Spec* out, std::string* err) {
     size_t comma = rest.find(',');
     std::string_view item = rest.substr(0, comma);
     if (!parse_param(item, &s)) {
-      *err = "bad parameter '" + std::string(item) + "' (seed=N, depth=1..3, k=N)";
+      *err = "bad parameter '" + std::string(item) + "' (seed=N, depth=1..3, k=N, max_steps=N)";
       return false;
     }
     rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
@@ -80,6 +83,7 @@ void start(const Spec& spec, StuckHandler stuck) {
     g_run->stuck(g_run->spec, r);
     std::abort();  // the handler ends the process
   });
+  g_run->run->set_step_bound(spec.max_steps);
 }
 
 bool active() { return g_run && !g_run->run->over(); }
@@ -92,7 +96,9 @@ ActorId add_thread() {
 bool enter(ActorId self) { return g_run->run->enter(self); }
 void leave() { g_run->run->leave(current_actor()); }
 bool finished(ActorId a) { return g_run->run->finished(a); }
-uint32_t steps() { return g_run ? g_run->run->steps() : 0; }
+uint64_t now_us() {
+  return g_run ? g_run->run->steps() + 1000 * g_run->run->idle_rounds() : 0;
+}
 RunResult stop() { return g_run->run->finish_program(current_actor()); }
 
 }  // namespace emu::sched::program

@@ -77,12 +77,14 @@ void Run::actor_main(ActorId self) {
 
 void Run::record(ActorId self, uint16_t kind, uint64_t addr, uint64_t value) {
   uint32_t step = result_.steps++;
-  if (kind != kPointSpin) ++moves_;
+  // A spin (of any kind: a timed wait spins as a wait) is not a move; spin() marks it first.
+  if (actors_[self]->spun_at != moves_) ++moves_;
   result_.trace.push_back({step, self, kind, addr, value, point_label(kind)});
   ActorPosition& p = actors_[self]->position;
   p.last_kind = kind;
   p.last_addr = addr;
   ++p.steps;
+  if (result_.steps >= step_bound_) end(self, Outcome::kDeadlock, "step bound");
 }
 
 bool Run::choose_next(ActorId self, ActorId* next) {
@@ -93,6 +95,13 @@ bool Run::choose_next(ActorId self, ActorId* next) {
     all_finished &= a.finished;
     if (!a.finished && !a.ready && a.spun_at != moves_) all_spin = false;
     if (enabled(a)) enabled_.push_back(i);
+  }
+  if (enabled_.empty() && stuck_ && !all_finished && all_spin) {
+    // A program's actors all spin (poll, sleep, timed wait): time passes, and they may move again.
+    ++idle_rounds_;
+    for (ActorId i = 0; i < actors_.size(); ++i)
+      if (!actors_[i]->finished && !actors_[i]->ready) enabled_.push_back(i);
+    for (ActorId i : enabled_) actors_[i]->spun_at = kNotSpinning;
   }
   if (enabled_.empty()) {
     if (all_finished)

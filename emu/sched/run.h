@@ -43,6 +43,12 @@ class Run {
   RunResult finish_program(ActorId self);  // by actor 0: the run ends, the other actors stay parked
   bool finished(ActorId a) const { return a < actors_.size() && actors_[a]->finished; }
   uint32_t steps() const { return result_.steps; }
+  // Times every live actor of a program-wide run spun at once: instead of a livelock, time passed
+  // (each spinner may move again), so a program's poll loop times out as it would unscheduled.
+  uint64_t idle_rounds() const { return idle_rounds_; }
+  // A program-wide run that makes this many steps ends stuck ("step bound"): a livelock whose
+  // actors keep moving (a poller that takes a lock each round) is never all-spinning.
+  void set_step_bound(uint32_t steps) { step_bound_ = steps; }
 
   // Called by the actor `self` holding the baton.
   void point(ActorId self, uint16_t kind, uint64_t addr, uint64_t value);
@@ -91,6 +97,8 @@ class Run {
   bool over_ = false;
   ActorId ender_ = kNoActor;
   StuckHandler stuck_;  // set: a program-wide run
+  uint32_t step_bound_ = ~0u;
+  uint64_t idle_rounds_ = 0;
 
 };
 

@@ -13,12 +13,14 @@
 
 namespace emu::sched::program {
 
-// EMU_SCHEDULE: "pct:seed=S[,depth=D][,k=K]", "random:seed=S" or "replay:<schedule text>".
+// EMU_SCHEDULE: "pct:seed=S[,depth=D][,k=K]", "random:seed=S" or "replay:<schedule text>"; any
+// of them may add ",max_steps=N" (a replay: after the schedule text, which has no '=').
 struct Spec {
   std::string strategy;  // "pct", "random" or "replay"
   uint64_t seed = 0;
   uint32_t depth = 1;   // PCT: 1..3
   uint32_t k = 2000;    // PCT: the expected steps of a run (change points fall in [1, k])
+  uint32_t max_steps = 1'000'000;  // more: the run ends stuck ("step bound")
   Schedule replay;
 };
 bool parse_spec(std::string_view text, Spec* out, std::string* err);
@@ -36,8 +38,9 @@ ActorId add_thread();
 bool enter(ActorId self);
 void leave();  // on that thread, after its function returned
 bool finished(ActorId a);
-// The run's steps so far: the virtual clock of a scheduled program (no wall clock in a run).
-uint32_t steps();
+// The virtual clock of a scheduled program (no wall clock in a run), in microseconds: one per
+// step, and a millisecond each time every live actor spun at once (time passed while all polled).
+uint64_t now_us();
 // By actor 0: ends the run (other actors stay parked) and returns what happened.
 RunResult stop();
 
