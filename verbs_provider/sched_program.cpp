@@ -2,6 +2,8 @@
 // ends it when main returns or an actor calls exit(); then it writes what happened to stderr and,
 // as JSON, to the file EMU_SCHEDULE_OUT names: strategy, seed, steps, decisions, the schedule, the
 // trace hash, the device's race events in the run, and the command that replays it.
+#include "emu/sched_program.h"
+
 #include <unistd.h>
 
 #include <cinttypes>
@@ -10,7 +12,6 @@
 #include <string>
 #include <vector>
 
-#include "emu/sched_program.h"
 #include "emudv.h"
 #include "sched/json_text.h"
 #include "sched_libc.h"
@@ -143,7 +144,7 @@ int __libc_start_main(MainFn main, int argc, char** argv, void (*init)(), void (
     main = scheduled_main;
   }
   return emu_sched::libc_next(real, "__libc_start_main")(main, argc, argv, init, fini, rtld_fini,
-                                                          stack_end);
+                                                         stack_end);
 }
 
 // exit() from an actor ends the run first (the report is then complete).

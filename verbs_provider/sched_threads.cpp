@@ -142,8 +142,7 @@ int pthread_join(pthread_t t, void** ret) {
       ActorId a = it->second;
       actor_of_thread().erase(it);
       // The thread has left the run once finished; libc's join then waits only for its exit.
-      sched::wait_until([a] { return program::finished(a); }, "pthread_join", sched::kPointWait,
-                        a);
+      sched::wait_until([a] { return program::finished(a); }, "pthread_join", sched::kPointWait, a);
     }
   }
   return libc_next(g_join, "pthread_join")(t, ret);
@@ -162,8 +161,7 @@ int pthread_cond_timedwait(pthread_cond_t* c, pthread_mutex_t* m, const timespec
 
 int pthread_cond_clockwait(pthread_cond_t* c, pthread_mutex_t* m, clockid_t clk,
                            const timespec* abs) {
-  if (!in_program_run())
-    return libc_next(g_cond_clock, "pthread_cond_clockwait")(c, m, clk, abs);
+  if (!in_program_run()) return libc_next(g_cond_clock, "pthread_cond_clockwait")(c, m, clk, abs);
   return cond_wait_scheduled(c, m, true);
 }
 

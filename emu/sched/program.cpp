@@ -1,9 +1,8 @@
 // The one program-wide run of a process (emu/sched_program.h).
-#include "emu/sched_program.h"
-
 #include <cstdlib>
 #include <memory>
 
+#include "emu/sched_program.h"
 #include "sched/run.h"
 
 namespace emu::sched::program {
@@ -96,9 +95,7 @@ ActorId add_thread() {
 bool enter(ActorId self) { return g_run->run->enter(self); }
 void leave() { g_run->run->leave(current_actor()); }
 bool finished(ActorId a) { return g_run->run->finished(a); }
-uint64_t now_us() {
-  return g_run ? g_run->run->steps() + 1000 * g_run->run->idle_rounds() : 0;
-}
+uint64_t now_us() { return g_run ? g_run->run->steps() + 1000 * g_run->run->idle_rounds() : 0; }
 RunResult stop() { return g_run->run->finish_program(current_actor()); }
 
 }  // namespace emu::sched::program

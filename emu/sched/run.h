@@ -37,7 +37,7 @@ class Run {
   // Program-wide runs (see above).
   using StuckHandler = std::function<void(RunResult)>;
   Run(Strategy& strategy, StuckHandler stuck);  // the calling thread becomes actor 0, "main"
-  ActorId add_actor(std::string name);           // by the actor holding the baton
+  ActorId add_actor(std::string name);          // by the actor holding the baton
   bool enter(ActorId self);  // on the new thread: parks until chosen; false: the run is over
   void leave(ActorId self);  // the thread's function returned: it finishes, the baton moves on
   RunResult finish_program(ActorId self);  // by actor 0: the run ends, the other actors stay parked
@@ -99,7 +99,6 @@ class Run {
   StuckHandler stuck_;  // set: a program-wide run
   uint32_t step_bound_ = ~0u;
   uint64_t idle_rounds_ = 0;
-
 };
 
 }  // namespace emu::sched

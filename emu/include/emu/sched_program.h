@@ -18,8 +18,8 @@ namespace emu::sched::program {
 struct Spec {
   std::string strategy;  // "pct", "random" or "replay"
   uint64_t seed = 0;
-  uint32_t depth = 1;   // PCT: 1..3
-  uint32_t k = 2000;    // PCT: the expected steps of a run (change points fall in [1, k])
+  uint32_t depth = 1;  // PCT: 1..3
+  uint32_t k = 2000;   // PCT: the expected steps of a run (change points fall in [1, k])
   uint32_t max_steps = 1'000'000;  // more: the run ends stuck ("step bound")
   Schedule replay;
 };
