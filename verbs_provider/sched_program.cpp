@@ -13,7 +13,6 @@
 #include <vector>
 
 #include "emudv.h"
-#include "sched/json_text.h"
 #include "sched_libc.h"
 
 namespace {
@@ -30,28 +29,24 @@ std::vector<std::string> g_argv;
 uint64_t g_races_from = 0;  // the race log's count when the run started
 bool g_reported = false;
 
-const char* const kOutcomes[] = {"ok", "failed", "deadlock"};
-
-std::vector<emudv_race> races_in_run() {
-  std::vector<emudv_race> out;
+std::vector<program::RaceNote> races_in_run() {
+  std::vector<program::RaceNote> out;
   emudv_race buf[64];
   for (uint64_t from = g_races_from;;) {
     int n = emudv_read_races(from, buf, 64);
     for (int i = 0; i < n; ++i) {
       from = buf[i].seq;
-      if (buf[i].pid == getpid()) out.push_back(buf[i]);
+      if (buf[i].pid == getpid()) out.push_back({buf[i].kind_name, buf[i].qpn, buf[i].slot});
     }
     if (n < 64) break;
   }
   return out;
 }
 
-// The spec as EMU_SCHEDULE spells it (the schedule's text for a replay).
-std::string spec_text(const program::Spec& s) {
-  if (s.strategy == "replay") return "replay:" + sched::format_schedule(s.replay);
-  std::string t = s.strategy + ":seed=" + std::to_string(s.seed);
-  if (s.strategy == "pct") t += ",depth=" + std::to_string(s.depth) + ",k=" + std::to_string(s.k);
-  return t;
+std::string hex(uint64_t v) {
+  char buf[24];
+  std::snprintf(buf, sizeof buf, "0x%" PRIx64, v);
+  return buf;
 }
 
 std::string replay_command(const sched::RunResult& r) {
@@ -60,42 +55,20 @@ std::string replay_command(const sched::RunResult& r) {
   return cmd;
 }
 
-std::string report_json(const sched::RunResult& r, const std::vector<emudv_race>& races) {
-  using sched::json_hex;
-  using sched::json_quote;
-  std::string j = "{\"schedule_spec\": " + json_quote(spec_text(g_spec));
-  j += ", \"strategy\": " + json_quote(g_spec.strategy) + ", \"seed\": " + json_hex(g_spec.seed);
-  j += ", \"outcome\": " + json_quote(kOutcomes[static_cast<int>(r.outcome)]);
-  j += ", \"signature\": " + json_quote(r.signature);
-  j += ", \"steps\": " + std::to_string(r.steps);
-  j += ", \"decisions\": " + std::to_string(r.schedule.choices.size());
-  j += ", \"preemptions\": " + std::to_string(sched::count_preemptions(r.choices));
-  j += ", \"actors\": " + std::to_string(r.positions.size());
-  j += ", \"schedule\": " + json_quote(sched::format_schedule(r.schedule));
-  j += ", \"trace_hash\": " + json_hex(r.trace_hash);
-  j += ", \"races\": [";
-  for (size_t i = 0; i < races.size(); ++i) {
-    const emudv_race& e = races[i];
-    j += std::string(i ? ", " : "") + "{\"kind\": " + json_quote(e.kind_name) +
-         ", \"qpn\": " + std::to_string(e.qpn) + ", \"slot\": " + std::to_string(e.slot) + "}";
-  }
-  return j + "], \"replay\": " + json_quote(replay_command(r)) + "}\n";
-}
-
 void report(const sched::RunResult& r) {
-  std::vector<emudv_race> races = races_in_run();
-  std::string out = "emu-sched: " + spec_text(g_spec) + ": " + r.describe();
+  std::vector<program::RaceNote> races = races_in_run();
+  std::string out = "emu-sched: " + program::format_spec(g_spec) + ": " + r.describe();
   out += "emu-sched: " + std::to_string(r.steps) + " steps, " +
          std::to_string(r.schedule.choices.size()) + " decisions, " +
          std::to_string(sched::count_preemptions(r.choices)) + " preemptions, trace hash " +
-         sched::json_hex(r.trace_hash) + ", " + std::to_string(races.size()) + " race events";
-  for (const emudv_race& e : races) out += std::string(" ") + e.kind_name;
+         hex(r.trace_hash) + ", " + std::to_string(races.size()) + " race events";
+  for (const program::RaceNote& e : races) out += " " + e.kind;
   out += "\nemu-sched: replay: " + replay_command(r) + "\n";
   std::fputs(out.c_str(), stderr);
   const char* path = std::getenv("EMU_SCHEDULE_OUT");
   if (!path || !*path) return;
   if (FILE* f = std::fopen(path, "w")) {
-    std::fputs(report_json(r, races).c_str(), f);
+    std::fputs(program::outcome_json(g_spec, r, races, replay_command(r)).c_str(), f);
     std::fclose(f);
   } else {
     std::fprintf(stderr, "emu-sched: cannot write EMU_SCHEDULE_OUT %s\n", path);

@@ -3,6 +3,7 @@
 #include <memory>
 
 #include "emu/sched_program.h"
+#include "sched/json_text.h"
 #include "sched/run.h"
 
 namespace emu::sched::program {
@@ -68,6 +69,34 @@ bool parse_spec(std::string_view text, Spec* out, std::string* err) {
   }
   *out = std::move(s);
   return true;
+}
+
+std::string format_spec(const Spec& s) {
+  if (s.strategy == "replay") return "replay:" + format_schedule(s.replay);
+  std::string t = s.strategy + ":seed=" + std::to_string(s.seed);
+  if (s.strategy == "pct") t += ",depth=" + std::to_string(s.depth) + ",k=" + std::to_string(s.k);
+  return t;
+}
+
+std::string outcome_json(const Spec& spec, const RunResult& r, const std::vector<RaceNote>& races,
+                         const std::string& replay_command) {
+  static const char* const kOutcomes[] = {"ok", "failed", "deadlock"};
+  std::string j = "{\"schedule_spec\": " + json_quote(format_spec(spec));
+  j += ", \"strategy\": " + json_quote(spec.strategy) + ", \"seed\": " + json_hex(spec.seed);
+  j += ", \"outcome\": " + json_quote(kOutcomes[static_cast<int>(r.outcome)]);
+  j += ", \"signature\": " + json_quote(r.signature);
+  j += ", \"steps\": " + std::to_string(r.steps);
+  j += ", \"decisions\": " + std::to_string(r.schedule.choices.size());
+  j += ", \"preemptions\": " + std::to_string(count_preemptions(r.choices));
+  j += ", \"actors\": " + std::to_string(r.positions.size());
+  j += ", \"schedule\": " + json_quote(format_schedule(r.schedule));
+  j += ", \"trace_hash\": " + json_hex(r.trace_hash);
+  j += ", \"races\": [";
+  for (size_t i = 0; i < races.size(); ++i)
+    j += std::string(i ? ", " : "") + "{\"kind\": " + json_quote(races[i].kind) +
+         ", \"qpn\": " + std::to_string(races[i].qpn) +
+         ", \"slot\": " + std::to_string(races[i].slot) + "}";
+  return j + "], \"replay\": " + json_quote(replay_command) + "}\n";
 }
 
 void start(const Spec& spec, StuckHandler stuck) {

@@ -9,12 +9,14 @@ one deterministic run (docs/stress.md, "Under the scheduler"). A racy case runs 
 schedule the first run printed must give that hash again. Its serialized counterpart under the
 same seeds must report none. Every run has a fabric of its own; nothing is timed.
 """
-import argparse
 import json
 import os
 import subprocess
 import sys
 import tempfile
+
+import stress
+from stress import Failed
 
 SIZES = "40,100,180,226"  # as in stress.py: WQEs of two to five 64-byte blocks
 SMALL = ["--threads", "2", "--qps", "1", "--sizes", SIZES, "--count", "4", "--drain-ms", "500"]
@@ -26,10 +28,6 @@ VERBS_SINGLE = ["--api", "verbs", "--thread-mode", "single", *SMALL]
 VERBS_SERIALIZED = ["--api", "verbs", "--thread-mode", "serialized", *SMALL]
 VERBS_ENV = {"EMU_SINGLE_THREADED": "1"}
 SEEDS = ["random:seed=7", "pct:seed=7,depth=2,k=400"]
-
-
-class Failed(Exception):
-    pass
 
 
 def scheduled_run(args, fabric, schedule, extra, env_extra):
@@ -89,28 +87,5 @@ CASES = {
 }
 
 
-def main():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--emu-run", required=True)
-    ap.add_argument("--emu-stress", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES))
-    ap.add_argument("--runs", type=int, default=10, help="racy cases: runs of each seed")
-    a = ap.parse_args()
-    shm = os.environ.get("EMU_SHM_DIR", "/dev/shm")
-    before = set(os.listdir(shm))
-    try:
-        CASES[a.case](a)
-    except Failed as e:
-        print(f"FAIL {a.case}: {e}")
-        return 1
-    finally:
-        prefix = f"rdmaemu-{os.getuid()}-sched-"
-        for f in set(os.listdir(shm)) - before:
-            if f.startswith(prefix) and f"-{os.getpid()}" in f:
-                os.unlink(os.path.join(shm, f))
-    print(f"PASS {a.case}")
-    return 0
-
-
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(stress.main(CASES, "sched-", runs=10))

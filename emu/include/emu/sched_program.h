@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "emu/sched.h"
 
@@ -24,6 +25,18 @@ struct Spec {
   Schedule replay;
 };
 bool parse_spec(std::string_view text, Spec* out, std::string* err);
+std::string format_spec(const Spec& spec);  // as EMU_SCHEDULE spells it
+
+// A race event the device recorded during the run (emudv_read_races), for the outcome.
+struct RaceNote {
+  std::string kind;  // "bf_torn", ...
+  uint32_t qpn = 0;
+  uint32_t slot = 0;
+};
+// The run's outcome as one JSON object (EMU_SCHEDULE_OUT): spec, outcome, steps, decisions,
+// preemptions, schedule, trace hash, races, replay command.
+std::string outcome_json(const Spec& spec, const RunResult& r, const std::vector<RaceNote>& races,
+                         const std::string& replay_command);
 
 // Called when the run cannot go on (deadlock, livelock, fail()): reports and ends the process.
 using StuckHandler = void (*)(const Spec& spec, const RunResult& result);
