@@ -127,8 +127,13 @@ extern "C" {
 int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*), void* arg) {
   if (!in_program_run()) return libc_next(g_create, "pthread_create")(t, attr, fn, arg);
   ActorId id = program::add_thread();
-  int rc = libc_next(g_create, "pthread_create")(t, attr, start_actor, new Start{fn, arg, id});
-  if (rc) return rc;  // the actor never starts: a deadlock report names it
+  auto* start = new Start{fn, arg, id};
+  int rc = libc_next(g_create, "pthread_create")(t, attr, start_actor, start);
+  if (rc) {
+    delete start;
+    program::drop_thread(id);
+    return rc;
+  }
   pin_here(*t);
   actor_of_thread()[*t] = id;
   sched::point(sched::kPointSpawn, 0, id);

@@ -121,6 +121,7 @@ ActorId add_thread() {
   return g_run->run->add_actor("thread " + std::to_string(++g_run->threads));
 }
 
+void drop_thread(ActorId a) { g_run->run->drop(a); }
 bool enter(ActorId self) { return g_run->run->enter(self); }
 void leave() { g_run->run->leave(current_actor()); }
 bool finished(ActorId a) { return g_run->run->finished(a); }

@@ -40,6 +40,7 @@ class Run {
   ActorId add_actor(std::string name);          // by the actor holding the baton
   bool enter(ActorId self);  // on the new thread: parks until chosen; false: the run is over
   void leave(ActorId self);  // the thread's function returned: it finishes, the baton moves on
+  void drop(ActorId a) { actors_[a]->finished = true; }  // its thread could not be created
   RunResult finish_program(ActorId self);  // by actor 0: the run ends, the other actors stay parked
   bool finished(ActorId a) const { return a < actors_.size() && actors_[a]->finished; }
   uint32_t steps() const { return result_.steps; }

@@ -79,11 +79,22 @@ def clean(args, name, extra, env_extra=None):
             raise Failed(f"{schedule}: race events in a serialized run: {o['races']}")
 
 
+def engine_thread_ignored(args):
+    """EMU_ENGINE=thread would be a second device outside the run: a scheduled program keeps the
+    engine inline, so the run is the same one, to the trace hash."""
+    inline = scheduled_run(args, f"sched-inline-{os.getpid()}", SEEDS[0], DIRECT_SINGLE, {})
+    thread = scheduled_run(args, f"sched-thread-{os.getpid()}", SEEDS[0], DIRECT_SINGLE,
+                           {"EMU_ENGINE": "thread"})
+    if thread["trace_hash"] != inline["trace_hash"]:
+        raise Failed(f"EMU_ENGINE=thread gave {thread['trace_hash']}, inline {inline['trace_hash']}")
+
+
 CASES = {
     "direct_single_racy": lambda a: racy(a, "direct-single", DIRECT_SINGLE),
     "direct_serialized_clean": lambda a: clean(a, "direct-serialized", DIRECT_SERIALIZED),
     "verbs_single_racy": lambda a: racy(a, "verbs-single", VERBS_SINGLE, VERBS_ENV),
     "verbs_serialized_clean": lambda a: clean(a, "verbs-serialized", VERBS_SERIALIZED, VERBS_ENV),
+    "engine_thread_ignored": engine_thread_ignored,
 }
 
 

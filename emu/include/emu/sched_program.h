@@ -46,6 +46,7 @@ void start(const Spec& spec, StuckHandler stuck);
 bool active();  // started and not yet stopped
 // Adds an actor for a thread the caller is about to create (then a kPointSpawn of the caller's).
 ActorId add_thread();
+void drop_thread(ActorId a);  // its thread could not be created after all: it counts as finished
 // On the new thread, before its function: parks until the schedule chooses it. false: the run is
 // over (the thread then runs unscheduled).
 bool enter(ActorId self);
