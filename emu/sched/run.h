@@ -59,6 +59,7 @@ class Run {
   bool all_finished_except(ActorId self) const;
   [[noreturn]] void fail(ActorId self, const std::string& signature);
   bool over() const { return over_; }
+  uint32_t steps() const { return result_.steps; }
 
  private:
   struct ActorState {

@@ -91,6 +91,10 @@ void wait_until(const std::function<bool()>& ready, const char* what = "conditio
 // Whether the calling thread is an actor of a scheduled run.
 inline bool scheduled() { return detail::tl_run != nullptr; }
 
+// A scheduled run's clock: one microsecond per step so far. The device's timers (retry, RNR, CQE
+// timestamps) read it inside a run, so that no wall clock decides anything there.
+uint64_t logical_time_ns();
+
 // The calling actor's id in its run (kNoActor outside a run).
 ActorId current_actor();
 // Whether every actor of the caller's run other than `self` has finished (a device actor's cue to
