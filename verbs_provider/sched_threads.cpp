@@ -176,14 +176,14 @@ int pthread_cond_broadcast(pthread_cond_t* c) {
   return cond_wake(c, g_broadcast, "pthread_cond_broadcast");
 }
 
-// The monotonic clocks of an actor read the run's virtual clock: a program's timeouts are then a
-// function of the schedule. CLOCK_REALTIME stays real (dates in a report).
+// The monotonic clocks of an actor read the run's logical clock (emu/sched.h): a program's
+// timeouts are then a function of the schedule. CLOCK_REALTIME stays real (dates in a report).
 int clock_gettime(clockid_t clk, timespec* ts) {
   if (clk == CLOCK_REALTIME || clk == CLOCK_REALTIME_COARSE || !in_program_run())
     return libc_next(g_clock, "clock_gettime")(clk, ts);
-  uint64_t us = 1'000'000 + program::now_us();
-  ts->tv_sec = static_cast<time_t>(us / 1'000'000);
-  ts->tv_nsec = static_cast<long>(us % 1'000'000 * 1000);
+  uint64_t ns = 1'000'000'000 + sched::logical_time_ns();  // not 0: a program may mean "unset"
+  ts->tv_sec = static_cast<time_t>(ns / 1'000'000'000);
+  ts->tv_nsec = static_cast<long>(ns % 1'000'000'000);
   return 0;
 }
 

@@ -38,9 +38,7 @@ void spin_slow(uint16_t kind, uint64_t addr) {
 
 }  // namespace detail
 
-uint64_t logical_time_ns() {
-  return detail::tl_run ? detail::tl_run->steps() * uint64_t{1000} : 0;
-}
+uint64_t logical_time_ns() { return detail::tl_run ? detail::tl_run->logical_time_ns() : 0; }
 
 ActorId current_actor() { return detail::tl_run ? detail::tl_actor : kNoActor; }
 

@@ -125,7 +125,6 @@ void drop_thread(ActorId a) { g_run->run->drop(a); }
 bool enter(ActorId self) { return g_run->run->enter(self); }
 void leave() { g_run->run->leave(current_actor()); }
 bool finished(ActorId a) { return g_run->run->finished(a); }
-uint64_t now_us() { return g_run ? g_run->run->steps() + 1000 * g_run->run->idle_rounds() : 0; }
 RunResult stop() { return g_run->run->finish_program(current_actor()); }
 
 }  // namespace emu::sched::program

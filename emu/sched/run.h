@@ -43,10 +43,11 @@ class Run {
   void drop(ActorId a) { actors_[a]->finished = true; }  // its thread could not be created
   RunResult finish_program(ActorId self);  // by actor 0: the run ends, the other actors stay parked
   bool finished(ActorId a) const { return a < actors_.size() && actors_[a]->finished; }
-  uint32_t steps() const { return result_.steps; }
-  // Times every live actor of a program-wide run spun at once: instead of a livelock, time passed
-  // (each spinner may move again), so a program's poll loop times out as it would unscheduled.
-  uint64_t idle_rounds() const { return idle_rounds_; }
+  // The run's logical clock (sched.h's logical_time_ns): a microsecond per step, and in a
+  // program-wide run a millisecond more per idle round.
+  uint64_t logical_time_ns() const {
+    return result_.steps * uint64_t{1000} + idle_rounds_ * 1'000'000;
+  }
   // A program-wide run that makes this many steps ends stuck ("step bound"): a livelock whose
   // actors keep moving (a poller that takes a lock each round) is never all-spinning.
   void set_step_bound(uint32_t steps) { step_bound_ = steps; }
@@ -100,6 +101,8 @@ class Run {
   ActorId ender_ = kNoActor;
   StuckHandler stuck_;  // set: a program-wide run
   uint32_t step_bound_ = ~0u;
+  // Times every live actor of a program-wide run spun at once: instead of a livelock, time passed
+  // (each spinner may move again), so a program's poll loop times out as it would unscheduled.
   uint64_t idle_rounds_ = 0;
 };
 

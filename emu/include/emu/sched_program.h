@@ -52,9 +52,6 @@ void drop_thread(ActorId a);  // its thread could not be created after all: it c
 bool enter(ActorId self);
 void leave();  // on that thread, after its function returned
 bool finished(ActorId a);
-// The virtual clock of a scheduled program (no wall clock in a run), in microseconds: one per
-// step, and a millisecond each time every live actor spun at once (time passed while all polled).
-uint64_t now_us();
 // By actor 0: ends the run (other actors stay parked) and returns what happened.
 RunResult stop();
 
