@@ -73,7 +73,8 @@ inline void point(uint16_t kind, uint64_t addr = 0, uint64_t value = 0) {
 
 // A point where the caller found nothing to do (an empty CQ, a lock it polls): the actor stays
 // out of the choice until another actor has moved, so a strategy that favours it (PCT) cannot
-// spin it forever. A run whose every live actor spins ends as a deadlock ("livelock").
+// spin it forever. A run whose every live actor spins ends as a deadlock ("livelock"); in a
+// program-wide run (emu/sched_program.h) time passes instead and the spinners move again.
 inline void spin(uint16_t kind = kPointSpin, uint64_t addr = 0) {
   if (detail::tl_run) detail::spin_slow(kind, addr);
 }
