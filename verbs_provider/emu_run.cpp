@@ -1,5 +1,5 @@
 // emu-run CMD ARGS...: runs CMD with the emulated devices visible (preloads libemu_verbs.so, found
-// beside this executable or in ../lib).
+// beside this executable or in ../lib; under EMU_SCHEDULE libemu_sched.so too).
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,6 +8,18 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+
+namespace {
+
+std::string find_lib(const std::string& dir, const std::string& name) {
+  for (const char* rel : {"/", "/../lib/", "/verbs_provider/"}) {
+    std::string cand = dir + rel + name;
+    if (access(cand.c_str(), R_OK) == 0) return cand;
+  }
+  return "";
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   if (argc < 2) {
@@ -23,18 +35,19 @@ int main(int argc, char** argv) {
   self[n] = 0;
   std::string dir(self);
   dir.resize(dir.rfind('/'));
-  std::string lib;
-  for (const char* rel :
-       {"/libemu_verbs.so", "/../lib/libemu_verbs.so", "/verbs_provider/libemu_verbs.so"}) {
-    std::string cand = dir + rel;
-    if (access(cand.c_str(), R_OK) == 0) {
-      lib = cand;
-      break;
-    }
-  }
+  std::string lib = find_lib(dir, "libemu_verbs.so");
   if (lib.empty()) {
     std::fprintf(stderr, "emu-run: libemu_verbs.so not found next to %s\n", self);
     return 2;
+  }
+  // EMU_SCHEDULE: the program runs as one scheduled run, which libemu_sched.so drives.
+  if (const char* s = std::getenv("EMU_SCHEDULE"); s && *s) {
+    std::string sched = find_lib(dir, "libemu_sched.so");
+    if (sched.empty()) {
+      std::fprintf(stderr, "emu-run: EMU_SCHEDULE: libemu_sched.so not found next to %s\n", self);
+      return 2;
+    }
+    lib += ":" + sched;
   }
   // Anything already preloaded stays first (a sanitizer runtime must come before every library).
   std::string preload = lib;

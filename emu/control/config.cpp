@@ -41,6 +41,17 @@ const KnobDoc kKnobs[] = {
      "doorbell) or `thread` (one device thread per process, woken by doorbells through a futex "
      "only when it sleeps, asynchronous to the posting threads; it also retries stalled sends "
      "when nobody polls). Any other value means `inline`."},
+    {"EMU_SCHEDULE", "",
+     "Unset: no scheduling. Set, `emu-run` also preloads libemu_sched.so and the program runs as "
+     "one deterministic scheduled run (docs/architecture.md, \"The scheduler\"): its threads are "
+     "actors that move one at a time at the scheduling points, chosen by `pct:seed=S` (PCT; "
+     "`,depth=1..3`, `,k=` the expected steps, default 2000), `random:seed=S` (a random walk) or "
+     "`replay:<schedule>` (the `s1:...` text a run prints). The engine then runs inline whatever "
+     "EMU_ENGINE says. At exit the run writes strategy, steps, decisions, schedule, trace hash, "
+     "race events and a replay command to stderr."},
+    {"EMU_SCHEDULE_OUT", "",
+     "With EMU_SCHEDULE: a file the run's outcome is also written to, as one JSON object "
+     "(`schedule`, `trace_hash`, `races`, `replay`, ...)."},
     {"EMU_LOG", "0",
      "1: log device-side events (errors, retries, races, port changes, lost events) to stderr."},
     {"EMU_SHARED_MR", "0",
@@ -166,7 +177,11 @@ Config config_from_env() {
   c.td_uar_regs = parse_u32("EMU_TD_UARS", "16", 0, 64);
   c.single_threaded = std::atoi(env_or("EMU_SINGLE_THREADED", "0")) != 0;
   std::string engine = env_or("EMU_ENGINE", "inline");
-  c.engine = engine == "thread" ? EngineMode::progress_thread : EngineMode::inline_on_doorbell;
+  // A scheduled program's device is the engine inline in its posters: their steps are its points.
+  // A device thread would be a second device, outside the run.
+  const char* scheduled = std::getenv("EMU_SCHEDULE");
+  bool thread = engine == "thread" && !(scheduled && *scheduled);
+  c.engine = thread ? EngineMode::progress_thread : EngineMode::inline_on_doorbell;
   c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;
   c.vendor_part_id =
       static_cast<uint32_t>(std::strtoul(env_or("EMU_VENDOR_PART_ID", "4123"), nullptr, 0));

@@ -125,7 +125,7 @@ Engine::Fetch Engine::fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint3
 void Engine::set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us) {
   uint32_t prev = qp.stall.exchange(kind);
   if (prev != kind) qp.stall_attempts = 0;
-  qp.stall_since_ns = now_();
+  qp.stall_since_ns = now();
   qp.stall_delay_us = delay_us;
   if (prev == kStallNone) {
     h_->cqs[qp.send_cq].stalled_qps.fetch_add(1);
@@ -137,7 +137,7 @@ void Engine::clear_stall(QpSlot& qp) { emu::clear_stall(h_, qp); }
 
 bool Engine::retry_due(QpSlot& qp) {
   if (qp.stall_delay_us == 0) return false;  // infinite timeout: only a kick retries
-  return now_() - qp.stall_since_ns >= qp.stall_delay_us * 1000;
+  return now() - qp.stall_since_ns >= qp.stall_delay_us * 1000;
 }
 
 void Engine::run_sq(QpSlot& qp, bool force_retry) {
@@ -202,7 +202,7 @@ bool Engine::retry_now(QpSlot& qp, bool* force_retry) {
   if (!*force_retry && !retry_due(qp)) return false;
   *force_retry = false;
   ++qp.stall_attempts;
-  qp.stall_since_ns = now_();
+  qp.stall_since_ns = now();
   return true;
 }
 
@@ -289,7 +289,7 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   c.imm_inval_pkey = info.imm_be;
   c.srqn_uidx = be32(info.srqn);
   c.byte_cnt = be32(info.byte_cnt);
-  if (cq.stamp) c.timestamp = be64(now_());
+  if (cq.stamp) c.timestamp = be64(now());
   cqe_set_opcode_qpn(c, info.wqe_opcode, info.qpn);
   c.wqe_counter = be16(info.wqe_counter);
   c.qp_gen = static_cast<uint16_t>(

@@ -238,7 +238,9 @@ class Engine {
 
   Segment* seg_;
   Header* h_;
-  Clock now_;  // every time the engine reads goes through this member (a scheduler's clock later)
+  // Every time the engine reads: the run's logical clock inside a scheduled run, else now_.
+  uint64_t now() const { return sched::scheduled() ? sched::logical_time_ns() : now_(); }
+  Clock now_;
 };
 
 }  // namespace emu

@@ -13,8 +13,8 @@ const char* point_label(uint16_t kind) {
       "yield",    "load",        "store",       "lock",      "unlock",       "wait",
       "finish",   "index load",  "index store", "wqe store", "dbrec store",  "db64",
       "bf chunk", "flush",       "poll",        "spin",      "dev doorbell", "dev dbrec",
-      "dev wqe",  "dev execute", "dev cqe",     "drain"};
-  static_assert(std::size(kLabels) == kPointDrain + 1);
+      "dev wqe",  "dev execute", "dev cqe",     "drain",     "spawn",        "signal"};
+  static_assert(std::size(kLabels) == kPointSignal + 1);
   return kind < std::size(kLabels) ? kLabels[kind] : "user";
 }
 
@@ -37,6 +37,8 @@ void spin_slow(uint16_t kind, uint64_t addr) {
 }
 
 }  // namespace detail
+
+uint64_t logical_time_ns() { return detail::tl_run ? detail::tl_run->logical_time_ns() : 0; }
 
 ActorId current_actor() { return detail::tl_run ? detail::tl_actor : kNoActor; }
 

@@ -23,11 +23,16 @@ namespace {
 constexpr uint32_t kParked = 0, kGo = 1, kAbort = 2;
 
 // Parks the calling thread until its baton is given; returns what it was given (kGo or kAbort).
+// tl_run is cleared around the wait: libemu_sched.so interposes syscall() and makes an actor's
+// futex wait a scheduling wait, which the baton's own wait must not be.
 uint32_t take_baton(std::atomic<uint32_t>& baton) {
   uint32_t v;
+  Run* run = detail::tl_run;
+  detail::tl_run = nullptr;
   while ((v = baton.load(std::memory_order_acquire)) == kParked)
     syscall(SYS_futex, &baton, FUTEX_WAIT_PRIVATE, kParked, nullptr, nullptr, 0);
   baton.store(kParked, std::memory_order_relaxed);
+  detail::tl_run = run;
   return v;
 }
 
@@ -72,12 +77,14 @@ void Run::actor_main(ActorId self) {
 
 void Run::record(ActorId self, uint16_t kind, uint64_t addr, uint64_t value) {
   uint32_t step = result_.steps++;
-  if (kind != kPointSpin) ++moves_;
+  // A spin (of any kind: a timed wait spins as a wait) is not a move; spin() marks it first.
+  if (actors_[self]->spun_at != moves_) ++moves_;
   result_.trace.push_back({step, self, kind, addr, value, point_label(kind)});
   ActorPosition& p = actors_[self]->position;
   p.last_kind = kind;
   p.last_addr = addr;
   ++p.steps;
+  if (result_.steps >= step_bound_) end(self, Outcome::kDeadlock, "step bound");
 }
 
 bool Run::choose_next(ActorId self, ActorId* next) {
@@ -88,6 +95,13 @@ bool Run::choose_next(ActorId self, ActorId* next) {
     all_finished &= a.finished;
     if (!a.finished && !a.ready && a.spun_at != moves_) all_spin = false;
     if (enabled(a)) enabled_.push_back(i);
+  }
+  if (enabled_.empty() && stuck_ && !all_finished && all_spin) {
+    // A program's actors all spin (poll, sleep, timed wait): time passes, and they may move again.
+    ++idle_rounds_;
+    for (ActorId i = 0; i < actors_.size(); ++i)
+      if (!actors_[i]->finished && !actors_[i]->ready) enabled_.push_back(i);
+    for (ActorId i : enabled_) actors_[i]->spun_at = kNotSpinning;
   }
   if (enabled_.empty()) {
     if (all_finished)
@@ -144,6 +158,10 @@ void Run::end(ActorId ender, Outcome outcome, const std::string& signature) {
   ender_ = ender;
   result_.outcome = outcome;
   result_.signature = signature;
+  if (stuck_) {
+    collect_result();
+    stuck_(std::move(result_));  // does not return
+  }
   if (ender != kNoActor) give_baton(runner_baton_, kGo);
 }
 
@@ -210,12 +228,54 @@ RunResult Run::execute() {
       result_.signature = std::move(sig);
     }
   }
+  collect_result();
+  return std::move(result_);
+}
+
+void Run::collect_result() {
   result_.trace_hash = canonical_trace_hash(result_.trace);
   for (auto& a : actors_) {
     a->position.name = a->name;
     a->position.finished = a->finished;
     result_.positions.push_back(a->position);
   }
+}
+
+Run::Run(Strategy& strategy, StuckHandler stuck) : strategy_(strategy), stuck_(std::move(stuck)) {
+  detail::tl_run = this;
+  detail::tl_actor = add_actor("main");
+}
+
+ActorId Run::add_actor(std::string name) {
+  actors_.push_back(std::make_unique<ActorState>());
+  actors_.back()->name = std::move(name);
+  return static_cast<ActorId>(actors_.size() - 1);
+}
+
+bool Run::enter(ActorId self) {
+  detail::tl_run = this;
+  detail::tl_actor = self;
+  if (take_baton(actors_[self]->baton) == kGo) return true;
+  detail::tl_run = nullptr;
+  detail::tl_actor = kNoActor;
+  return false;
+}
+
+void Run::leave(ActorId self) {
+  record(self, kPointFinish, 0, 0);
+  actors_[self]->finished = true;
+  switch_from(self, /*leaving=*/true);
+  detail::tl_run = nullptr;
+  detail::tl_actor = kNoActor;
+}
+
+RunResult Run::finish_program(ActorId self) {
+  record(self, kPointFinish, 0, 0);
+  actors_[self]->finished = true;
+  over_ = true;
+  detail::tl_run = nullptr;
+  detail::tl_actor = kNoActor;
+  collect_result();
   return std::move(result_);
 }
 

@@ -198,17 +198,20 @@ def case_real_device(args):
 CASES = {name[len("case_"):]: fn for name, fn in globals().items() if name.startswith("case_")}
 
 
-def main():
+def main(cases=None, fabric_prefix="stress-", runs=20):
+    """Runs the case --case names of `cases` (default: this file's); sched_stress.py calls it too.
+    The segment files this process's fabrics (named `fabric_prefix`...) left are removed."""
+    cases = cases or CASES
     ap = argparse.ArgumentParser()
     ap.add_argument("--emu-run", required=True)
     ap.add_argument("--emu-stress", required=True)
-    ap.add_argument("--case", required=True, choices=sorted(CASES))
-    ap.add_argument("--runs", type=int, default=20, help="racy cases: runs before giving up")
+    ap.add_argument("--case", required=True, choices=sorted(cases))
+    ap.add_argument("--runs", type=int, default=runs, help="racy cases: runs")
     a = ap.parse_args()
     shm = os.environ.get("EMU_SHM_DIR", "/dev/shm")
     before = set(os.listdir(shm))
     try:
-        CASES[a.case](a)
+        cases[a.case](a)
     except Failed as e:
         print(f"FAIL {a.case}: {e}")
         return 1
@@ -216,7 +219,7 @@ def main():
         print(f"SKIP {a.case}: {e}")
         return 77
     finally:
-        prefix = f"rdmaemu-{os.getuid()}-stress-"
+        prefix = f"rdmaemu-{os.getuid()}-{fabric_prefix}"
         for f in set(os.listdir(shm)) - before:
             if f.startswith(prefix) and f"-{os.getpid()}" in f:
                 os.unlink(os.path.join(shm, f))

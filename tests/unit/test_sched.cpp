@@ -231,6 +231,43 @@ TEST(Sched, FailEndsTheRunWithItsSignatureAndUnwindsTheOthers) {
   EXPECT_EQ(r.signature, "oracle said no");
 }
 
+// A poller that spins on a flag another actor sets: under PCT the spinner may hold the highest
+// priority, yet a spin point leaves it out until the setter has moved, so every run ends.
+ScenarioFactory spin_wait_scenario(bool nobody_sets) {
+  return [nobody_sets] {
+    auto flag = std::make_shared<int>(0);
+    auto spinner = [flag] {
+      while (*flag == 0) spin(kPointSpin, addr_of(flag.get()));
+    };
+    auto setter = [flag, nobody_sets] {
+      point(kPointYield);
+      if (!nobody_sets) *flag = 1;
+      point(kPointStore, addr_of(flag.get()), 1);
+    };
+    return Scenario{{{"spinner", spinner}, {"setter", setter}}, nullptr};
+  };
+}
+
+TEST(Sched, ASpinningActorWaitsForAnotherToMove) {
+  for (uint64_t seed = 1; seed <= 50; ++seed) {
+    auto pct = pct_strategy(seed, 2, 10);
+    RunResult r = run(spin_wait_scenario(false), *pct);
+    ASSERT_EQ(r.outcome, Outcome::kOk) << r.describe();
+  }
+  ExploreResult e = explore(spin_wait_scenario(false), 2);
+  EXPECT_FALSE(e.failed);
+  EXPECT_TRUE(e.exhausted);
+}
+
+TEST(Sched, EveryActorSpinningIsALivelock) {
+  auto rw = random_walk_strategy(3);
+  RunResult r = run(spin_wait_scenario(true), *rw);
+  EXPECT_EQ(r.outcome, Outcome::kDeadlock);
+  EXPECT_EQ(r.signature, "livelock");
+  EXPECT_FALSE(r.positions[0].finished);
+  EXPECT_EQ(r.positions[0].last_kind, kPointSpin);
+}
+
 TEST(Sched, OutsideARunPointsAreNoOpsAndTheMutexIsAMutex) {
   EXPECT_FALSE(scheduled());
   point(kPointStore, 1);

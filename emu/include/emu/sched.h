@@ -49,6 +49,9 @@ enum PointKind : uint16_t {
   kPointDevExecute,   // executes it
   kPointDevCqe,       // writes a CQE
   kPointDrain,        // a buffered store reaches the device (the visibility model)
+  // A program-wide run (emu/sched_program.h): the program's own thread operations.
+  kPointSpawn,   // an actor created a thread (value: the new actor)
+  kPointSignal,  // a condition variable was signalled or broadcast (addr: it)
   kPointUser = 64,
 };
 const char* point_label(uint16_t kind);  // a static string
@@ -70,7 +73,8 @@ inline void point(uint16_t kind, uint64_t addr = 0, uint64_t value = 0) {
 
 // A point where the caller found nothing to do (an empty CQ, a lock it polls): the actor stays
 // out of the choice until another actor has moved, so a strategy that favours it (PCT) cannot
-// spin it forever. A run whose every live actor spins ends as a deadlock ("livelock").
+// spin it forever. A run whose every live actor spins ends as a deadlock ("livelock"); in a
+// program-wide run (emu/sched_program.h) time passes instead and the spinners move again.
 inline void spin(uint16_t kind = kPointSpin, uint64_t addr = 0) {
   if (detail::tl_run) detail::spin_slow(kind, addr);
 }
@@ -87,6 +91,10 @@ void wait_until(const std::function<bool()>& ready, const char* what = "conditio
 
 // Whether the calling thread is an actor of a scheduled run.
 inline bool scheduled() { return detail::tl_run != nullptr; }
+
+// A scheduled run's clock: one microsecond per step so far. The device's timers (retry, RNR, CQE
+// timestamps) read it inside a run, so that no wall clock decides anything there.
+uint64_t logical_time_ns();
 
 // The calling actor's id in its run (kNoActor outside a run).
 ActorId current_actor();
