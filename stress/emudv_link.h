@@ -19,6 +19,8 @@ struct EmudvFns {
   decltype(&emudv_races_recorded) races_recorded;
   decltype(&emudv_read_races) read_races;
   decltype(&emudv_sq_device_state) sq_device_state;
+  decltype(&emudv_sq_dbrec_unfenced) sq_dbrec_unfenced;  // EMUDV_1.1
+  decltype(&emudv_to_device_barrier) to_device_barrier;  // EMUDV_1.1
 };
 
 // The provider's functions, or null when it is not loaded in this process (not under emu-run).

@@ -111,7 +111,8 @@ Ep* Worker::add_ep(ibv_qp* qp, ibv_cq* send_cq, std::string* err) {
       *err = "api direct: the QP or CQ is not on an emulated device";
       return nullptr;
     }
-    ep = make_direct_ep(qp, dq, dc, register_for(dq.uar.opaque, &dq.uar), cfg_.mmio, wl);
+    ep = make_direct_ep(qp, dq, dc, register_for(dq.uar.opaque, &dq.uar), cfg_.mmio,
+                        cfg_.dbrec_fence, wl);
   }
   if (!ep) return nullptr;
   eps_.push_back(std::move(ep));

@@ -52,6 +52,9 @@ struct WorkerConfig {
   Api api = Api::verbs;
   MmioMode mmio = MmioMode::bf_post_mt;  // direct only
   ThreadMode thread_mode = ThreadMode::serialized;
+  // direct only: false leaves out the barrier between the WQE and the doorbell record (the
+  // "missing udma_to_device_barrier" mutant; emu/visibility.h shows what it lets the device see).
+  bool dbrec_fence = true;
 };
 
 // One message. Inline payloads go inside the WQE (length <= Ep::max_inline()); otherwise

@@ -61,9 +61,10 @@ int wc_opcode_of(uint8_t wqe_opcode) {
 class DirectEp final : public Ep {
  public:
   DirectEp(ibv_qp* qp, const emudv_qp& dv, const emudv_cq& dvcq, Worker::Register* reg,
-           MmioMode mmio, std::mutex* wl)
+           MmioMode mmio, bool dbrec_fence, std::mutex* wl)
       : Ep(qp, wl),
         dv_(*emudv_fns()),
+        dbrec_fence_(dbrec_fence),
         q_(dv),
         cq_(dvcq),
         reg_(reg),
@@ -112,6 +113,7 @@ class DirectEp final : public Ep {
   void ring_db_lock(uint32_t pi, uint32_t bbs, const uint8_t* stage);
 
   const EmudvFns& dv_;
+  bool dbrec_fence_;  // false: the record store without the barrier before it (a mutant)
   emudv_qp q_;
   emudv_cq cq_;
   Worker::Register* reg_;
@@ -173,7 +175,10 @@ PostStatus DirectEp::post_unlocked(const PostArgs& a) {
   m.pos.store(pi, std::memory_order_release);
   dv_.sq_write(&q_, pi, stage, bbs);
   uint32_t next = pi + bbs;
-  dv_.sq_dbrec(&q_, next);
+  if (dbrec_fence_)
+    dv_.sq_dbrec(&q_, next);
+  else
+    dv_.sq_dbrec_unfenced(&q_, next);
   (this->*ring_)(pi, bbs, stage);
   // As UCT, the software index moves after the doorbell.
   sw_pi_.store(next, std::memory_order_relaxed);
@@ -255,8 +260,9 @@ int DirectEp::poll_unlocked(Completion* out, int max) {
 }  // namespace
 
 std::unique_ptr<Ep> make_direct_ep(ibv_qp* qp, const emudv_qp& dv, const emudv_cq& dvcq,
-                                   Worker::Register* reg, MmioMode mmio, std::mutex* wl) {
-  return std::make_unique<DirectEp>(qp, dv, dvcq, reg, mmio, wl);
+                                   Worker::Register* reg, MmioMode mmio, bool dbrec_fence,
+                                   std::mutex* wl) {
+  return std::make_unique<DirectEp>(qp, dv, dvcq, reg, mmio, dbrec_fence, wl);
 }
 
 }  // namespace uctlite

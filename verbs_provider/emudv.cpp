@@ -83,6 +83,7 @@ void emudv_mmio_flush(void) {
 void emudv_sq_write(emudv_qp* dv, uint32_t pos, const void* wqe, unsigned nblocks) {
   EmuQp* qp = static_cast<EmuQp*>(dv->opaque);
   auto* src = static_cast<const uint8_t*>(wqe);
+  sq_note_wqe_before(*qp->shm, pos, nblocks);
   for (unsigned i = 0; i < nblocks; ++i)
     std::memcpy(qp->sq + ((pos + i) & (qp->sq_bbs - 1)) * kSendWqeBB, src + i * kSendWqeBB,
                 kSendWqeBB);
@@ -93,6 +94,13 @@ void emudv_sq_dbrec(emudv_qp* dv, uint32_t producer) {
   EmuQp* qp = static_cast<EmuQp*>(dv->opaque);
   sq_dbrec_store(*qp->shm, &qp->dbrec[1], producer);
 }
+
+void emudv_sq_dbrec_unfenced(emudv_qp* dv, uint32_t producer) {
+  EmuQp* qp = static_cast<EmuQp*>(dv->opaque);
+  sq_dbrec_store_unfenced(*qp->shm, &qp->dbrec[1], producer);
+}
+
+void emudv_to_device_barrier(void) { device_barrier(); }
 
 uint64_t emudv_races_recorded(void) { return segment() ? races_recorded(segment()) : 0; }
 

@@ -73,7 +73,13 @@ void emudv_mmio_flush(void);
  * doorbell record that runs ahead of the ring. pos is the ring position in blocks (the WQE
  * index of its control segment is pos & 0xffff). */
 void emudv_sq_write(struct emudv_qp *qp, uint32_t pos, const void *wqe, unsigned nblocks);
-void emudv_sq_dbrec(struct emudv_qp *qp, uint32_t producer);
+void emudv_sq_dbrec(struct emudv_qp *qp, uint32_t producer); /* the barrier, then the record */
+/* The record store without the barrier before it, and the barrier alone (udma_to_device_barrier):
+ * a driver that stores WQE, barrier, record with these is emudv_sq_dbrec; one that leaves the
+ * barrier out lets the device see the record before the WQE (a weak visibility profile in a
+ * scheduled run, emu/visibility.h). */
+void emudv_sq_dbrec_unfenced(struct emudv_qp *qp, uint32_t producer);
+void emudv_to_device_barrier(void);
 
 /* ---- The device's race log (docs/doorbells.md) ---- */
 enum emudv_race_kind {

@@ -164,6 +164,7 @@ int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs_out) {
   CtrlSeg* c = stage_ctrl(qp);
   ctrl_set_index_opcode(*c, qp->sq_head, qp->stage_opcode);
   ctrl_set_qpn_ds(*c, qp->qpx.qp_base.qp_num, size / 16);
+  sq_note_wqe_before(*qp->shm, qp->sq_head, bbs);
   ring_copy(qp, qp->sq_head, qp->stage, size);
   sq_note_wqe_store(*qp->shm, qp->wrec, qp->sq_head, bbs);
   uint32_t slot = qp->sq_head & (qp->sq_bbs - 1);

@@ -109,12 +109,18 @@ Engine::Fetch Engine::fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint3
   } else {
     const uint8_t* ring = seg_->at<uint8_t>(qp.sq_off);
     uint32_t idx = pos & (qp.sq_bbs - 1);
+    uint64_t at = qp.sq_off + idx * kSendWqeBB;
     std::memcpy(&ctrl, ring + idx * kSendWqeBB, sizeof ctrl);
+    sched::device_view(at, &ctrl, sizeof ctrl);  // a scheduled run's undrained stores hidden
     size = ctrl_size(ctrl);
     if (size == 0 || size > kMaxWqeBBs * kSendWqeBB) return Fetch::stale;
     uint32_t first = std::min(size, (qp.sq_bbs - idx) * kSendWqeBB);
     std::memcpy(buf, ring + idx * kSendWqeBB, first);
-    if (first < size) std::memcpy(buf + first, ring, size - first);
+    sched::device_view(at, buf, first);
+    if (first < size) {
+      std::memcpy(buf + first, ring, size - first);
+      sched::device_view(qp.sq_off, buf + first, size - first);
+    }
   }
   *bbs = (size + kSendWqeBB - 1) / kSendWqeBB;
   if (ctrl_wqe_index(ctrl) != (pos & 0xffff) || ctrl_qpn(ctrl) != qp.qpn) return Fetch::stale;

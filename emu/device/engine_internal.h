@@ -7,6 +7,7 @@
 #include "emu/layout.h"
 #include "emu/port.h"
 #include "emu/segment.h"
+#include "emu/visibility.h"
 #include "emu/wqe.h"
 #include "ports/link_layer.h"
 #include "shm/memory.h"
@@ -20,8 +21,12 @@ inline uint32_t* dbrec_of(Segment* seg, const QpSlot& qp) {
   return seg->at<uint32_t>(qp.dbrec_off);
 }
 
+// The send record as the device sees it: in a scheduled run with store buffers, without the
+// stores not yet drained (emu/visibility.h).
 inline uint32_t sq_producer(Segment* seg, const QpSlot& qp) {
-  return be32(device_load32(&dbrec_of(seg, qp)[1])) & 0xffff;
+  uint32_t raw = device_load32(&dbrec_of(seg, qp)[1]);
+  sched::device_view(qp.dbrec_off + sizeof raw, &raw, sizeof raw);
+  return be32(raw) & 0xffff;
 }
 inline uint32_t rq_producer(Segment* seg, const QpSlot& qp) {
   return be32(device_load32(&dbrec_of(seg, qp)[0])) & 0xffff;

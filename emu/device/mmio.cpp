@@ -64,18 +64,21 @@ uint64_t mmio_bf_continue(UarReg& reg, uint32_t buf, uint32_t first) {
     const PendingBf& last = wc.pending[wc.n - 1];
     if (last.reg == &reg && last.buf == buf && last.next_chunk == first) return last.tag;
   }
+  sched::drain_stores();  // mmio_wc_start: a barrier before the device write
   mmio_wc_start();
   return mmio_bf_begin();
 }
 
 void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint32_t nbbs) {
   uint64_t tag = mmio_bf_begin();
+  sched::drain_stores();
   mmio_wc_start();
   for (uint32_t i = 0; i < nbbs && i < kBfChunks; ++i) mmio_bf_chunk(reg, buf, i, blocks[i], tag);
 }
 
 uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
   sched::point(sched::kPointFlush);
+  sched::drain_stores(/*point_first=*/false);
   mmio_flush_writes();
   WcState& wc = t_wc;
   uint32_t out = 0;
@@ -93,8 +96,18 @@ uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
 
 uint64_t mmio_db64(UarReg& reg, uint64_t head) {
   sched::point(sched::kPointDb64, reinterpret_cast<uintptr_t>(&reg.doorbell), head);
+  sched::drain_stores(/*point_first=*/false);  // the driver's mmio_wc_start before the doorbell
   mmio_write64(&reg.doorbell, head);
   return db_intake(reg, head, writer_tid());
+}
+
+void sq_note_wqe_before_slow(QpSlot& qp, uint32_t pos, uint32_t nbbs) {
+  const uint8_t* ring = Segment::get()->at<uint8_t>(qp.sq_off);
+  for (uint32_t i = 0; i < nbbs; ++i) {
+    uint32_t idx = (pos + i) & (qp.sq_bbs - 1);
+    sched::buffer_store(sched::StoreKind::kRing, qp.sq_off + idx * kSendWqeBB,
+                        ring + idx * kSendWqeBB, kSendWqeBB);
+  }
 }
 
 void sq_note_wqe_store(QpSlot& qp, WqeWriteRec* rec, uint32_t pos, uint32_t nbbs) {
@@ -126,7 +139,8 @@ void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos) {
   c.pos.store(~0u, std::memory_order_relaxed);
 }
 
-void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
+namespace {
+void dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer, bool fenced) {
   sched::point(sched::kPointDbrecStore, reinterpret_cast<uintptr_t>(dbrec_send), producer);
   // A store only when the writer changes: one thread posting pays a load.
   uint32_t me = writer_tid(), last = qp.dbrec_writer.load(std::memory_order_relaxed);
@@ -134,8 +148,22 @@ void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
     qp.dbrec_other.store(last, std::memory_order_relaxed);
     qp.dbrec_writer.store(me, std::memory_order_relaxed);
   }
-  to_device_barrier();
+  if (fenced) {  // device_barrier(), the point above being the one before it
+    sched::drain_stores(/*point_first=*/false);
+    to_device_barrier();
+  }
+  sched::buffer_store(sched::StoreKind::kRecord, qp.dbrec_off + sizeof(uint32_t), dbrec_send,
+                      sizeof(uint32_t));
   dbrec_store32(dbrec_send, be32(producer & 0xffff));
+}
+}  // namespace
+
+void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
+  dbrec_store(qp, dbrec_send, producer, true);
+}
+
+void sq_dbrec_store_unfenced(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
+  dbrec_store(qp, dbrec_send, producer, false);
 }
 
 }  // namespace emu

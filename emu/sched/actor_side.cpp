@@ -4,6 +4,7 @@
 #include <exception>
 #include <thread>
 
+#include "emu/visibility.h"
 #include "sched/run.h"
 
 namespace emu::sched {
@@ -52,6 +53,7 @@ void lock_acquire(ActorId* holder, const char* what, uint64_t addr) {
 }
 
 void lock_release(ActorId* holder, uint64_t addr) {
+  drain_stores();  // a release: the holder's stores reach the device before the next holder's
   *holder = kNoActor;
   point(kPointUnlock, addr);
 }

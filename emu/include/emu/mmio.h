@@ -10,7 +10,9 @@
 #pragma once
 #include <cstdint>
 
+#include "emu/barriers.h"
 #include "emu/layout.h"
+#include "emu/visibility.h"
 
 namespace emu {
 
@@ -37,9 +39,25 @@ uint64_t mmio_db64(UarReg& reg, uint64_t head);
 
 // Send ring stores: a WQE of nbbs blocks written at ring position pos (32-bit block counter), and
 // the send doorbell record. rec may be null (nothing recorded).
+// Before the ring copy: in a scheduled run with store buffers (emu/visibility.h) the blocks' old
+// bytes are kept so the device does not see the new ones before they drain.
+void sq_note_wqe_before_slow(QpSlot& qp, uint32_t pos, uint32_t nbbs);
+inline void sq_note_wqe_before(QpSlot& qp, uint32_t pos, uint32_t nbbs) {
+  if (sched::scheduled()) sq_note_wqe_before_slow(qp, pos, nbbs);
+}
 void sq_note_wqe_store(QpSlot& qp, WqeWriteRec* rec, uint32_t pos, uint32_t nbbs);
 // A WQE written at pos and then abandoned before the doorbell record (ibv_wr_abort).
 void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos);
+// The record store after device_barrier(), as a driver does it.
 void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer);
+// The record store alone: a driver that forgot the barrier (the device may see the record before
+// the WQEs it publishes, under a weak visibility profile).
+void sq_dbrec_store_unfenced(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer);
+// udma_to_device_barrier: the calling thread's earlier stores reach the device before its later
+// ones (in a scheduled run with store buffers: its buffer drains).
+inline void device_barrier() {
+  sched::drain_stores();
+  to_device_barrier();
+}
 
 }  // namespace emu
