@@ -48,6 +48,7 @@ void seeded_runs(const ScenarioDef& def, Rig& rig, const CampaignOptions& o, Cam
     uint64_t seed = run_seed(o.master_seed, r);
     auto strategy = campaign_strategy(kind, seed, r, k);
     RunResult res = run(f, *strategy);
+    rep->points += res.steps;
     rep->totals.add_run(r, seed, res.signature);
     if (res.outcome != Outcome::kOk) {
       note_failure(rep, r, seed, std::move(res));

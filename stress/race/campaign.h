@@ -35,6 +35,7 @@ struct CampaignReport {
   emu::sched::RunResult failure;
   bool exhausted = false;  // dfs: every schedule within the bound was run
   double seconds = 0;      // wall time of the runs (reported, never asserted)
+  uint64_t points = 0;     // random/pct: scheduling points over every run
   emu::sched::Schedule shrunk;
   emu::sched::ShrinkStats shrink_stats;
   emu::sched::RunResult shrunk_run;  // the shrunk schedule's replay (its trace is the report's)

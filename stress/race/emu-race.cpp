@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "bench.h"
 #include "campaign.h"
 
 namespace {
@@ -28,7 +29,8 @@ int usage() {
           "       emu-race run NAME [--strategy random|pct|dfs] [--seed S] [--budget N] "
           "[--bound B] [--shard i/N] [--keep-going] [--json] [--trace FILE] [--no-shrink]\n"
           "       emu-race replay NAME --schedule S [--times N]\n"
-          "       emu-race merge FILE...\n");
+          "       emu-race merge FILE...\n"
+          "       emu-race bench [--seeds N] [--budget N] [--control N] [NAME...]\n");
   return 2;
 }
 
@@ -247,11 +249,33 @@ int merge_cmd(int argc, char** argv) {
 
 }  // namespace
 
+int bench_cmd(int argc, char** argv) {
+  race::BenchOptions o;
+  for (int i = 2; i < argc; ++i) {
+    std::string k = argv[i];
+    bool has_value = i + 1 < argc;
+    if (k == "--seeds" && has_value)
+      o.seeds = static_cast<uint32_t>(strtoul(argv[++i], nullptr, 0));
+    else if (k == "--budget" && has_value)
+      o.budget = strtoull(argv[++i], nullptr, 0);
+    else if (k == "--control" && has_value)
+      o.control_budget = strtoull(argv[++i], nullptr, 0);
+    else if (race::find_scenario(k))
+      o.only.push_back(k);
+    else
+      return usage();
+  }
+  race::Rig rig;
+  if (!open_rig(&rig)) return 2;
+  return race::run_bench(rig, o);
+}
+
 int main(int argc, char** argv) {
   if (argc < 2) return usage();
   std::string cmd = argv[1];
   if (cmd == "list") return list();
   if (cmd == "merge") return argc > 2 ? merge_cmd(argc, argv) : usage();
+  if (cmd == "bench") return bench_cmd(argc, argv);
   if (argc < 3) return usage();
   const ScenarioDef* d = race::find_scenario(argv[2]);
   if (!d) {

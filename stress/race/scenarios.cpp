@@ -5,6 +5,7 @@
 #include <memory>
 #include <mutex>
 
+#include "emu/visibility.h"
 #include "scenario.h"
 
 namespace race {
@@ -12,6 +13,8 @@ namespace {
 
 using emu::sched::Actor;
 using emu::sched::Scenario;
+using emu::sched::StoreBuffers;
+using emu::sched::Visibility;
 using uctlite::MmioMode;
 using uctlite::ThreadMode;
 
@@ -31,6 +34,7 @@ struct RunState {
   std::vector<Msg> msgs;
   Ledger ledger;
   bool drain = true;  // the final check takes the completions left (posting scenarios)
+  std::unique_ptr<StoreBuffers> buffers;  // a memory profile other than sc
 
   Msg& add(uint32_t pair, uint32_t len) {
     uint32_t slot = 0;
@@ -40,6 +44,7 @@ struct RunState {
   }
 
   std::string check() {
+    if (buffers && buffers->pending()) return "stores left in a buffer";
     std::string sig = rig->race_signature();
     if (!sig.empty()) return sig;
     if (drain) take_all();
@@ -194,6 +199,32 @@ Scenario libxlio_123(Rig& rig, MmioMode mmio) {
   return uct_posters(rig, all_pairs(), kRigQps, ThreadMode::single, mmio);
 }
 
+// One thread posts two 64-byte WRITEs (two-block WQEs) through a SINGLE-mode endpoint, with or
+// without the barrier between each WQE and its doorbell record, its stores buffered under
+// `profile`: under weak the record may reach the device before the WQE it publishes; x86 keeps a
+// thread's stores in order, so there the missing barrier does no harm.
+Scenario missing_barrier(Rig& rig, bool fence, Visibility profile) {
+  Shared s = start(rig, {0});
+  uctlite::WorkerConfig wc;
+  wc.api = uctlite::Api::direct;
+  wc.thread_mode = ThreadMode::single;
+  wc.mmio = MmioMode::bf_post;
+  wc.dbrec_fence = fence;
+  std::string err;
+  s->worker = rig.worker(wc, s->pairs, &s->eps, &err);
+  s->add(0, 64);
+  s->add(0, 64);
+  s->buffers = std::make_unique<StoreBuffers>(profile);
+  Scenario sc;
+  s->buffers->add_posters(sc, {{"t0", [s] {
+                                  uct_post(s, 0, 0);
+                                  uct_post(s, 0, 1);
+                                }}});
+  sc.actors.push_back(rig.device().actor());
+  sc.final_check = [s] { return s->check(); };
+  return sc;
+}
+
 // ucx 5034: two QPs on one register posted by BlueFlame without its lock, their doorbell records
 // holding garbage until the first post.
 Scenario ucx_5034(Rig& rig, bool fixed) {
@@ -266,6 +297,9 @@ const char* const kXlio123 = "https://github.com/Mellanox/libxlio/issues/123";
 const char* const kMlx5Bf =
     "https://github.com/linux-rdma/rdma-core/blob/master/providers/mlx5/qp.c (mlx5_bf_copy, "
     "'the flush must be inside the lock')";
+const char* const kMlx5Barrier =
+    "https://github.com/linux-rdma/rdma-core/blob/master/util/udma_barrier.h "
+    "(udma_to_device_barrier)";
 const char* const kUcx10039 = "https://github.com/openucx/ucx/issues/10039";
 const char* const kUcx5034 = "https://github.com/openucx/ucx/issues/5034";
 const char* const kMlx5Order =
@@ -402,6 +436,33 @@ std::vector<ScenarioDef> make_table() {
        {0},
        "the WQE, then the record",
        [](Rig& r) { return dbrec_order(r, Order::kWqeFirst); }},
+      {"missing-barrier",
+       "udma_to_device_barrier",
+       kMlx5Barrier,
+       true,
+       "barrier-weak",
+       {"race:stale_wqe"},
+       {0},
+       "no barrier between the WQE and its doorbell record, on a weakly ordered CPU",
+       [](Rig& r) { return missing_barrier(r, false, Visibility::kWeak); }},
+      {"barrier-weak",
+       "fix of missing-barrier",
+       kMlx5Barrier,
+       false,
+       "missing-barrier",
+       {},
+       {0},
+       "udma_to_device_barrier before the record, on the same weakly ordered CPU",
+       [](Rig& r) { return missing_barrier(r, true, Visibility::kWeak); }},
+      {"missing-barrier-x86",
+       "missing-barrier on x86",
+       kMlx5Barrier,
+       false,
+       "missing-barrier",
+       {},
+       {0},
+       "the same poster on x86 (TSO): a thread's stores reach the device in program order",
+       [](Rig& r) { return missing_barrier(r, false, Visibility::kX86); }},
       {"unlocked-pi",
        "db_lock producer index",
        kUcx2464,
