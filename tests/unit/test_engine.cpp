@@ -89,6 +89,23 @@ TEST(Engine, MalformedWqeIndexIsALocalQpOperationError) {
   EXPECT_EQ(r.h->qps[r.a].qp_state.load(), kQpsErr);
 }
 
+// Racing posters can leave a doorbell record that ends inside a WQE: the flush of a QP in ERR then
+// steps past the producer, and must stop there instead of going round the 16-bit ring again.
+TEST(Engine, AFlushThatStepsPastTheProducerStops) {
+  Rig r;
+  QpSlot& q = r.h->qps[r.a];
+  q.qp_state.store(kQpsErr);
+  r.post(r.a, kOpNop, std::vector<uint8_t>(64, 0));  // 80 bytes: two blocks
+  ASSERT_EQ(r.heads[r.a], 2u);
+  dbrec_store32(&r.s->at<uint32_t>(q.dbrec_off)[1], be32(1));  // the record says one block
+  r.eng.kick_sq(q);
+  const Cqe64* c = r.poll();
+  ASSERT_NE(c, nullptr);
+  EXPECT_EQ(reinterpret_cast<const ErrCqe*>(c)->syndrome, kSynWrFlush);
+  EXPECT_EQ(r.poll(), nullptr) << "one WQE flushed, once";
+  EXPECT_EQ(q.sq_ci, 2u);
+}
+
 TEST(Engine, UnsignaledWqeProducesNoCompletion) {
   Rig r;
   r.post(r.a, kOpNop, {}, false);
