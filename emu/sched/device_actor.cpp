@@ -6,23 +6,15 @@
 #include "emu/sched_device.h"
 
 namespace emu::sched {
-namespace {
-std::atomic<DeviceActor*> g_installed{nullptr};
-}  // namespace
-
 DeviceActor::DeviceActor() {
   DeviceActor* none = nullptr;
-  if (!g_installed.compare_exchange_strong(none, this)) {
+  if (!installed_.compare_exchange_strong(none, this)) {
     std::fprintf(stderr, "emu::sched::DeviceActor: one is installed already\n");
     std::abort();
   }
 }
 
-DeviceActor::~DeviceActor() { g_installed.store(nullptr); }
-
-DeviceActor* DeviceActor::for_caller() {
-  return scheduled() ? g_installed.load(std::memory_order_relaxed) : nullptr;
-}
+DeviceActor::~DeviceActor() { installed_.store(nullptr); }
 
 Actor DeviceActor::actor(const char* name) {
   return Actor{name, [this] { body(); }};

@@ -14,8 +14,8 @@
 namespace emu::sched {
 
 namespace detail {
-EMU_FAST_TLS Run* tl_run = nullptr;
-EMU_FAST_TLS ActorId tl_actor = kNoActor;
+EMU_FAST_TLS constinit Run* tl_run = nullptr;
+EMU_FAST_TLS constinit ActorId tl_actor = kNoActor;
 }  // namespace detail
 
 namespace {

@@ -22,7 +22,7 @@
 namespace emu::sched {
 
 namespace detail {
-extern EMU_FAST_TLS ActorId tl_actor;  // the calling thread's actor in tl_run
+extern EMU_FAST_TLS constinit ActorId tl_actor;  // the calling thread's actor in tl_run
 }  // namespace detail
 
 // Thrown out of point()/wait_until()/fail() to unwind an actor whose run is over; caught by the

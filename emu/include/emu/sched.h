@@ -60,7 +60,9 @@ class Run;
 namespace detail {
 // The run the calling thread is an actor of, else null. Initial-exec TLS: the provider's post path
 // reads it at every point, and a general-dynamic access would be a call.
-extern EMU_FAST_TLS Run* tl_run;
+// constinit: no dynamic initialisation, so an access is the load itself, not a call to the
+// thread_local's init wrapper through the PLT (what a plain extern thread_local costs).
+extern EMU_FAST_TLS constinit Run* tl_run;
 void point_slow(uint16_t kind, uint64_t addr, uint64_t value);
 void spin_slow(uint16_t kind, uint64_t addr);
 void wait_slow(const std::function<bool()>& ready, uint16_t kind, uint64_t addr, const char* what);

@@ -4,6 +4,7 @@
 // points (kPointDev*), so "the device fetches the doorbell record now" is a decision of the
 // schedule like any thread's store.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <deque>
 
@@ -28,7 +29,10 @@ class DeviceActor {
 
   // The installed device when the calling thread is an actor of a scheduled run, else null:
   // device_doorbell() and device_kick_sq() then queue here.
-  static DeviceActor* for_caller();
+  // Inline: device_doorbell asks on every doorbell (one thread-local load outside a run).
+  static DeviceActor* for_caller() {
+    return scheduled() ? installed_.load(std::memory_order_relaxed) : nullptr;
+  }
   void doorbell(uint64_t ctrl_head) { queue_.push_back({nullptr, ctrl_head, false}); }
   void kick(QpSlot& qp, bool force_retry) { queue_.push_back({&qp, 0, force_retry}); }
 
@@ -40,6 +44,7 @@ class DeviceActor {
   };
   void body();
 
+  static inline std::atomic<DeviceActor*> installed_{nullptr};
   // Touched only by actors holding the baton (and the runner between runs): no lock.
   std::deque<Work> queue_;
 };
