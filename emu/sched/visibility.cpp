@@ -62,7 +62,8 @@ void deliver_wc_slow() {
 }
 }  // namespace detail
 
-StoreBuffers::StoreBuffers(Visibility profile) : profile_(profile) {
+StoreBuffers::StoreBuffers(Visibility profile, bool write_combining)
+    : profile_(profile), wc_(write_combining && profile != Visibility::kSc) {
   StoreBuffers* none = nullptr;
   if (!g_installed.compare_exchange_strong(none, this)) {
     std::fprintf(stderr, "emu::sched::StoreBuffers: one is installed already\n");
@@ -80,7 +81,7 @@ void StoreBuffers::add_posters(Scenario& sc, std::vector<Actor> posters) {
   size_t first = posters_.size();
   for (Actor& a : posters) {
     auto id = static_cast<ActorId>(sc.actors.size());
-    posters_.push_back(Poster{id, false, {}});
+    posters_.push_back(Poster{id, false, {}, {}});
     size_t k = posters_.size() - 1;
     // The end of a thread drains its buffer (the kernel's context switch is a full barrier).
     sc.actors.push_back({a.name, [this, k, body = std::move(a.body)] {
@@ -93,8 +94,10 @@ void StoreBuffers::add_posters(Scenario& sc, std::vector<Actor> posters) {
   if (profile_ == Visibility::kSc) return;
   for (size_t k = first; k < posters_.size(); ++k) {
     std::string name = sc.actors[posters_[k].id].name;
-    sc.actors.push_back({name + " wc oldest", [this, k] { wc_drain_body(k, false); }});
-    sc.actors.push_back({name + " wc newest", [this, k] { wc_drain_body(k, true); }});
+    if (wc_) {
+      sc.actors.push_back({name + " wc oldest", [this, k] { wc_drain_body(k, false); }});
+      sc.actors.push_back({name + " wc newest", [this, k] { wc_drain_body(k, true); }});
+    }
     if (profile_ == Visibility::kX86) {
       sc.actors.push_back({name + " drain", [this, k] { drain_body(k, true, StoreKind::kRing); }});
       continue;
@@ -165,7 +168,7 @@ void StoreBuffers::deliver(const Chunk& c) {
 bool StoreBuffers::wc_store(ActorId actor, uint8_t* dst, const void* src,
                             std::atomic<uint64_t>* tag_word, uint64_t tag) {
   Poster* p = poster_of(actor);
-  if (!p || profile_ == Visibility::kSc) return false;
+  if (!p || !wc_) return false;
   // A second store to a line the poster's WC buffer holds combines with it (keeps its place).
   auto it = std::find_if(p->chunks.begin(), p->chunks.end(),
                          [dst](const Chunk& c) { return c.dst == dst; });

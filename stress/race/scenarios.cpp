@@ -251,7 +251,7 @@ Scenario bf_flush(Rig& rig, bool inside, Visibility profile = Visibility::kSc) {
                       }});
   }
   if (profile == Visibility::kSc) return finish(s, std::move(actors));
-  s->buffers = std::make_unique<StoreBuffers>(profile);
+  s->buffers = std::make_unique<StoreBuffers>(profile, /*write_combining=*/true);
   Scenario sc;
   s->buffers->add_posters(sc, std::move(actors));
   sc.actors.push_back(rig.device().actor());

@@ -89,7 +89,7 @@ TEST(Visibility, ScAddsNoDrainActors) {
 }
 
 TEST(Visibility, DrainActorsPerProfile) {
-  for (auto [v, n] : {std::pair{Visibility::kX86, 4u}, std::pair{Visibility::kWeak, 5u}}) {
+  for (auto [v, n] : {std::pair{Visibility::kX86, 2u}, std::pair{Visibility::kWeak, 3u}}) {
     StoreBuffers b(v);
     Scenario sc;
     b.add_posters(sc, {{"p", [] {}}});
@@ -126,7 +126,7 @@ struct Register {
   uint8_t bytes[2][64] = {};
   std::atomic<uint64_t> tags[2] = {};
   StoreBuffers buffers;
-  explicit Register(Visibility v) : buffers(v) {}
+  explicit Register(Visibility v) : buffers(v, /*write_combining=*/true) {}
 
   void chunk(int i) {
     uint8_t src[64];
@@ -186,7 +186,7 @@ TEST(Visibility, ScWritesChunksAtOnce) {
 // A chunk is held until delivery; a second store to the same line combines with the first (one
 // entry, the newest bytes); a barrier leaves chunks alone. Outside a run nothing is held.
 TEST(Visibility, ChunksWaitForDeliveryAndCombine) {
-  StoreBuffers b(Visibility::kX86);
+  StoreBuffers b(Visibility::kX86, /*write_combining=*/true);
   Scenario sc;
   b.add_posters(sc, {{"p", [] {}}});
   uint8_t reg[64] = {}, one[64], two[64];

@@ -26,9 +26,10 @@
 // the register only when the entry is delivered), so the device's reads of the buffer see what was
 // there before. Delivery: every pending chunk at the poster's flush and at a WC eviction
 // (emu/mmio.h), at its end, and at the steps of two WC drain actors per poster (any profile but
-// sc), one delivering its oldest pending chunk and one its newest: a burst may reach the device in
-// order, reversed, or interleaved with another writer's. Barriers and lock releases do not deliver
-// chunks (x86's spin unlock is a plain store; only the flush, sfence, empties a WC buffer).
+// sc; opt-in, see StoreBuffers), one delivering its oldest pending chunk and one its newest: a
+// burst may reach the device in order, reversed, or interleaved with another writer's. Barriers and
+// lock releases do not deliver chunks (x86's spin unlock is a plain store; only the flush, sfence,
+// empties a WC buffer).
 #pragma once
 #include <atomic>
 #include <cstdint>
@@ -84,8 +85,11 @@ inline void deliver_wc() {
 
 class StoreBuffers {
  public:
-  explicit StoreBuffers(Visibility profile);  // installs itself: one per process at a time
-  ~StoreBuffers();                            // uninstalls
+  // Installs itself: one per process at a time. write_combining: the posters' BlueFlame chunks
+  // are held in write-combining entries too, with two WC drain actors per poster (not under sc).
+  // Opt-in: the drain actors multiply the schedules of scenarios that do not look at chunks.
+  explicit StoreBuffers(Visibility profile, bool write_combining = false);
+  ~StoreBuffers();  // uninstalls
   StoreBuffers(const StoreBuffers&) = delete;
   StoreBuffers& operator=(const StoreBuffers&) = delete;
 
@@ -139,6 +143,7 @@ class StoreBuffers {
   static void deliver(const Chunk& c);
 
   Visibility profile_;
+  bool wc_;
   // Touched only by actors holding the baton (and the runner between runs): no lock.
   std::vector<Poster> posters_;
 };
