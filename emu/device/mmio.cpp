@@ -40,8 +40,11 @@ uint64_t mmio_bf_begin() { return bf_tag(writer_tid(), ++t_wc.burst ? t_wc.burst
 void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint64_t tag) {
   sched::point(sched::kPointBfChunk, reinterpret_cast<uintptr_t>(reg.bf[buf] + i * kSendWqeBB),
                tag);
-  mmio_copy_chunk64(reg.bf[buf] + i * kSendWqeBB, src);
-  reg.bf_tag[buf][i].store(tag, std::memory_order_release);
+  // Under a visibility profile the poster's write-combining entry holds the chunk until delivery.
+  if (!sched::buffer_wc_chunk(reg.bf[buf] + i * kSendWqeBB, src, &reg.bf_tag[buf][i], tag)) {
+    mmio_copy_chunk64(reg.bf[buf] + i * kSendWqeBB, src);
+    reg.bf_tag[buf][i].store(tag, std::memory_order_release);
+  }
   // Remember the buffer as pending (once per burst).
   WcState& wc = t_wc;
   if (wc.n && wc.pending[wc.n - 1].reg == &reg && wc.pending[wc.n - 1].buf == buf &&
@@ -50,6 +53,7 @@ void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint6
     return;
   }
   if (wc.n == kWcBuffers) {  // eviction: the oldest buffer drains now
+    sched::deliver_wc();
     uint64_t head = drain_one(wc.pending[0]);
     for (uint32_t k = 1; k < wc.n; ++k) wc.pending[k - 1] = wc.pending[k];
     --wc.n;
@@ -80,6 +84,7 @@ uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
   sched::point(sched::kPointFlush);
   sched::drain_stores(/*point_first=*/false);
   mmio_flush_writes();
+  sched::deliver_wc();  // the flush empties the write-combining buffers before the device reads
   WcState& wc = t_wc;
   uint32_t out = 0;
   for (uint32_t k = 0; k < wc.n; ++k) {

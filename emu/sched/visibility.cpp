@@ -52,9 +52,18 @@ void device_view_slow(uint64_t seg_off, void* dst, uint32_t len) {
   if (StoreBuffers* b = StoreBuffers::for_caller())
     b->overlay(seg_off, static_cast<uint8_t*>(dst), len);
 }
+bool buffer_wc_chunk_slow(uint8_t* dst, const void* src, std::atomic<uint64_t>* tag_word,
+                          uint64_t tag) {
+  StoreBuffers* b = StoreBuffers::for_caller();
+  return b && b->wc_store(current_actor(), dst, src, tag_word, tag);
+}
+void deliver_wc_slow() {
+  if (StoreBuffers* b = StoreBuffers::for_caller()) b->deliver_all(current_actor());
+}
 }  // namespace detail
 
-StoreBuffers::StoreBuffers(Visibility profile) : profile_(profile) {
+StoreBuffers::StoreBuffers(Visibility profile, bool write_combining)
+    : profile_(profile), wc_(write_combining && profile != Visibility::kSc) {
   StoreBuffers* none = nullptr;
   if (!g_installed.compare_exchange_strong(none, this)) {
     std::fprintf(stderr, "emu::sched::StoreBuffers: one is installed already\n");
@@ -72,18 +81,23 @@ void StoreBuffers::add_posters(Scenario& sc, std::vector<Actor> posters) {
   size_t first = posters_.size();
   for (Actor& a : posters) {
     auto id = static_cast<ActorId>(sc.actors.size());
-    posters_.push_back(Poster{id, false, {}});
+    posters_.push_back(Poster{id, false, {}, {}});
     size_t k = posters_.size() - 1;
     // The end of a thread drains its buffer (the kernel's context switch is a full barrier).
     sc.actors.push_back({a.name, [this, k, body = std::move(a.body)] {
                            body();
                            drain_all(posters_[k].id);
+                           deliver_all(posters_[k].id);
                            posters_[k].done = true;
                          }});
   }
   if (profile_ == Visibility::kSc) return;
   for (size_t k = first; k < posters_.size(); ++k) {
     std::string name = sc.actors[posters_[k].id].name;
+    if (wc_) {
+      sc.actors.push_back({name + " wc oldest", [this, k] { wc_drain_body(k, false); }});
+      sc.actors.push_back({name + " wc newest", [this, k] { wc_drain_body(k, true); }});
+    }
     if (profile_ == Visibility::kX86) {
       sc.actors.push_back({name + " drain", [this, k] { drain_body(k, true, StoreKind::kRing); }});
       continue;
@@ -97,7 +111,13 @@ void StoreBuffers::add_posters(Scenario& sc, std::vector<Actor> posters) {
 
 size_t StoreBuffers::pending() const {
   size_t n = 0;
-  for (const Poster& p : posters_) n += p.entries.size();
+  for (const Poster& p : posters_) n += p.entries.size() + p.chunks.size();
+  return n;
+}
+
+size_t StoreBuffers::pending_chunks() const {
+  size_t n = 0;
+  for (const Poster& p : posters_) n += p.chunks.size();
   return n;
 }
 
@@ -124,6 +144,45 @@ void StoreBuffers::drain_body(size_t k, bool any_kind, StoreKind kind) {
     if (it == es.end()) return;  // the poster is done and drained everything
     es.erase(it);
   }
+}
+
+// A WC drain actor: enabled while its poster has a pending chunk; each step delivers the oldest
+// (or the newest) one.
+void StoreBuffers::wc_drain_body(size_t k, bool newest) {
+  for (;;) {
+    wait_until([this, k] { return posters_[k].done || !posters_[k].chunks.empty(); },
+               "chunks to deliver", kPointDrain);
+    std::vector<Chunk>& cs = posters_[k].chunks;
+    if (cs.empty()) return;  // the poster is done and delivered everything
+    auto it = newest ? cs.end() - 1 : cs.begin();
+    deliver(*it);
+    cs.erase(it);
+  }
+}
+
+void StoreBuffers::deliver(const Chunk& c) {
+  std::memcpy(c.dst, c.bytes, sizeof c.bytes);
+  c.tag_word->store(c.tag, std::memory_order_release);
+}
+
+bool StoreBuffers::wc_store(ActorId actor, uint8_t* dst, const void* src,
+                            std::atomic<uint64_t>* tag_word, uint64_t tag) {
+  Poster* p = poster_of(actor);
+  if (!p || !wc_) return false;
+  // A second store to a line the poster's WC buffer holds combines with it (keeps its place).
+  auto it = std::find_if(p->chunks.begin(), p->chunks.end(),
+                         [dst](const Chunk& c) { return c.dst == dst; });
+  if (it == p->chunks.end()) it = p->chunks.insert(p->chunks.end(), Chunk{dst, tag_word, 0, {}});
+  it->tag = tag;
+  std::memcpy(it->bytes, src, sizeof it->bytes);
+  return true;
+}
+
+void StoreBuffers::deliver_all(ActorId actor) {
+  Poster* p = poster_of(actor);
+  if (!p) return;
+  for (const Chunk& c : p->chunks) deliver(c);
+  p->chunks.clear();
 }
 
 void StoreBuffers::store(ActorId actor, StoreKind kind, uint64_t seg_off, const void* before,

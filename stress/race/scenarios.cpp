@@ -235,7 +235,10 @@ Scenario ucx_5034(Rig& rig, bool fixed) {
 }
 
 // QPs 0 and 16 share register 0; each thread posts twice on its own QP.
-Scenario bf_flush(Rig& rig, bool inside) {
+// Under a profile other than sc each thread's BlueFlame chunks wait in its write-combining
+// buffer until its flush or a WC drain step: a flush after the unlock lets the next holder's
+// chunks and this thread's reach the register in any order.
+Scenario bf_flush(Rig& rig, bool inside, Visibility profile = Visibility::kSc) {
   Shared s = start(rig, {0, 16});
   std::vector<Actor> actors;
   for (uint32_t t = 0; t < 2; ++t) {
@@ -247,7 +250,13 @@ Scenario bf_flush(Rig& rig, bool inside) {
                         raw_post_bf(s, a + 1, inside);
                       }});
   }
-  return finish(s, std::move(actors));
+  if (profile == Visibility::kSc) return finish(s, std::move(actors));
+  s->buffers = std::make_unique<StoreBuffers>(profile, /*write_combining=*/true);
+  Scenario sc;
+  s->buffers->add_posters(sc, std::move(actors));
+  sc.actors.push_back(rig.device().actor());
+  sc.final_check = [s] { return s->check(); };
+  return sc;
 }
 
 Scenario dbrec_order(Rig& rig, Order order) {
@@ -382,6 +391,24 @@ std::vector<ScenarioDef> make_table() {
        shared_reg,
        "the flush before the unlock",
        [](Rig& r) { return bf_flush(r, true); }},
+      {"bf-flush-outside-lock-x86",
+       "mlx5 provider, write-combining",
+       kMlx5Bf,
+       true,
+       "bf-flush-inside-lock-x86",
+       {"race:bf_torn"},
+       shared_reg,
+       "the flush after the unlock on x86: chunks wait in each thread's write-combining buffer",
+       [](Rig& r) { return bf_flush(r, false, Visibility::kX86); }},
+      {"bf-flush-inside-lock-x86",
+       "fix of bf-flush-outside-lock-x86",
+       kMlx5Bf,
+       false,
+       "bf-flush-outside-lock-x86",
+       {},
+       shared_reg,
+       "the flush before the unlock, on x86",
+       [](Rig& r) { return bf_flush(r, true, Visibility::kX86); }},
       {"ucx-10039",
        "ucx#10039, libfabric#11665",
        kUcx10039,

@@ -4,6 +4,7 @@
 // the poster drains (a barrier) between the two.
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cstring>
 #include <memory>
 
@@ -115,6 +116,95 @@ TEST(Visibility, TheOldestUndrainedStoreHidesTheLine) {
   uint8_t again[4] = {9, 9, 9, 9};
   device_view(8, again, 4);  // not in a run: untouched
   EXPECT_EQ(again[0], 9);
+}
+
+// ---- write-combining chunks: a two-chunk "register" with a tag word per chunk ----
+
+constexpr uint64_t kTag = 7;
+
+struct Register {
+  uint8_t bytes[2][64] = {};
+  std::atomic<uint64_t> tags[2] = {};
+  StoreBuffers buffers;
+  explicit Register(Visibility v) : buffers(v, /*write_combining=*/true) {}
+
+  void chunk(int i) {
+    uint8_t src[64];
+    std::memset(src, 1, sizeof src);
+    if (!buffer_wc_chunk(bytes[i], src, &tags[i], kTag)) {
+      std::memcpy(bytes[i], src, sizeof src);
+      tags[i].store(kTag);
+    }
+    point(kPointBfChunk, i);
+  }
+};
+
+// The poster writes chunk 0 then chunk 1, no flush; the device fails when it sees chunk 1 delivered
+// and chunk 0 not (the burst reversed).
+ScenarioFactory burst(Visibility v, std::shared_ptr<Register>* keep) {
+  return [v, keep] {
+    *keep = nullptr;
+    auto r = std::make_shared<Register>(v);
+    *keep = r;
+    Scenario sc;
+    r->buffers.add_posters(sc, {{"poster", [r] {
+                                   r->chunk(0);
+                                   r->chunk(1);
+                                 }}});
+    sc.actors.push_back({"device", [r] {
+                           for (int i = 0; i < 4; ++i) {
+                             bool second = r->tags[1].load() == kTag;
+                             if (second && (r->tags[0].load() != kTag || r->bytes[0][0] != 1))
+                               fail("chunk 1 before chunk 0");
+                             point(kPointDevDbrec);
+                           }
+                         }});
+    sc.final_check = [r] {
+      return r->buffers.pending() || r->tags[0].load() != kTag ? "undelivered" : "";
+    };
+    return sc;
+  };
+}
+
+TEST(Visibility, X86DeliversABurstReversed) {
+  std::shared_ptr<Register> keep;
+  ExploreResult e = explore(burst(Visibility::kX86, &keep), 2);
+  ASSERT_TRUE(e.failed);
+  EXPECT_EQ(e.failure.signature, "chunk 1 before chunk 0");
+  auto replay = replay_strategy(e.failure.schedule);
+  RunResult r = run(burst(Visibility::kX86, &keep), *replay);
+  EXPECT_EQ(r.trace_hash, e.failure.trace_hash);
+}
+
+TEST(Visibility, ScWritesChunksAtOnce) {
+  std::shared_ptr<Register> keep;
+  ExploreResult e = explore(burst(Visibility::kSc, &keep), 3);
+  EXPECT_FALSE(e.failed) << e.failure.signature;
+  EXPECT_TRUE(e.exhausted);
+}
+
+// A chunk is held until delivery; a second store to the same line combines with the first (one
+// entry, the newest bytes); a barrier leaves chunks alone. Outside a run nothing is held.
+TEST(Visibility, ChunksWaitForDeliveryAndCombine) {
+  StoreBuffers b(Visibility::kX86, /*write_combining=*/true);
+  Scenario sc;
+  b.add_posters(sc, {{"p", [] {}}});
+  uint8_t reg[64] = {}, one[64], two[64];
+  std::memset(one, 1, 64);
+  std::memset(two, 2, 64);
+  std::atomic<uint64_t> tag{0};
+  EXPECT_TRUE(b.wc_store(0, reg, one, &tag, 5));
+  EXPECT_TRUE(b.wc_store(0, reg, two, &tag, 6));
+  EXPECT_EQ(b.pending_chunks(), 1u);
+  EXPECT_EQ(reg[0], 0);
+  b.drain_all(0);  // store entries only
+  EXPECT_EQ(b.pending_chunks(), 1u);
+  b.deliver_all(0);
+  EXPECT_EQ(b.pending(), 0u);
+  EXPECT_EQ(reg[63], 2);
+  EXPECT_EQ(tag.load(), 6u);
+  EXPECT_FALSE(buffer_wc_chunk(reg, one, &tag, 9));  // not in a run
+  EXPECT_FALSE(b.wc_store(1, reg, one, &tag, 9));    // not a poster
 }
 
 TEST(Visibility, ProfileNames) {

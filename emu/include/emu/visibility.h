@@ -20,7 +20,18 @@
 //         stores of one kind stay in order.
 // Outside a scheduled run, and for an actor that is not a poster, the hooks cost one thread-local
 // load (sched::scheduled()) and change nothing.
+//
+// BlueFlame chunks (write-combining stores into a register's buffer) are held apart: a poster's
+// chunk stays in its write-combining entry (the 64 data bytes and the chunk's tag word, written to
+// the register only when the entry is delivered), so the device's reads of the buffer see what was
+// there before. Delivery: every pending chunk at the poster's flush and at a WC eviction
+// (emu/mmio.h), at its end, and at the steps of two WC drain actors per poster (any profile but
+// sc; opt-in, see StoreBuffers), one delivering its oldest pending chunk and one its newest: a
+// burst may reach the device in order, reversed, or interleaved with another writer's. Barriers and
+// lock releases do not deliver chunks (x86's spin unlock is a plain store; only the flush, sfence,
+// empties a WC buffer).
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <vector>
 
@@ -39,6 +50,9 @@ namespace detail {
 void buffer_store_slow(StoreKind kind, uint64_t seg_off, const void* before, uint32_t len);
 void drain_stores_slow(bool point_first);
 void device_view_slow(uint64_t seg_off, void* dst, uint32_t len);
+bool buffer_wc_chunk_slow(uint8_t* dst, const void* src, std::atomic<uint64_t>* tag_word,
+                          uint64_t tag);
+void deliver_wc_slow();
 }  // namespace detail
 
 // The calling actor is about to store len bytes (at most 64) at segment offset seg_off, which
@@ -58,10 +72,24 @@ inline void device_view(uint64_t seg_off, void* dst, uint32_t len) {
   if (detail::tl_run) detail::device_view_slow(seg_off, dst, len);
 }
 
+// The calling actor writes a 64-byte BlueFlame chunk src to dst and then tag to tag_word. True:
+// a poster's write-combining entry holds it, the caller writes nothing (delivery does).
+inline bool buffer_wc_chunk(uint8_t* dst, const void* src, std::atomic<uint64_t>* tag_word,
+                            uint64_t tag) {
+  return detail::tl_run && detail::buffer_wc_chunk_slow(dst, src, tag_word, tag);
+}
+// The calling actor's pending chunks reach the register, oldest first (its flush or an eviction).
+inline void deliver_wc() {
+  if (detail::tl_run) detail::deliver_wc_slow();
+}
+
 class StoreBuffers {
  public:
-  explicit StoreBuffers(Visibility profile);  // installs itself: one per process at a time
-  ~StoreBuffers();                            // uninstalls
+  // Installs itself: one per process at a time. write_combining: the posters' BlueFlame chunks
+  // are held in write-combining entries too, with two WC drain actors per poster (not under sc).
+  // Opt-in: the drain actors multiply the schedules of scenarios that do not look at chunks.
+  explicit StoreBuffers(Visibility profile, bool write_combining = false);
+  ~StoreBuffers();  // uninstalls
   StoreBuffers(const StoreBuffers&) = delete;
   StoreBuffers& operator=(const StoreBuffers&) = delete;
 
@@ -72,8 +100,9 @@ class StoreBuffers {
   // actors (the device among them) may come before or after in sc.actors.
   void add_posters(Scenario& sc, std::vector<Actor> posters);
 
-  // Entries not yet drained, of every poster.
+  // Entries not yet drained, of every poster (store entries and write-combining chunks).
   size_t pending() const;
+  size_t pending_chunks() const;
 
   // The installed buffers when the calling thread is an actor of a scheduled run, else null.
   static StoreBuffers* for_caller();
@@ -83,6 +112,9 @@ class StoreBuffers {
   bool holds(ActorId actor);  // the actor's buffer is not empty
   void drain_all(ActorId actor);
   void overlay(uint64_t seg_off, uint8_t* dst, uint32_t len) const;
+  bool wc_store(ActorId actor, uint8_t* dst, const void* src, std::atomic<uint64_t>* tag_word,
+                uint64_t tag);
+  void deliver_all(ActorId actor);
 
  private:
   struct Entry {
@@ -91,16 +123,27 @@ class StoreBuffers {
     StoreKind kind;
     uint8_t before[64];
   };
+  // A BlueFlame chunk not yet delivered: what the register receives at delivery.
+  struct Chunk {
+    uint8_t* dst;
+    std::atomic<uint64_t>* tag_word;
+    uint64_t tag;
+    uint8_t bytes[64];
+  };
   struct Poster {
     ActorId id;
     bool done = false;
     std::vector<Entry> entries;  // oldest first
+    std::vector<Chunk> chunks;   // oldest first
   };
   Poster* poster_of(ActorId id);
   bool has(const Poster& p, bool any_kind, StoreKind kind) const;
   void drain_body(size_t poster, bool any_kind, StoreKind kind);
+  void wc_drain_body(size_t poster, bool newest);
+  static void deliver(const Chunk& c);
 
   Visibility profile_;
+  bool wc_;
   // Touched only by actors holding the baton (and the runner between runs): no lock.
   std::vector<Poster> posters_;
 };
