@@ -91,4 +91,12 @@ def shards(name, seed, budget):
 
 if __name__ == "__main__":
     EMU_RUN, EMU_RACE, what = sys.argv[1], sys.argv[2], sys.argv[3]
-    {"buggy": buggy, "fixed": fixed, "shards": shards}[what](*sys.argv[4:])
+    # Every emu-race process of this test shares the fabric ctest names; its segment file goes
+    # with the test, pass or fail.
+    seg = os.path.join(os.environ.get("EMU_SHM_DIR", "/dev/shm"),
+                       f"rdmaemu-{os.getuid()}-{os.environ.get('EMU_FABRIC', 'default')}")
+    try:
+        {"buggy": buggy, "fixed": fixed, "shards": shards}[what](*sys.argv[4:])
+    finally:
+        if os.path.exists(seg):
+            os.unlink(seg)
