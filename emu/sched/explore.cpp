@@ -1,56 +1,80 @@
 // Preemption-bounded exhaustive search (CHESS-style, depth first) and seeded campaigns.
+#include <algorithm>
+
 #include "emu/sched.h"
 
 namespace emu::sched {
 
 namespace {
 
-// One decision of the current path: what could move there and which alternatives are left.
+// One decision of the current path: the actors that could move there, in the order the bound's
+// deterministic scheduler ranks them (order[0] is its own choice), and what each costs.
 struct Frame {
-  std::vector<ActorId> enabled;
+  std::vector<ActorId> order;
   ActorId previous;
   bool previous_enabled;
-  ActorId first;         // the default choice the path first took here
-  ActorId chosen;        // what the current path chooses here
-  size_t next_alt = 0;   // the next index of `enabled` to try instead of `first`
-  uint32_t preemptions;  // on the path up to here, this decision not included
-  bool preempts(ActorId c) const {
-    return previous != kNoActor && previous_enabled && c != previous;
-  }
+  size_t chosen = 0;  // index into order of what the current path chooses here
+  uint32_t spent;     // the bound's budget used on the path up to here, this decision not included
 };
 
-// Follows the frames already on the path, then extends it with default (non-preempting) choices.
+// The deterministic scheduler each bound measures against, and the price of deviating from it.
+// Preemptions: the previous actor if it can move, else the lowest enabled; choosing another actor
+// while the previous one could move is one preemption, any choice after a block or a finish is
+// free. Delays: round robin from the previous actor (it first if it can move, then the next ids
+// cyclically); the j-th actor of that order costs j delays, free choices included.
+std::vector<ActorId> rank(const Decision& d, BoundKind kind) {
+  std::vector<ActorId> order;
+  order.reserve(d.enabled.size());
+  if (kind == BoundKind::kPreemptions) {
+    ActorId first = default_choice(d);
+    order.push_back(first);
+    for (ActorId a : d.enabled)
+      if (a != first) order.push_back(a);
+    return order;
+  }
+  ActorId from = d.previous == kNoActor ? 0 : d.previous;
+  auto it = std::lower_bound(d.enabled.begin(), d.enabled.end(), from);
+  order.insert(order.end(), it, d.enabled.end());
+  order.insert(order.end(), d.enabled.begin(), it);
+  return order;
+}
+
+uint32_t cost(const Frame& f, size_t j, BoundKind kind) {
+  if (kind == BoundKind::kDelays) return static_cast<uint32_t>(j);
+  ActorId c = f.order[j];
+  return f.previous != kNoActor && f.previous_enabled && c != f.previous ? 1 : 0;
+}
+
+// Follows the frames already on the path, then extends it with the scheduler's own choices.
 class PathStrategy : public Strategy {
  public:
-  explicit PathStrategy(std::vector<Frame>& frames) : frames_(frames) {}
+  PathStrategy(std::vector<Frame>& frames, BoundKind kind) : frames_(frames), kind_(kind) {}
   ActorId choose(const Decision& d) override {
-    if (d.index < frames_.size()) return frames_[d.index].chosen;
+    if (d.index < frames_.size()) {
+      const Frame& f = frames_[d.index];
+      return f.order[f.chosen];
+    }
     uint32_t before = 0;
     if (!frames_.empty()) {
       const Frame& last = frames_.back();
-      before = last.preemptions + (last.preempts(last.chosen) ? 1 : 0);
+      before = last.spent + cost(last, last.chosen, kind_);
     }
-    ActorId c = default_choice(d);
-    frames_.push_back({d.enabled, d.previous, d.previous_enabled, c, c, 0, before});
-    return c;
+    frames_.push_back({rank(d, kind_), d.previous, d.previous_enabled, 0, before});
+    return frames_.back().order[0];
   }
 
  private:
   std::vector<Frame>& frames_;
+  BoundKind kind_;
 };
 
 // Moves the deepest frame that has an alternative within the bound to it, dropping the frames
 // below; false when none is left (the search is exhausted).
-bool next_path(std::vector<Frame>& frames, uint32_t bound) {
+bool next_path(std::vector<Frame>& frames, uint32_t bound, BoundKind kind) {
   while (!frames.empty()) {
     Frame& f = frames.back();
-    for (; f.next_alt < f.enabled.size(); ++f.next_alt) {
-      ActorId alt = f.enabled[f.next_alt];
-      if (alt == f.first || f.preemptions + (f.preempts(alt) ? 1 : 0) > bound) continue;
-      f.chosen = alt;
-      ++f.next_alt;
-      return true;
-    }
+    while (++f.chosen < f.order.size())
+      if (f.spent + cost(f, f.chosen, kind) <= bound) return true;
     frames.pop_back();
   }
   return false;
@@ -58,11 +82,12 @@ bool next_path(std::vector<Frame>& frames, uint32_t bound) {
 
 }  // namespace
 
-ExploreResult explore(const ScenarioFactory& factory, uint32_t bound, uint64_t max_schedules) {
+ExploreResult explore(const ScenarioFactory& factory, uint32_t bound, uint64_t max_schedules,
+                      BoundKind kind) {
   ExploreResult out;
   std::vector<Frame> frames;
   while (out.schedules < max_schedules) {
-    PathStrategy path(frames);
+    PathStrategy path(frames, kind);
     RunResult r = run(factory, path);
     ++out.schedules;
     if (r.outcome != Outcome::kOk) {
@@ -70,7 +95,7 @@ ExploreResult explore(const ScenarioFactory& factory, uint32_t bound, uint64_t m
       out.failure = std::move(r);
       return out;
     }
-    if (!next_path(frames, bound)) {
+    if (!next_path(frames, bound, kind)) {
       out.exhausted = true;
       return out;
     }

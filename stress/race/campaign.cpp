@@ -15,13 +15,25 @@ bool parse_search(const std::string& s, Search* out) {
     *out = Search::kPct;
   else if (s == "dfs")
     *out = Search::kDfs;
+  else if (s == "delays")
+    *out = Search::kDelays;
   else
     return false;
   return true;
 }
 
 const char* search_name(Search s) {
-  return s == Search::kRandom ? "random" : s == Search::kPct ? "pct" : "dfs";
+  switch (s) {
+    case Search::kRandom:
+      return "random";
+    case Search::kPct:
+      return "pct";
+    case Search::kDfs:
+      return "dfs";
+    case Search::kDelays:
+      return "delays";
+  }
+  return "?";
 }
 
 RunResult replay(const ScenarioDef& def, Rig& rig, const Schedule& s) {
@@ -63,8 +75,9 @@ CampaignReport run_campaign(const ScenarioDef& def, Rig& rig, const CampaignOpti
   CampaignReport rep;
   rep.totals.master_seed = o.master_seed;
   auto t0 = std::chrono::steady_clock::now();
-  if (o.search == Search::kDfs) {
-    ExploreResult e = explore(factory_of(def, rig), o.bound, o.budget);
+  if (exhaustive(o.search)) {
+    BoundKind kind = o.search == Search::kDfs ? BoundKind::kPreemptions : BoundKind::kDelays;
+    ExploreResult e = explore(factory_of(def, rig), o.bound, o.budget, kind);
     rep.totals.schedules = e.schedules;
     rep.exhausted = e.exhausted;
     if (e.failed) {

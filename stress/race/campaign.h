@@ -13,7 +13,9 @@
 
 namespace race {
 
-enum class Search { kRandom, kPct, kDfs };
+// kDfs: preemption-bounded exhaustive search; kDelays: delay-bounded (emu/sched.h's BoundKind).
+enum class Search { kRandom, kPct, kDfs, kDelays };
+inline bool exhaustive(Search s) { return s == Search::kDfs || s == Search::kDelays; }
 bool parse_search(const std::string& s, Search* out);
 const char* search_name(Search s);
 
@@ -21,7 +23,7 @@ struct CampaignOptions {
   Search search = Search::kRandom;
   uint64_t master_seed = 1;
   uint64_t budget = 10000;  // schedules (this shard's share of runs 0..budget-1)
-  uint32_t bound = 2;       // dfs: preemptions
+  uint32_t bound = 2;       // dfs: preemptions; delays: delays
   emu::sched::Shard shard;
   bool keep_going = false;  // random/pct: run the whole budget (totals), not stop at a failure
   bool shrink = true;
@@ -33,7 +35,7 @@ struct CampaignReport {
   uint64_t failing_run = 0;   // random/pct: the run index (its seed: totals.first_failing_seed)
   uint64_t failing_seed = 0;  // its per-run seed
   emu::sched::RunResult failure;
-  bool exhausted = false;  // dfs: every schedule within the bound was run
+  bool exhausted = false;  // dfs/delays: every schedule within the bound was run
   double seconds = 0;      // wall time of the runs (reported, never asserted)
   uint64_t points = 0;     // random/pct: scheduling points over every run
   emu::sched::Schedule shrunk;

@@ -1,7 +1,7 @@
 // emu-race: the known posting races as scenarios, found by a seeded search, replayed exactly,
 // shrunk and drawn. Runs under emu-run (the provider is the device).
 //   emu-race list
-//   emu-race run NAME [--strategy random|pct|dfs] [--seed S] [--budget N] [--bound B]
+//   emu-race run NAME [--strategy random|pct|dfs|delays] [--seed S] [--budget N] [--bound B]
 //                     [--shard i/N] [--keep-going] [--json] [--trace FILE] [--no-shrink]
 //   emu-race replay NAME --schedule S [--times N]
 //   emu-race merge FILE...      (the --json outputs of the shards of one campaign)
@@ -26,7 +26,7 @@ using race::ScenarioDef;
 int usage() {
   fprintf(stderr,
           "usage: emu-race list\n"
-          "       emu-race run NAME [--strategy random|pct|dfs] [--seed S] [--budget N] "
+          "       emu-race run NAME [--strategy random|pct|dfs|delays] [--seed S] [--budget N] "
           "[--bound B] [--shard i/N] [--keep-going] [--json] [--trace FILE] [--no-shrink]\n"
           "       emu-race replay NAME --schedule S [--times N]\n"
           "       emu-race merge FILE...\n"
@@ -117,12 +117,14 @@ void print_text(const ScenarioDef& d, const RunArgs& a, const CampaignReport& r,
          d.report.c_str(), race::search_name(a.o.search), hex(a.o.master_seed).c_str(),
          r.totals.schedules, rate);
   if (!r.failed) {
-    if (a.o.search == race::Search::kDfs)
-      printf(r.exhausted ? "no failure within bound %u\n"
-                         : "no failure in the budget (bound %u not exhausted)\n",
-             a.o.bound);
-    else
+    if (race::exhaustive(a.o.search)) {
+      const char* unit = a.o.search == race::Search::kDfs ? "preemption" : "delay";
+      printf(r.exhausted ? "no failure within %s bound %u\n"
+                         : "no failure in the budget (%s bound %u not exhausted)\n",
+             unit, a.o.bound);
+    } else {
       printf("no failure\n");
+    }
     return;
   }
   printf("FAILED: %s at run %" PRIu64 " (seed %s)\n", r.failure.signature.c_str(), r.failing_run,

@@ -6,9 +6,11 @@
       the failing run's trace hash 100 times of 100; the shrunk schedule fails with the same
       signature (with at most MAX_PREEMPTIONS preemptions when given); the trace JSON parses with
       one track per actor (threads plus the device)
-  fixed NAME BUDGET BOUND
-      the counterpart passes BUDGET random and BUDGET PCT schedules and the exhaustive search
-      within BOUND preemptions ("none": too many schedules to finish in seconds)
+  fixed NAME BUDGET SEARCH:BOUND[,SEARCH:BOUND..]
+      the counterpart passes BUDGET random and BUDGET PCT schedules and each bounded exhaustive
+      search to its end (dfs: preemption bound; delays: delay bound, for many actors)
+  searched NAME SEARCH:BOUND
+      the bounded exhaustive search finds the buggy scenario's failure
   shards NAME SEED BUDGET
       shards 1, 2 and 4 of one campaign merge to identical totals
 """
@@ -60,16 +62,25 @@ def buggy(name, seed, budget, sigs, max_preemptions=None):
               f"trace JSON parses: tracks {sorted(names)}")
 
 
-def fixed(name, budget, bound):
+def bounded(name, spec):
+    search, bound = spec.split(":")
+    return run_json([name, "--strategy", search, "--bound", bound, "--budget", "200000"])
+
+
+def fixed(name, budget, specs):
     r = run_json([name, "--budget", budget, "--seed", "1"])
     check(not r["failed"], f"{name} passes {r['schedules']} random schedules")
     r = run_json([name, "--strategy", "pct", "--budget", budget, "--seed", "2"])
     check(not r["failed"], f"{name} passes {r['schedules']} PCT schedules")
-    if bound == "none":
-        return
-    r = run_json([name, "--strategy", "dfs", "--bound", bound, "--budget", "200000"])
-    check(not r["failed"] and r["exhausted"],
-          f"{name}: no failure within bound {bound} ({r['schedules']} schedules, exhausted)")
+    for spec in specs.split(","):
+        r = bounded(name, spec)
+        check(not r["failed"] and r["exhausted"],
+              f"{name}: no failure within {spec} ({r['schedules']} schedules, exhausted)")
+
+
+def searched(name, spec):
+    r = bounded(name, spec)
+    check(r["failed"], f"{name}: {spec} finds {r.get('signature')} at schedule {r['schedules']}")
 
 
 def shards(name, seed, budget):
@@ -96,7 +107,7 @@ if __name__ == "__main__":
     seg = os.path.join(os.environ.get("EMU_SHM_DIR", "/dev/shm"),
                        f"rdmaemu-{os.getuid()}-{os.environ.get('EMU_FABRIC', 'default')}")
     try:
-        {"buggy": buggy, "fixed": fixed, "shards": shards}[what](*sys.argv[4:])
+        {"buggy": buggy, "fixed": fixed, "searched": searched, "shards": shards}[what](*sys.argv[4:])
     finally:
         if os.path.exists(seg):
             os.unlink(seg)

@@ -302,6 +302,34 @@ ScenarioFactory yielders(int actors, int points) {
   };
 }
 
+// Actors that each run to their end: a preemption bound leaves every order of them free (5! at
+// bound 0), a delay bound counts each skipped actor, so bound 0 is the one round-robin run.
+TEST(Sched, ADelayBoundDoesNotGrowWithTheOrdersOfActors) {
+  ExploreResult p0 = explore(yielders(5, 2), 0, 1'000'000, BoundKind::kPreemptions);
+  EXPECT_TRUE(p0.exhausted);
+  EXPECT_EQ(p0.schedules, 120u);
+  ExploreResult d0 = explore(yielders(5, 2), 0, 1'000'000, BoundKind::kDelays);
+  EXPECT_TRUE(d0.exhausted);
+  EXPECT_EQ(d0.schedules, 1u);
+  ExploreResult d1 = explore(yielders(5, 2), 1, 1'000'000, BoundKind::kDelays);
+  EXPECT_TRUE(d1.exhausted);
+  EXPECT_GT(d1.schedules, 1u);
+  EXPECT_LT(d1.schedules, p0.schedules);
+}
+
+TEST(Sched, DelayBoundedSearchFindsTheLostUpdateAndPassesTheLockedCounter) {
+  EXPECT_FALSE(explore(counter_scenario(false), 0, 1'000'000, BoundKind::kDelays).failed);
+  ExploreResult e = explore(counter_scenario(false), 1, 1'000'000, BoundKind::kDelays);
+  ASSERT_TRUE(e.failed);
+  EXPECT_EQ(e.failure.signature, "lost update");
+  // The failing run replays.
+  auto replay = replay_strategy(e.failure.schedule);
+  EXPECT_EQ(run(counter_scenario(false), *replay).trace_hash, e.failure.trace_hash);
+  ExploreResult ok = explore(counter_scenario(true), 2, 1'000'000, BoundKind::kDelays);
+  EXPECT_FALSE(ok.failed) << ok.failure.describe();
+  EXPECT_TRUE(ok.exhausted);
+}
+
 TEST(Sched, ThroughputIsPrinted) {
   print_throughput("4 actors x 50 points, random walk", yielders(4, 50), 300);
   print_throughput("1 actor x 100000 points (no hand-over)", yielders(1, 100000), 3);

@@ -195,7 +195,15 @@ std::unique_ptr<Strategy> pct_strategy(uint64_t seed, uint32_t depth, uint32_t k
 
 RunResult run(const ScenarioFactory& factory, Strategy& strategy);
 
-// Every schedule with at most `bound` preemptions, depth first, up to `max_schedules` runs.
+// Every schedule within a bound, depth first, up to `max_schedules` runs. The bound counts
+// deviations from a deterministic scheduler:
+// - kPreemptions (CHESS): switching away from an actor that could go on. Choices after a block or
+//   a finish are free, so n actors that each finish or block have up to n! schedules even at
+//   bound 0: for a few actors.
+// - kDelays (delay bounding, Emmi, Qadeer and Rakamaric, POPL 2011): round robin, each actor it
+//   skips one delay, free choices included. Bound d has at most (decisions x actors)^d schedules
+//   whatever the number of actors: the bounded search of scenarios with many.
+enum class BoundKind { kPreemptions, kDelays };
 struct ExploreResult {
   bool failed = false;
   RunResult failure;       // the first failing (or deadlocking) run
@@ -203,7 +211,7 @@ struct ExploreResult {
   bool exhausted = false;  // every schedule within the bound was run (no failure within bound)
 };
 ExploreResult explore(const ScenarioFactory& factory, uint32_t bound,
-                      uint64_t max_schedules = 1'000'000);
+                      uint64_t max_schedules = 1'000'000, BoundKind kind = BoundKind::kPreemptions);
 
 enum class StrategyKind { kRandomWalk, kPct };
 struct CampaignResult {
