@@ -153,7 +153,9 @@ void fill_device_attr(uint32_t dev, ibv_device_attr* a) {
   a->sys_image_guid = htobe64(h->devices[dev].node_guid);
   a->max_mr_size = Limits::max_mr_size;
   a->page_size_cap = 0xfffff000;
-  a->vendor_id = 0;
+  // No IEEE vendor, as soft-RoCE reports it: never 0 (verbs users treat 0 as "no device
+  // answered"), never Mellanox's 0x02c9 (UCX would then drive emu0 through mlx5dv).
+  a->vendor_id = kEmuVendorId;
   a->vendor_part_id = emu_vendor_part_id();
   a->hw_ver = 1;
   a->max_qp = Limits::max_qp;
@@ -201,6 +203,7 @@ int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
   full.completion_timestamp_mask = ~0ull;
   full.hca_core_clock = 1000000;  // kHz: timestamps are nanoseconds
   full.max_dm_size = 0;
+  full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   std::memcpy(attr, &full, std::min(len, sizeof full));
   return 0;
 }

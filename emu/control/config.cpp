@@ -61,7 +61,8 @@ const KnobDoc kKnobs[] = {
      "ibv_fork_init does), and a store another thread makes into them while ibv_reg_mr copies "
      "them can be lost; only private anonymous read-write memory is re-backed."},
     {"EMU_VENDOR_PART_ID", "4123",
-     "vendor_part_id that ibv_query_device reports (vendor_id is 0). 4123 makes perftest treat "
+     "vendor_part_id that ibv_query_device reports (vendor_id is 0xffffff, no IEEE vendor, as "
+     "soft-RoCE reports). 4123 makes perftest treat "
      "emu0 as a ConnectX-6-class device and use its default ibv_wr_* post path and inline sizes; "
      "0 makes it use the legacy ibv_post_send path."},
     {"EMU_LINK_LAYER", "ib",

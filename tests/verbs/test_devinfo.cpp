@@ -50,6 +50,7 @@ TEST_F(Devinfo, AgreesWithQueryDeviceAndPort) {
   EXPECT_EQ(num("max_qp_rd_atom"), a.max_qp_rd_atom);
   EXPECT_EQ(num("phys_port_cnt"), a.phys_port_cnt);
   EXPECT_EQ(num("vendor_part_id"), a.vendor_part_id);
+  EXPECT_EQ(num("vendor_id"), a.vendor_id);
   EXPECT_EQ(kv["atomic_cap"], "ATOMIC_HCA (1)");
   char guid[32];
   uint64_t g = be64toh(a.node_guid);
@@ -63,6 +64,16 @@ TEST_F(Devinfo, AgreesWithQueryDeviceAndPort) {
   EXPECT_EQ(num("port_lid"), p.lid);
   EXPECT_EQ(kv["link_layer"], "InfiniBand");
   EXPECT_EQ(num("max_msg_sz"), p.max_msg_sz);
+}
+
+// rdma-core's test_device refuses vendor_id 0 and wants phys_port_cnt_ex to equal phys_port_cnt
+// below 256 ports; UCX drives a Mellanox vendor id through mlx5dv, which emu0 is not.
+TEST_F(Devinfo, VendorIsSetAndNotMellanoxAndExtendedPortCountAgrees) {
+  ibv_device_attr_ex ex = {};
+  ASSERT_EQ(ibv_query_device_ex(ctx, nullptr, &ex), 0);
+  EXPECT_NE(ex.orig_attr.vendor_id, 0u);
+  EXPECT_NE(ex.orig_attr.vendor_id, 0x02c9u);
+  EXPECT_EQ(ex.phys_port_cnt_ex, ex.orig_attr.phys_port_cnt);
 }
 
 }  // namespace
