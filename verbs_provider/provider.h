@@ -439,6 +439,8 @@ void cq_progress(EmuCq* cq);
 int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* attr);
 // EMU_SHARED_MR: re-back the whole pages of a new MR with shared memory (shared_mr.cpp).
 bool share_pages(void* addr, size_t len, MrSlot& ms);
+// The name of an emu context's cmd_fd (a memfd: no kernel stands behind emu contexts).
+constexpr const char* kEmuCmdFdName = "rdmaemu-uverbs";
 // ibv_query_device's vendor_id (device.cpp says why this one).
 constexpr uint32_t kEmuVendorId = 0xffffff;
 uint32_t emu_vendor_part_id();
