@@ -163,7 +163,13 @@ class Engine {
     int local_pid;    // where the requester's buffers are (0: this process)
     int remote_pid;
     uint16_t my_lid;
+    // Whose keys an RDMA or atomic request is checked against: the responder QP's PD, or for XRC
+    // the PD of the XRC SRQ the request names (a TGT QP has none of its own).
+    uint32_t key_pd;
+    uint32_t key_owner;
   };
+  // XRC: RDMA and atomics are checked against, and land in, the XRC SRQ the request names.
+  bool xrc_key_domain(Exchange& x);
   ExecOutcome exec_rdma(Exchange& x);
   ExecOutcome exec_atomic(Exchange& x);
   ExecOutcome exec_send(Exchange& x);

@@ -28,7 +28,8 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   // space only when the requester is this process.
   if (h_->procs[qp.owner].pid != seg_->pid()) return 0;
   QpSlot* r = connected_responder(seg_, qp);
-  if (!r) return 0;
+  // An XRC request's keys are its SRQ's (step_execute): one WQE at a time there.
+  if (!r || r->type == kQptXrcRecv) return 0;
 
   struct Item {
     uint32_t bbs;

@@ -56,10 +56,22 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   raise_comm_est(*r);
   int remote_pid = h_->procs[r->owner].pid;
   uint16_t my_lid = h_->devices[qp.dev].ports[qp.port - 1].lid;
-  Exchange x{qp, *r, w, out, npk, unreliable, local_pid, remote_pid, my_lid};
+  Exchange x{qp, *r, w, out, npk, unreliable, local_pid, remote_pid, my_lid, r->pd, r->owner};
+  bool remote_memory = is_atomic(w.opcode) || has_raddr(w.opcode);
+  if (remote_memory && r->type == kQptXrcRecv && !xrc_key_domain(x))
+    return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
   if (is_atomic(w.opcode)) return exec_atomic(x);
   if (has_raddr(w.opcode)) return exec_rdma(x);
   return exec_send(x);
+}
+
+bool Engine::xrc_key_domain(Exchange& x) {
+  RecvRef rq;
+  if (!recv_of(x.r, be32(x.w.xrc.xrc_srqn), &rq) || !rq.srq) return false;
+  x.key_pd = rq.srq->pd;
+  x.key_owner = rq.srq->owner;
+  x.remote_pid = recv_pid(rq);
+  return true;
 }
 
 ExecOutcome Engine::dropped(Exchange& x) {
@@ -110,8 +122,8 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
   const MrSlot* rmr = nullptr;
   uint32_t need = w.opcode == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite;
   // A zero-length transfer carries no R_Key check.
-  if (total &&
-      !translate_remote(seg_, x.r, be32(w.raddr.rkey), be64(w.raddr.raddr), total, need, &va, &rmr))
+  if (total && !translate_remote(seg_, x.r.access, x.key_pd, x.key_owner, be32(w.raddr.rkey),
+                                 be64(w.raddr.raddr), total, need, &va, &rmr))
     return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
   // Through a shared mapping of the target's pages when there is one (EMU_SHARED_MR).
   int rpid = x.remote_pid;
@@ -127,7 +139,9 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
     return ExecOutcome::done;
   }
   // WRITE_WITH_IMM consumes a receive: the bytes move while it is held, the CQE after.
-  RecvRef rq = recv_of(x.r);
+  // (Of the XRC SRQ the request names, for XRC: xrc_key_domain found it.)
+  RecvRef rq;
+  recv_of(x.r, be32(w.xrc.xrc_srqn), &rq);
   CqeInfo rc{};
   CopyResult cr;
   {
@@ -149,7 +163,8 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
   rc.byte_cnt = static_cast<uint32_t>(total);
   rc.imm_be = w.ctrl->imm;
   rc.emu_flags = recv_cqe_flags(*w.ctrl, true);
-  write_cqe(h_->cqs[x.r.recv_cq], rc);
+  if (rq.srq && rq.srq->xrcd_ref) rc.srqn = rq.srq->srqn;
+  write_cqe(recv_cq(rq), rc);
   return ExecOutcome::done;
 }
 
@@ -161,7 +176,8 @@ ExecOutcome Engine::exec_atomic(Exchange& x) {
   uint64_t va;
   const MrSlot* rmr = nullptr;
   if (raddr & 7) return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
-  if (!translate_remote(seg_, x.r, be32(w.raddr.rkey), raddr, 8, kAccessRemoteAtomic, &va, &rmr))
+  if (!translate_remote(seg_, x.r.access, x.key_pd, x.key_owner, be32(w.raddr.rkey), raddr, 8,
+                        kAccessRemoteAtomic, &va, &rmr))
     return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
   int apid = x.remote_pid;
   if (uint64_t window = shared_window(seg_, *rmr, va, 8)) {

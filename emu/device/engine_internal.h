@@ -65,12 +65,17 @@ inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint6
   return translate_key(seg, qp.pd, qp.owner, lkey, addr, len, need, va, mr_out);
 }
 
-// The responder's buffers, with the R_Key a request carries: the QP must allow the access too.
+// The responder's buffers, with the R_Key a request carries: the QP must allow the access too
+// (`qp_access`), and the key belong to the protection domain `pd` of process slot `owner`.
+inline bool translate_remote(Segment* seg, uint32_t qp_access, uint32_t pd, uint32_t owner,
+                             uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need,
+                             uint64_t* va, const MrSlot** mr_out = nullptr) {
+  return (qp_access & need) && translate_key(seg, pd, owner, rkey, addr, len, need, va, mr_out);
+}
 inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr,
                              uint64_t len, uint32_t need, uint64_t* va,
                              const MrSlot** mr_out = nullptr) {
-  return (qp.access & need) &&
-         translate_key(seg, qp.pd, qp.owner, rkey, addr, len, need, va, mr_out);
+  return translate_remote(seg, qp.access, qp.pd, qp.owner, rkey, addr, len, need, va, mr_out);
 }
 
 inline uint32_t packets(uint64_t len, uint8_t mtu_code) {

@@ -17,16 +17,16 @@ constexpr uint32_t kReadAtomicOps =
     opcode_bit(kOpRdmaRead) | opcode_bit(kOpAtomicCs) | opcode_bit(kOpAtomicFa);
 
 // UD: only SENDs (a datagram has no remote address). UC: no READs or atomics (nothing answers).
-// XRC INI: SENDs only in this model (RDMA and atomics over XRC are not modelled). An XRC TGT QP
-// has no send queue.
+// XRC INI: everything RC carries (the request names an XRC SRQ, whose PD guards RDMA and
+// atomics). An XRC TGT QP has no send queue.
 constexpr uint32_t transport_ops(uint8_t qp_type) {
   switch (qp_type) {
     case kQptRc:
+    case kQptXrcSend:
       return kSendOps | kWriteOps | kReadAtomicOps;
     case kQptUc:
       return kSendOps | kWriteOps;
     case kQptUd:
-    case kQptXrcSend:
       return kSendOps;
     default:
       return 0;
