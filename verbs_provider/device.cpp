@@ -205,6 +205,17 @@ int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
   full.hca_core_clock = 1000000;  // kHz: timestamps are nanoseconds
   full.max_dm_size = 0;
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
+  // On-demand paging for every transport and operation, implicit MRs included (pd_mr.cpp).
+  constexpr uint32_t kOdpAll = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
+                               IBV_ODP_SUPPORT_READ | IBV_ODP_SUPPORT_ATOMIC |
+                               IBV_ODP_SUPPORT_SRQ_RECV;
+  full.odp_caps.general_caps = IBV_ODP_SUPPORT | IBV_ODP_SUPPORT_IMPLICIT;
+  full.odp_caps.per_transport_caps.rc_odp_caps = kOdpAll;
+  full.odp_caps.per_transport_caps.uc_odp_caps = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV |
+                                                 IBV_ODP_SUPPORT_WRITE | IBV_ODP_SUPPORT_SRQ_RECV;
+  full.odp_caps.per_transport_caps.ud_odp_caps =
+      IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
+  full.xrc_odp_caps = kOdpAll;
   std::memcpy(attr, &full, std::min(len, sizeof full));
   return 0;
 }
@@ -344,6 +355,7 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.create_srq_ex = emu_create_srq_ex;
   v.get_srq_num = emu_get_srq_num;
   v.query_rt_values = emu_query_rt_values;
+  v.advise_mr = emu_advise_mr;
   v.alloc_td = emu_alloc_td;
   v.dealloc_td = emu_dealloc_td;
   v.alloc_parent_domain = emu_alloc_parent_domain;

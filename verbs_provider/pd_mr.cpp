@@ -26,8 +26,17 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
       ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
        !(access & IBV_ACCESS_LOCAL_WRITE)))
     return fail_null<ibv_mr>(EINVAL);
-  if (access & (IBV_ACCESS_ON_DEMAND | IBV_ACCESS_MW_BIND)) return fail_null<ibv_mr>(EOPNOTSUPP);
-  if (length == 0 || length > Limits::max_mr_size || !addr) return fail_null<ibv_mr>(EINVAL);
+  if (access & IBV_ACCESS_MW_BIND) return fail_null<ibv_mr>(EOPNOTSUPP);
+  // On-demand paging is what this device does anyway: the engine reads and writes a process's
+  // memory through its page tables (process_vm_readv/writev or a shared mapping), never pinning
+  // it, so a page not yet present is faulted in by the copy. ON_DEMAND only keeps the pages from
+  // being re-backed (EMU_SHARED_MR), and allows the implicit MR: addr NULL and length SIZE_MAX,
+  // the whole address space, as the kernel takes it.
+  bool odp = access & IBV_ACCESS_ON_DEMAND;
+  bool implicit = odp && !addr && length == SIZE_MAX;
+  if (!implicit && (length == 0 || length > Limits::max_mr_size || !addr))
+    return fail_null<ibv_mr>(EINVAL);
+  if (implicit && iova) return fail_null<ibv_mr>(EINVAL);
   auto* mr = new (std::nothrow) EmuMr();
   if (!mr) return fail_null<ibv_mr>(ENOMEM);
   MrSpec spec{to_pd(pd)->slot, access, reinterpret_cast<uint64_t>(addr), length,
@@ -39,7 +48,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
     return fail_null<ibv_mr>(ENOMEM);
   }
   MrSlot& ms = seg->hdr()->mrs[slot];
-  share_pages(addr, length, ms);  // EMU_SHARED_MR; otherwise share_len stays 0
+  if (!odp) share_pages(addr, length, ms);  // EMU_SHARED_MR; otherwise share_len stays 0
   mr->slot = slot;
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
@@ -52,6 +61,32 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
 }
 
 }  // namespace
+
+namespace emu::prov {
+
+// ibv_advise_mr: prefetch advice over ranges of on-demand MRs of this PD. The device faults pages
+// in as it copies, so there is nothing to fetch ahead; what is checked is what the kernel checks
+// (a known advice and flag, each range inside an ODP MR of this PD that allows the access).
+int emu_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                  uint32_t num_sge) {
+  if (advice != IBV_ADVISE_MR_ADVICE_PREFETCH && advice != IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE &&
+      advice != IBV_ADVISE_MR_ADVICE_PREFETCH_NO_FAULT)
+    return EOPNOTSUPP;
+  if (flags & ~static_cast<uint32_t>(IBV_ADVISE_MR_FLAG_FLUSH)) return EOPNOTSUPP;
+  if (!num_sge || !sg_list) return EINVAL;
+  Segment* seg = segment();
+  for (uint32_t i = 0; i < num_sge; ++i) {
+    const MrSlot* mr = seg->find_mr(sg_list[i].lkey);
+    if (!mr || mr->pd != to_pd(pd)->slot || !(mr->access & IBV_ACCESS_ON_DEMAND)) return EINVAL;
+    if (advice == IBV_ADVISE_MR_ADVICE_PREFETCH_WRITE && !(mr->access & IBV_ACCESS_LOCAL_WRITE))
+      return EINVAL;
+    uint64_t a = sg_list[i].addr, len = sg_list[i].length;
+    if (a < mr->addr || len > mr->length || a - mr->addr > mr->length - len) return EINVAL;
+  }
+  return 0;
+}
+
+}  // namespace emu::prov
 
 extern "C" {
 

@@ -399,6 +399,8 @@ const uint8_t* srq_shadow_wqe(EmuSrq* srq, uint16_t idx);
 EmuSrq* srq_by_num(uint32_t srqn);  // this process's SRQ of that number, or nullptr
 ibv_srq* emu_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int emu_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+int emu_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
+                  uint32_t num_sge);
 // XRC (xrc.cpp).
 ibv_xrcd* emu_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr);
 int emu_close_xrcd(ibv_xrcd* xrcd);

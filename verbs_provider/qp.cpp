@@ -198,8 +198,11 @@ bool transition_rule(ibv_qp_type type, uint32_t cur, uint32_t next, Rule* r) {
   return rc_rule(cur, next, r);
 }
 
+// The remote rights are what a QP's access flags mean; local write and on-demand paging are MR
+// rights that programs pass here too (rdma-core's ODP tests do) and the kernel lets through.
 constexpr unsigned kQpAccessKnown = IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE |
-                                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC;
+                                    IBV_ACCESS_REMOTE_READ | IBV_ACCESS_REMOTE_ATOMIC |
+                                    IBV_ACCESS_ON_DEMAND;
 
 int check_values(EmuQp* qp, const ibv_qp_attr* a, int mask) {
   Header* h = segment()->hdr();
