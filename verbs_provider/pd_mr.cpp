@@ -20,13 +20,19 @@ constexpr unsigned kKnownAccess =
     IBV_ACCESS_REMOTE_ATOMIC | IBV_ACCESS_MW_BIND | IBV_ACCESS_ZERO_BASED | IBV_ACCESS_ON_DEMAND |
     IBV_ACCESS_HUGETLB | IBV_ACCESS_RELAXED_ORDERING;
 
-ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+// 0, or the errno an MR's access flags get.
+int check_access(unsigned access) {
   // The remote-write and atomic rights need local write, as ibv_reg_mr(3) says.
   if ((access & ~kKnownAccess & ~static_cast<unsigned>(IBV_ACCESS_OPTIONAL_RANGE)) ||
       ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
        !(access & IBV_ACCESS_LOCAL_WRITE)))
-    return fail_null<ibv_mr>(EINVAL);
-  if (access & IBV_ACCESS_MW_BIND) return fail_null<ibv_mr>(EOPNOTSUPP);
+    return EINVAL;
+  if (access & IBV_ACCESS_MW_BIND) return EOPNOTSUPP;
+  return 0;
+}
+
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+  if (int err = check_access(access)) return fail_null<ibv_mr>(err);
   // On-demand paging is what this device does anyway: the engine reads and writes a process's
   // memory through its page tables (process_vm_readv/writev or a shared mapping), never pinning
   // it, so a page not yet present is faulted in by the copy. ON_DEMAND only keeps the pages from
@@ -168,8 +174,39 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
     auto fn = REAL(ibv_rereg_mr, "IBVERBS_1.1");
     return fn ? fn(mr, flags, pd, addr, length, access) : IBV_REREG_MR_ERR_INPUT;
   }
-  errno = EOPNOTSUPP;
-  return IBV_REREG_MR_ERR_INPUT;
+  constexpr int kKnownFlags =
+      IBV_REREG_MR_CHANGE_TRANSLATION | IBV_REREG_MR_CHANGE_PD | IBV_REREG_MR_CHANGE_ACCESS;
+  auto input_error = [](int err) {
+    errno = err;
+    return IBV_REREG_MR_ERR_INPUT;
+  };
+  if (!flags || (flags & ~kKnownFlags)) return input_error(EINVAL);
+  Segment* seg = segment();
+  MrSlot& ms = seg->hdr()->mrs[to_mr(mr)->slot];
+  MrSpec spec{ms.pd, ms.access, ms.addr, ms.length, ms.iova};
+  if (flags & IBV_REREG_MR_CHANGE_PD) {
+    if (!pd || pd->context != mr->context) return input_error(EINVAL);
+    spec.pd = to_pd(pd)->slot;
+  }
+  if (flags & IBV_REREG_MR_CHANGE_ACCESS) {
+    if (int err = check_access(static_cast<unsigned>(access))) return input_error(err);
+    spec.access = static_cast<uint32_t>(access);
+  }
+  if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
+    if (!addr || !length || length > Limits::max_mr_size) return input_error(EINVAL);
+    spec.addr = reinterpret_cast<uint64_t>(addr);
+    spec.length = length;
+    spec.iova = spec.addr;
+  }
+  if (spec.access & IBV_ACCESS_ZERO_BASED) spec.iova = 0;
+  // The keys stay: what a peer was told still names the region.
+  rereg_mr(seg, ms, spec);
+  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && !(spec.access & IBV_ACCESS_ON_DEMAND))
+    share_pages(reinterpret_cast<void*>(spec.addr), spec.length, ms);
+  if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
+  mr->addr = reinterpret_cast<void*>(spec.addr);
+  mr->length = spec.length;
+  return 0;
 }
 
 int ibv_dereg_mr(ibv_mr* mr) {

@@ -100,6 +100,20 @@ void retire_mr(Segment* seg, MrSlot& m) {
   m.state.store(kSlotFree, std::memory_order_release);
 }
 
+void rereg_mr(Segment* seg, MrSlot& m, const MrSpec& spec) {
+  m.state.store(kSlotDying, std::memory_order_release);
+  wait_for_engines(seg);
+  // Other pages: the old pages' shared mapping is not the new translation's.
+  if (m.addr != spec.addr || m.length != spec.length) m.share_len = 0;
+  m.pd = spec.pd;
+  m.dev = seg->hdr()->pds[spec.pd].dev;
+  m.access = spec.access;
+  m.addr = spec.addr;
+  m.length = spec.length;
+  m.iova = spec.iova;
+  m.state.store(kSlotLive, std::memory_order_release);
+}
+
 Status create_pd(Segment* seg, uint32_t dev, uint32_t ctx, uint32_t* idx) {
   if (seg->alloc_pd(idx) != Status::ok) return Status::no_memory;
   PdSlot& p = seg->hdr()->pds[*idx];
