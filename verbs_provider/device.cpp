@@ -203,7 +203,7 @@ int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
   fill_device_attr(to_ctx(ctx)->dev, &full.orig_attr);
   full.completion_timestamp_mask = ~0ull;
   full.hca_core_clock = 1000000;  // kHz: timestamps are nanoseconds
-  full.max_dm_size = 0;
+  full.max_dm_size = kEmuMaxDmSize;
   full.phys_port_cnt_ex = full.orig_attr.phys_port_cnt;
   // On-demand paging for every transport and operation, implicit MRs included (pd_mr.cpp).
   constexpr uint32_t kOdpAll = IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_WRITE |
@@ -356,6 +356,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   v.get_srq_num = emu_get_srq_num;
   v.query_rt_values = emu_query_rt_values;
   v.advise_mr = emu_advise_mr;
+  v.alloc_dm = emu_alloc_dm;
+  v.free_dm = emu_free_dm;
+  v.reg_dm_mr = emu_reg_dm_mr;
   v.alloc_td = emu_alloc_td;
   v.dealloc_td = emu_dealloc_td;
   v.alloc_parent_domain = emu_alloc_parent_domain;

@@ -31,7 +31,12 @@ int check_access(unsigned access) {
   return 0;
 }
 
-ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access) {
+}  // namespace
+
+namespace emu::prov {
+
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
+               bool device_memory) {
   if (int err = check_access(access)) return fail_null<ibv_mr>(err);
   // On-demand paging is what this device does anyway: the engine reads and writes a process's
   // memory through its page tables (process_vm_readv/writev or a shared mapping), never pinning
@@ -40,7 +45,8 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   // the whole address space, as the kernel takes it.
   bool odp = access & IBV_ACCESS_ON_DEMAND;
   bool implicit = odp && !addr && length == SIZE_MAX;
-  if (!implicit && (length == 0 || length > Limits::max_mr_size || !addr))
+  // A device-memory MR may be empty (mlx5 takes one); host memory has to have a byte.
+  if (!implicit && ((length == 0 && !device_memory) || length > Limits::max_mr_size || !addr))
     return fail_null<ibv_mr>(EINVAL);
   if (implicit && iova) return fail_null<ibv_mr>(EINVAL);
   auto* mr = new (std::nothrow) EmuMr();
@@ -65,10 +71,6 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   mr->mr.rkey = ms.key;
   return &mr->mr;
 }
-
-}  // namespace
-
-namespace emu::prov {
 
 // ibv_advise_mr: prefetch advice over ranges of on-demand MRs of this PD. The device faults pages
 // in as it copies, so there is nothing to fetch ahead; what is checked is what the kernel checks
@@ -216,6 +218,7 @@ int ibv_dereg_mr(ibv_mr* mr) {
   }
   // As hardware guarantees: once dereg returns, no DMA touches the memory any more.
   retire_mr(segment(), segment()->hdr()->mrs[to_mr(mr)->slot]);
+  if (to_mr(mr)->dm_refs) to_mr(mr)->dm_refs->fetch_sub(1);
   delete to_mr(mr);
   return 0;
 }

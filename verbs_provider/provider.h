@@ -119,6 +119,7 @@ struct EmuPd {
 struct EmuMr {
   ibv_mr mr;
   uint32_t slot;
+  std::atomic<uint32_t>* dm_refs = nullptr;  // an MR on device memory: its block's MR count
 };
 
 struct EmuChannel {
@@ -399,6 +400,13 @@ const uint8_t* srq_shadow_wqe(EmuSrq* srq, uint16_t idx);
 EmuSrq* srq_by_num(uint32_t srqn);  // this process's SRQ of that number, or nullptr
 ibv_srq* emu_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int emu_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
+// ibv_reg_mr's body (pd_mr.cpp): an MR over [addr, addr + length) that remote keys address at iova.
+ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
+               bool device_memory = false);
+// Device memory (dm.cpp).
+ibv_dm* emu_alloc_dm(ibv_context* ctx, ibv_alloc_dm_attr* attr);
+int emu_free_dm(ibv_dm* dm);
+ibv_mr* emu_reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsigned access);
 int emu_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
                   uint32_t num_sge);
 // XRC (xrc.cpp).
@@ -443,6 +451,8 @@ int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* attr);
 bool share_pages(void* addr, size_t len, MrSlot& ms);
 // The name of an emu context's cmd_fd (a memfd: no kernel stands behind emu contexts).
 constexpr const char* kEmuCmdFdName = "rdmaemu-uverbs";
+// ibv_query_device_ex's max_dm_size: the largest device-memory block (dm.cpp).
+constexpr uint64_t kEmuMaxDmSize = 256 * 1024;
 // ibv_query_device's vendor_id (device.cpp says why this one).
 constexpr uint32_t kEmuVendorId = 0xffffff;
 uint32_t emu_vendor_part_id();
