@@ -2,12 +2,14 @@
 """rdma-core's own pyverbs suite against an emu device, one test per process.
 
   tools/pyverbs-suite.py EMU_RUN [--dev emu0] [-j 2] [--match SUBSTR] [--json FILE]
+                        [--require-pass N] [--forbid fail,error,crash,timeout]
 
 Debian's python3-pyverbs ships the suite under /usr/share/doc/rdma-core/tests (some files gzipped);
 it is copied to a temporary directory, unpacked, listed, and each non-vendor test (not mlx5 or efa)
 is run by Debian's /usr/bin/python3 under emu-run with its own fabric, so that one crash costs one
 test. Prints a per-file table (pass, fail, error, skip, crash, timeout) and every non-pass with its
-reason; --json writes the same per test. Exit 0 always: this measures, ci/ decides what must hold.
+reason; --json writes the same per test. Exit 0 unless a check was asked for and fails:
+--require-pass N (at least N passes) and --forbid KINDS (none of these results).
 """
 import argparse
 import concurrent.futures
@@ -88,6 +90,8 @@ def main():
     ap.add_argument("--match", default="")
     ap.add_argument("--timeout", type=int, default=120)
     ap.add_argument("--json")
+    ap.add_argument("--require-pass", type=int, default=0)
+    ap.add_argument("--forbid", default="")
     a = ap.parse_args()
     a.emu_run = os.path.abspath(a.emu_run)
     with tempfile.TemporaryDirectory() as d:
@@ -113,6 +117,12 @@ def main():
     if a.json:
         with open(a.json, "w") as f:
             json.dump(results, f, indent=1)
+    bad = [k for k in a.forbid.split(",") if k and total[k]]
+    if bad or total["pass"] < a.require_pass:
+        print(f"FAIL: {total['pass']} passed (at least {a.require_pass} required); "
+              f"forbidden results: {', '.join(f'{k} {total[k]}' for k in bad) or 'none'}")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":
