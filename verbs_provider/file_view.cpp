@@ -218,62 +218,65 @@ void fill_stat(const Node& n, struct stat* st) {
 
 using namespace emu::prov::view;
 
+// The view's answer, or libc's own function with the caller's arguments when the path is the
+// host's.
+#define VIEW_OR_LIBC(fn, in_view, ...) \
+  int rc = in_view;                    \
+  return rc != kHost ? rc : LIBC(fn)(__VA_ARGS__)
+// open's third argument, present only when a file may be created.
+#define MODE_ARG(flags, mode)        \
+  va_list ap;                        \
+  va_start(ap, flags);               \
+  mode_t mode = mode_arg(flags, ap); \
+  va_end(ap)
+
+// The stat functions glibc before 2.33 had programs call (still exported for their binaries).
+extern "C" int __xstat(int, const char*, struct stat*);
+extern "C" int __xstat64(int, const char*, struct stat64*);
+extern "C" int __lxstat(int, const char*, struct stat*);
+extern "C" int __lxstat64(int, const char*, struct stat64*);
+extern "C" int __fxstat(int, int, struct stat*);
+extern "C" int __fxstat64(int, int, struct stat64*);
+extern "C" int __fxstatat(int, int, const char*, struct stat*, int);
+extern "C" int __fxstatat64(int, int, const char*, struct stat64*, int);
+
+static struct stat* as_stat(struct stat64* st) { return reinterpret_cast<struct stat*>(st); }
+
+// fstat: libc's answer, then a view character device's descriptor reads as one.
+static int fstat_fd(int fd, struct stat* st, int rc) {
+  if (rc == 0) patch_cdev(fd, st);
+  return rc;
+}
+
 extern "C" {
 
 int open(const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t mode = mode_arg(flags, ap);
-  va_end(ap);
-  int fd = open_in_view(path, flags, mode);
-  return fd != kHost ? fd : LIBC(open)(path, flags, mode);
+  MODE_ARG(flags, mode);
+  VIEW_OR_LIBC(open, open_in_view(path, flags, mode), path, flags, mode);
 }
-
 int open64(const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t mode = mode_arg(flags, ap);
-  va_end(ap);
-  int fd = open_in_view(path, flags, mode);
-  return fd != kHost ? fd : LIBC(open64)(path, flags, mode);
+  MODE_ARG(flags, mode);
+  VIEW_OR_LIBC(open64, open_in_view(path, flags, mode), path, flags, mode);
 }
-
 int openat(int dirfd, const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t mode = mode_arg(flags, ap);
-  va_end(ap);
-  int fd = open_in_view(path, flags, mode);
-  return fd != kHost ? fd : LIBC(openat)(dirfd, path, flags, mode);
+  MODE_ARG(flags, mode);
+  VIEW_OR_LIBC(openat, open_in_view(path, flags, mode), dirfd, path, flags, mode);
 }
-
 int openat64(int dirfd, const char* path, int flags, ...) {
-  va_list ap;
-  va_start(ap, flags);
-  mode_t mode = mode_arg(flags, ap);
-  va_end(ap);
-  int fd = open_in_view(path, flags, mode);
-  return fd != kHost ? fd : LIBC(openat64)(dirfd, path, flags, mode);
+  MODE_ARG(flags, mode);
+  VIEW_OR_LIBC(openat64, open_in_view(path, flags, mode), dirfd, path, flags, mode);
 }
-
 int __open_2(const char* path, int flags) {
-  int fd = open_in_view(path, flags, 0);
-  return fd != kHost ? fd : LIBC(__open_2)(path, flags);
+  VIEW_OR_LIBC(__open_2, open_in_view(path, flags, 0), path, flags);
 }
-
 int __open64_2(const char* path, int flags) {
-  int fd = open_in_view(path, flags, 0);
-  return fd != kHost ? fd : LIBC(__open64_2)(path, flags);
+  VIEW_OR_LIBC(__open64_2, open_in_view(path, flags, 0), path, flags);
 }
-
 int __openat_2(int dirfd, const char* path, int flags) {
-  int fd = open_in_view(path, flags, 0);
-  return fd != kHost ? fd : LIBC(__openat_2)(dirfd, path, flags);
+  VIEW_OR_LIBC(__openat_2, open_in_view(path, flags, 0), dirfd, path, flags);
 }
-
 int __openat64_2(int dirfd, const char* path, int flags) {
-  int fd = open_in_view(path, flags, 0);
-  return fd != kHost ? fd : LIBC(__openat64_2)(dirfd, path, flags);
+  VIEW_OR_LIBC(__openat64_2, open_in_view(path, flags, 0), dirfd, path, flags);
 }
 
 // fopen's modes as open(2) flags ("r", "r+", "w", "a", with 'e' for close-on-exec).
@@ -302,45 +305,50 @@ FILE* fopen64(const char* path, const char* mode) {
 }
 
 int stat(const char* path, struct stat* st) {
-  int rc = stat_in_view(path, true, st);
-  return rc != kHost ? rc : LIBC(stat)(path, st);
+  VIEW_OR_LIBC(stat, stat_in_view(path, true, st), path, st);
 }
-
 int stat64(const char* path, struct stat64* st) {
-  int rc = stat_in_view(path, true, reinterpret_cast<struct stat*>(st));
-  return rc != kHost ? rc : LIBC(stat64)(path, st);
+  VIEW_OR_LIBC(stat64, stat_in_view(path, true, as_stat(st)), path, st);
 }
-
 int lstat(const char* path, struct stat* st) {
-  int rc = stat_in_view(path, false, st);
-  return rc != kHost ? rc : LIBC(lstat)(path, st);
+  VIEW_OR_LIBC(lstat, stat_in_view(path, false, st), path, st);
 }
-
 int lstat64(const char* path, struct stat64* st) {
-  int rc = stat_in_view(path, false, reinterpret_cast<struct stat*>(st));
-  return rc != kHost ? rc : LIBC(lstat64)(path, st);
+  VIEW_OR_LIBC(lstat64, stat_in_view(path, false, as_stat(st)), path, st);
 }
-
 int fstatat(int dirfd, const char* path, struct stat* st, int flags) {
-  int rc = at_in_view(dirfd, path, flags, st);
-  return rc != kHost ? rc : LIBC(fstatat)(dirfd, path, st, flags);
+  VIEW_OR_LIBC(fstatat, at_in_view(dirfd, path, flags, st), dirfd, path, st, flags);
 }
-
 int fstatat64(int dirfd, const char* path, struct stat64* st, int flags) {
-  int rc = at_in_view(dirfd, path, flags, reinterpret_cast<struct stat*>(st));
-  return rc != kHost ? rc : LIBC(fstatat64)(dirfd, path, st, flags);
+  VIEW_OR_LIBC(fstatat64, at_in_view(dirfd, path, flags, as_stat(st)), dirfd, path, st, flags);
 }
+int fstat(int fd, struct stat* st) { return fstat_fd(fd, st, LIBC(fstat)(fd, st)); }
+int fstat64(int fd, struct stat64* st) { return fstat_fd(fd, as_stat(st), LIBC(fstat64)(fd, st)); }
 
-int fstat(int fd, struct stat* st) {
-  int rc = LIBC(fstat)(fd, st);
-  if (rc == 0) patch_cdev(fd, st);
-  return rc;
+int __xstat(int ver, const char* path, struct stat* st) {
+  VIEW_OR_LIBC(__xstat, stat_in_view(path, true, st), ver, path, st);
 }
-
-int fstat64(int fd, struct stat64* st) {
-  int rc = LIBC(fstat64)(fd, st);
-  if (rc == 0) patch_cdev(fd, reinterpret_cast<struct stat*>(st));
-  return rc;
+int __xstat64(int ver, const char* path, struct stat64* st) {
+  VIEW_OR_LIBC(__xstat64, stat_in_view(path, true, as_stat(st)), ver, path, st);
+}
+int __lxstat(int ver, const char* path, struct stat* st) {
+  VIEW_OR_LIBC(__lxstat, stat_in_view(path, false, st), ver, path, st);
+}
+int __lxstat64(int ver, const char* path, struct stat64* st) {
+  VIEW_OR_LIBC(__lxstat64, stat_in_view(path, false, as_stat(st)), ver, path, st);
+}
+int __fxstatat(int ver, int dirfd, const char* path, struct stat* st, int flags) {
+  VIEW_OR_LIBC(__fxstatat, at_in_view(dirfd, path, flags, st), ver, dirfd, path, st, flags);
+}
+int __fxstatat64(int ver, int dirfd, const char* path, struct stat64* st, int flags) {
+  VIEW_OR_LIBC(__fxstatat64, at_in_view(dirfd, path, flags, as_stat(st)), ver, dirfd, path, st,
+               flags);
+}
+int __fxstat(int ver, int fd, struct stat* st) {
+  return fstat_fd(fd, st, LIBC(__fxstat)(ver, fd, st));
+}
+int __fxstat64(int ver, int fd, struct stat64* st) {
+  return fstat_fd(fd, as_stat(st), LIBC(__fxstat64)(ver, fd, st));
 }
 
 int statx(int dirfd, const char* path, int flags, unsigned int mask, struct statx* x) {
@@ -354,48 +362,36 @@ int statx(int dirfd, const char* path, int flags, unsigned int mask, struct stat
 }
 
 int access(const char* path, int mode) {
-  int rc = access_in_view(path, mode);
-  return rc != kHost ? rc : LIBC(access)(path, mode);
+  VIEW_OR_LIBC(access, access_in_view(path, mode), path, mode);
 }
-
 int euidaccess(const char* path, int mode) {
-  int rc = access_in_view(path, mode);
-  return rc != kHost ? rc : LIBC(euidaccess)(path, mode);
+  VIEW_OR_LIBC(euidaccess, access_in_view(path, mode), path, mode);
 }
-
 int eaccess(const char* path, int mode) {
-  int rc = access_in_view(path, mode);
-  return rc != kHost ? rc : LIBC(eaccess)(path, mode);
+  VIEW_OR_LIBC(eaccess, access_in_view(path, mode), path, mode);
 }
-
 int faccessat(int dirfd, const char* path, int mode, int flags) {
-  int rc = access_in_view(path, mode);
-  return rc != kHost ? rc : LIBC(faccessat)(dirfd, path, mode, flags);
+  VIEW_OR_LIBC(faccessat, access_in_view(path, mode), dirfd, path, mode, flags);
 }
 
 // Extended attributes: the view's entries have none (ls -l asks for ACLs and security labels).
+static int xattr_in_view(const char* path, bool follow, int none) {
+  struct stat st;
+  int rc = stat_in_view(path, follow, &st);
+  return rc == 0 ? (none ? fail(none) : 0) : rc;
+}
+
 ssize_t getxattr(const char* path, const char* name, void* value, size_t size) {
-  struct stat st;
-  int rc = stat_in_view(path, true, &st);
-  return rc == kHost ? LIBC(getxattr)(path, name, value, size) : rc == 0 ? fail(ENODATA) : rc;
+  VIEW_OR_LIBC(getxattr, xattr_in_view(path, true, ENODATA), path, name, value, size);
 }
-
 ssize_t lgetxattr(const char* path, const char* name, void* value, size_t size) {
-  struct stat st;
-  int rc = stat_in_view(path, false, &st);
-  return rc == kHost ? LIBC(lgetxattr)(path, name, value, size) : rc == 0 ? fail(ENODATA) : rc;
+  VIEW_OR_LIBC(lgetxattr, xattr_in_view(path, false, ENODATA), path, name, value, size);
 }
-
 ssize_t listxattr(const char* path, char* list, size_t size) {
-  struct stat st;
-  int rc = stat_in_view(path, true, &st);
-  return rc == kHost ? LIBC(listxattr)(path, list, size) : rc;
+  VIEW_OR_LIBC(listxattr, xattr_in_view(path, true, 0), path, list, size);
 }
-
 ssize_t llistxattr(const char* path, char* list, size_t size) {
-  struct stat st;
-  int rc = stat_in_view(path, false, &st);
-  return rc == kHost ? LIBC(llistxattr)(path, list, size) : rc;
+  VIEW_OR_LIBC(llistxattr, xattr_in_view(path, false, 0), path, list, size);
 }
 
 }  // extern "C"

@@ -18,14 +18,10 @@
 namespace emu::prov::view {
 namespace {
 
-// The kernel's numbers: uverbs character devices (IB_UVERBS_MAJOR, minors from 192), the misc
-// device rdma_cm, and the ABI versions librdmacm 44 and libibverbs 44 accept.
-constexpr unsigned kUverbsMajor = 231;
-constexpr unsigned kUverbsMinorBase = 192;
-constexpr unsigned kMiscMajor = 10;
-constexpr unsigned kRdmaCmMinor = 58;
-constexpr int kUcmaAbiVersion = 4;
-constexpr int kUverbsAbiVersion = 1;
+// The kernel's numbers: uverbs character devices (IB_UVERBS_MAJOR, minors from 192) and the misc
+// device rdma_cm; the ABI versions librdmacm 44 and libibverbs 44 accept.
+constexpr unsigned kUverbsMajor = 231, kUverbsMinorBase = 192, kMiscMajor = 10, kRdmaCmMinor = 58;
+constexpr int kUcmaAbiVersion = 4, kUverbsAbiVersion = 1;
 constexpr char kEmuRoot[] = "/sys/devices/virtual/rdmaemu";
 
 const Header* hdr() {
@@ -59,25 +55,31 @@ std::vector<std::string> netdevs(uint32_t dev) {
 }
 
 // The directories on the way to the view, and the view's top directories under them.
+// The view's top directories; the directories above them (/dev, /sys, /sys/class, ...) are the
+// host's, and only the way to ours.
 struct TopEntry {
-  const char* parent;
-  const char* name;
+  const char* path;
   Id id;
 };
 constexpr TopEntry kTop[] = {
-    {"", "dev", Id::ancestor},
-    {"/dev", "infiniband", Id::dev_ib},
-    {"", "sys", Id::ancestor},
-    {"/sys", "class", Id::ancestor},
-    {"/sys/class", "infiniband", Id::class_ib},
-    {"/sys/class", "infiniband_verbs", Id::class_verbs},
-    {"/sys/class", "infiniband_ucma", Id::class_ucma},
-    {"/sys/class", "misc", Id::ancestor},
-    {"/sys/class/misc", "rdma_cm", Id::misc_rdma_cm},
-    {"/sys", "devices", Id::ancestor},
-    {"/sys/devices", "virtual", Id::ancestor},
-    {"/sys/devices/virtual", "rdmaemu", Id::emu_root},
+    {"/dev/infiniband", Id::dev_ib},
+    {"/sys/class/infiniband", Id::class_ib},
+    {"/sys/class/infiniband_verbs", Id::class_verbs},
+    {"/sys/class/infiniband_ucma", Id::class_ucma},
+    {"/sys/class/misc/rdma_cm", Id::misc_rdma_cm},
+    {kEmuRoot, Id::emu_root},
 };
+
+// Whether `path` is a top directory (its id) or a directory above one (ancestor).
+bool top_or_above(const std::string& path, Id* id) {
+  for (const TopEntry& t : kTop) {
+    size_t n = path.size();
+    if (path == t.path) return *id = t.id, true;
+    if (std::strncmp(t.path, path.c_str(), n) == 0 && t.path[n] == '/')
+      return *id = Id::ancestor, true;
+  }
+  return false;
+}
 
 const char* const kIbdevAttrs[] = {"node_guid", "sys_image_guid", "fw_ver", "node_type",
                                    "node_desc", "hca_type",       "hw_rev", "board_id"};
@@ -106,6 +108,15 @@ uint32_t table_len(const Node& n) {
   return port_state_of(n).gid_tbl_len;
 }
 
+// Directories whose entries are all of one kind.
+struct OneKind {
+  Id parent, child;
+};
+constexpr OneKind kOneKind[] = {
+    {Id::class_ucma, Id::cm_attr}, {Id::misc_rdma_cm, Id::cm_attr}, {Id::pdev_ib, Id::ibdev},
+    {Id::pdev_verbs, Id::uverbs},  {Id::pdev_net, Id::net_link},    {Id::gid_attrs, Id::port_table},
+};
+
 // The node a directory's entry `name` is (its parent's fields carried on).
 Node child_node(const Node& parent, const std::string& name) {
   Node c = parent;
@@ -116,10 +127,11 @@ Node child_node(const Node& parent, const std::string& name) {
       if (s == dev_name(d) || s == uverbs_name(d)) return static_cast<uint8_t>(d);
     return uint8_t{0};
   };
+  for (const OneKind& k : kOneKind)
+    if (parent.id == k.parent) c.id = k.child;
   switch (parent.id) {
     case Id::ancestor:
-      for (const TopEntry& t : kTop)
-        if (parent.path == t.parent && name == t.name) c.id = t.id;
+      top_or_above(c.path, &c.id);
       break;
     case Id::dev_ib:
       c.id = name == "rdma_cm" ? Id::cm_cdev : Id::uverbs_cdev;
@@ -131,10 +143,6 @@ Node child_node(const Node& parent, const std::string& name) {
       c.dev = dev_named(name);
       c.index = parent.id == Id::class_verbs;
       break;
-    case Id::class_ucma:
-    case Id::misc_rdma_cm:
-      c.id = Id::cm_attr;
-      break;
     case Id::emu_root:
       c.id = Id::pdev;
       c.dev = dev_named(name);
@@ -144,15 +152,6 @@ Node child_node(const Node& parent, const std::string& name) {
              : name == "infiniband_verbs" ? Id::pdev_verbs
              : name == "net"              ? Id::pdev_net
                                           : Id::pdev_attr;
-      break;
-    case Id::pdev_ib:
-      c.id = Id::ibdev;
-      break;
-    case Id::pdev_verbs:
-      c.id = Id::uverbs;
-      break;
-    case Id::pdev_net:
-      c.id = Id::net_link;
       break;
     case Id::ibdev:
       c.id = name == "device" ? Id::device_link : name == "ports" ? Id::ports : Id::ibdev_attr;
@@ -165,9 +164,6 @@ Node child_node(const Node& parent, const std::string& name) {
       c.id = name == "gid_attrs"                 ? Id::gid_attrs
              : name == "gids" || name == "pkeys" ? Id::port_table
                                                  : Id::port_attr;
-      break;
-    case Id::gid_attrs:
-      c.id = Id::port_table;
       break;
     case Id::port_table:
       c.id = Id::table_entry;
@@ -188,12 +184,10 @@ enum class Step : uint8_t { view, host, missing };
 // Whether `name` is in the directory `parent` (of the view or on the way to it).
 Step step(const Node& parent, const std::string& name, Node* out) {
   if (parent.id == Id::ancestor) {
-    for (const TopEntry& t : kTop)
-      if (parent.path == t.parent && name == t.name) {
-        *out = child_node(parent, name);
-        return Step::view;
-      }
-    return Step::host;
+    Id id;
+    if (!top_or_above(parent.path + "/" + name, &id)) return Step::host;
+    *out = child_node(parent, name);
+    return Step::view;
   }
   for (const Entry& e : children(parent))
     if (e.name == name) {
