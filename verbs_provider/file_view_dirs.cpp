@@ -5,6 +5,7 @@
 #include <dirent.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cstdlib>
@@ -181,6 +182,41 @@ int dirfd(DIR* dir) {
   if (!view_dir(dir)) return LIBC(dirfd)(dir);
   errno = ENOTSUP;
   return -1;
+}
+
+// glibc's scandir opens the directory inside libc, past opendir: a path that may be the view's
+// goes through the interposed stream functions instead (libfabric imports scandir).
+int scandir64(const char* path, dirent64*** list, int (*keep)(const dirent64*),
+              int (*order)(const dirent64**, const dirent64**)) {
+  if (!may_be_view_path(path)) return LIBC(scandir64)(path, list, keep, order);
+  DIR* dir = opendir(path);
+  if (!dir) return -1;
+  std::vector<dirent64*> out;
+  while (dirent64* e = readdir64(dir)) {
+    if (keep && !keep(e)) continue;
+    auto* copy = static_cast<dirent64*>(malloc(sizeof *e));
+    if (!copy) break;
+    out.push_back(static_cast<dirent64*>(std::memcpy(copy, e, sizeof *e)));
+  }
+  closedir(dir);
+  *list = static_cast<dirent64**>(malloc(std::max<size_t>(out.size(), 1) * sizeof(dirent64*)));
+  if (!*list) {
+    for (dirent64* e : out) free(e);
+    return errno = ENOMEM, -1;
+  }
+  std::copy(out.begin(), out.end(), *list);
+  using Cmp = int (*)(const void*, const void*);
+  if (order) qsort(*list, out.size(), sizeof(dirent64*), reinterpret_cast<Cmp>(order));
+  return static_cast<int>(out.size());
+}
+
+int scandir(const char* path, dirent*** list, int (*keep)(const dirent*),
+            int (*order)(const dirent**, const dirent**)) {
+  if (!may_be_view_path(path)) return LIBC(scandir)(path, list, keep, order);
+  using Keep = int (*)(const dirent64*);
+  using Order = int (*)(const dirent64**, const dirent64**);
+  return scandir64(path, reinterpret_cast<dirent64***>(list), reinterpret_cast<Keep>(keep),
+                   reinterpret_cast<Order>(order));
 }
 
 ssize_t readlink(const char* path, char* buf, size_t size) {
