@@ -1,7 +1,8 @@
-// Opens and stats of the file view (file_view.h). A file of the view opens as a sealed-in-memory
-// copy of its contents (a memfd written at open: nothing on disk, nothing left behind, and the
-// values are the segment's at that moment, as sysfs reads are). /dev/infiniband/rdma_cm opens
-// through the RDMA CM emulation (cm_cdev.h); its descriptors stat as the character device.
+// Opens and stats of the file view (file_view.h). A file of the view opens as an in-memory copy
+// of its contents (a memfd written at open: nothing on disk, nothing left behind, and the values
+// are the segment's at that moment, as a sysfs attribute is rendered at open).
+// /dev/infiniband/rdma_cm opens through the RDMA CM emulation (cm_cdev.h); its descriptors stat as
+// the character device.
 #include "file_view.h"
 
 #include <fcntl.h>
@@ -16,7 +17,6 @@
 #include <cstring>
 #include <ctime>
 #include <functional>
-#include <mutex>
 
 #include "cm_cdev.h"
 
@@ -34,8 +34,13 @@ constexpr int kHost = -2;  // the path is not the view's: the caller passes it o
 const dev_t kViewDev = makedev(0, 0xee);
 
 // Descriptors of the view's character devices, with the file each was, so that a number the
-// program closed and reused for another file is not taken for one.
+// program closed and reused for another file is not taken for one. At most kCdevFds open at once
+// read as character devices (librdmacm checks each event channel's once, when it opens it). No
+// lock: a slot is claimed with a compare-and-swap of its state and published with a release store,
+// so fstat, which every program calls, takes no mutex (each is a point of a scheduled run).
 struct CdevFd {
+  enum State : int { kFree, kWriting, kReady };
+  std::atomic<int> state{kFree};
   int fd = -1;
   dev_t dev = 0;
   ino_t ino = 0;
@@ -43,23 +48,29 @@ struct CdevFd {
 };
 constexpr int kCdevFds = 32;
 CdevFd g_cdev_fds[kCdevFds];
-std::atomic<int> g_cdev_count{0};
-std::mutex g_cdev_mu;
+std::atomic<int> g_cdev_count{0};  // slots ever claimed: 0 in a process that never opened one
 
 bool same_file(const CdevFd& c, const struct stat& st) {
-  return c.fd >= 0 && st.st_dev == c.dev && st.st_ino == c.ino;
+  return st.st_dev == c.dev && st.st_ino == c.ino;
+}
+
+// Whether a ready slot's descriptor no longer is its file (closed, or reused for another).
+bool stale(const CdevFd& c, int fd) {
+  struct stat now;
+  return c.fd == fd || LIBC(fstat)(c.fd, &now) != 0 || !same_file(c, now);
 }
 
 void remember_cdev(int fd, dev_t rdev) {
   struct stat st;
   if (LIBC(fstat)(fd, &st) != 0) return;
-  std::lock_guard<std::mutex> g(g_cdev_mu);
   for (CdevFd& c : g_cdev_fds) {
-    struct stat now;
-    bool stale = c.fd < 0 || c.fd == fd || LIBC(fstat)(c.fd, &now) != 0 || !same_file(c, now);
-    if (!stale) continue;
-    if (c.fd < 0) g_cdev_count.fetch_add(1, std::memory_order_relaxed);
-    c = {fd, st.st_dev, st.st_ino, rdev};
+    int was = c.state.load(std::memory_order_acquire);
+    if (was == CdevFd::kWriting || (was == CdevFd::kReady && !stale(c, fd))) continue;
+    if (!c.state.compare_exchange_strong(was, CdevFd::kWriting, std::memory_order_acquire))
+      continue;
+    if (was == CdevFd::kFree) g_cdev_count.fetch_add(1, std::memory_order_relaxed);
+    c.fd = fd, c.dev = st.st_dev, c.ino = st.st_ino, c.rdev = rdev;
+    c.state.store(CdevFd::kReady, std::memory_order_release);
     return;
   }
 }
@@ -67,9 +78,9 @@ void remember_cdev(int fd, dev_t rdev) {
 // After libc's fstat of `fd`: a view character device's descriptor reads as one.
 void patch_cdev(int fd, struct stat* st) {
   if (g_cdev_count.load(std::memory_order_relaxed) == 0) return;  // the common case: none opened
-  std::lock_guard<std::mutex> g(g_cdev_mu);
   for (const CdevFd& c : g_cdev_fds)
-    if (c.fd == fd && same_file(c, *st)) {
+    if (c.state.load(std::memory_order_acquire) == CdevFd::kReady && c.fd == fd &&
+        same_file(c, *st)) {
       st->st_mode = S_IFCHR | 0666;
       st->st_rdev = c.rdev;
       return;

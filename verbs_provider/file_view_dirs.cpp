@@ -11,7 +11,6 @@
 #include <cstdlib>
 #include <cstring>
 #include <functional>
-#include <mutex>
 #include <vector>
 
 #include "file_view.h"
@@ -24,14 +23,16 @@ static_assert(sizeof(dirent) == sizeof(dirent64), "one entry layout serves both 
 namespace emu::prov::view {
 namespace {
 
+// A slot is claimed with one compare-and-swap and given back with a store: no lock, so that the
+// scan libibverbs makes of /sys/class/infiniband_verbs in every ibv_get_device_list adds no
+// scheduling point to a scheduled run (libemu_sched makes every mutex one).
 struct ViewDir {
   std::vector<dirent64> entries;
   size_t next = 0;
-  bool used = false;
+  std::atomic<bool> used{false};
 };
 constexpr int kViewDirs = 32;
 ViewDir g_dirs[kViewDirs];
-std::mutex g_dirs_mu;
 
 ViewDir* view_dir(DIR* d) {
   auto* p = reinterpret_cast<ViewDir*>(d);
@@ -108,14 +109,13 @@ DIR* opendir(const char* path) {
   if (l.err) return errno = l.err, nullptr;
   if (l.node.kind() != Kind::dir) return errno = ENOTDIR, nullptr;
   std::vector<dirent64> entries = snapshot(l.node, path);
-  std::lock_guard<std::mutex> g(g_dirs_mu);
-  for (ViewDir& d : g_dirs)
-    if (!d.used) {
-      d.used = true;
-      d.entries = std::move(entries);
-      d.next = 0;
-      return reinterpret_cast<DIR*>(&d);
-    }
+  for (ViewDir& d : g_dirs) {
+    bool free_slot = false;
+    if (!d.used.compare_exchange_strong(free_slot, true, std::memory_order_acquire)) continue;
+    d.entries = std::move(entries);
+    d.next = 0;
+    return reinterpret_cast<DIR*>(&d);
+  }
   errno = EMFILE;
   return nullptr;
 }
@@ -152,9 +152,8 @@ int readdir_r(DIR* dir, dirent* entry, dirent** result) {
 int closedir(DIR* dir) {
   ViewDir* d = view_dir(dir);
   if (!d) return LIBC(closedir)(dir);
-  std::lock_guard<std::mutex> g(g_dirs_mu);
   d->entries.clear();
-  d->used = false;
+  d->used.store(false, std::memory_order_release);
   return 0;
 }
 
