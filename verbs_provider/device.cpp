@@ -48,14 +48,15 @@ void init_devices() {
     d.dev.transport_type = IBV_TRANSPORT_IB;
     std::snprintf(d.dev.name, sizeof d.dev.name, "%s", h->devices[i].name);
     std::snprintf(d.dev.dev_name, sizeof d.dev.dev_name, "uverbs-%s", h->devices[i].name);
-    std::snprintf(d.dev.dev_path, sizeof d.dev.dev_path, "%s", seg_path_for_device().c_str());
-    std::snprintf(d.dev.ibdev_path, sizeof d.dev.ibdev_path, "%s", seg_path_for_device().c_str());
+    // Where the kernel's sysfs has them; the file view (sysfs_view.h) answers both.
+    std::snprintf(d.dev.dev_path, sizeof d.dev.dev_path, "/sys/class/infiniband_verbs/%s",
+                  d.dev.dev_name);
+    std::snprintf(d.dev.ibdev_path, sizeof d.dev.ibdev_path, "/sys/class/infiniband/%s",
+                  d.dev.name);
   }
 }
 
 }  // namespace
-
-std::string seg_path_for_device() { return config().segment_path(); }
 
 void* real_symbol(const char* name, const char* version) {
   void* p = dlvsym(RTLD_NEXT, name, version);
@@ -142,11 +143,7 @@ int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* a) {
   return 0;
 }
 
-}  // namespace emu::prov
-
-namespace {
-
-void fill_device_attr(uint32_t dev, ibv_device_attr* a) {
+void device_attr_fill(uint32_t dev, ibv_device_attr* a) {
   Header* h = segment()->hdr();
   std::memset(a, 0, sizeof *a);
   std::snprintf(a->fw_ver, sizeof a->fw_ver, "rdmaemu-%s", "0.1");
@@ -188,10 +185,6 @@ void fill_device_attr(uint32_t dev, ibv_device_attr* a) {
   a->phys_port_cnt = static_cast<uint8_t>(h->devices[dev].num_ports);
 }
 
-}  // namespace
-
-namespace emu::prov {
-
 uint32_t emu_vendor_part_id() { return config().vendor_part_id; }
 
 int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
@@ -200,7 +193,7 @@ int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
   if (len < sizeof(ibv_device_attr)) return EINVAL;
   ibv_device_attr_ex full;
   std::memset(&full, 0, sizeof full);
-  fill_device_attr(to_ctx(ctx)->dev, &full.orig_attr);
+  device_attr_fill(to_ctx(ctx)->dev, &full.orig_attr);
   full.completion_timestamp_mask = ~0ull;
   full.hca_core_clock = 1000000;  // kHz: timestamps are nanoseconds
   full.max_dm_size = kEmuMaxDmSize;
@@ -406,7 +399,7 @@ int ibv_query_device(ibv_context* context, ibv_device_attr* attr) {
     auto fn = REAL(ibv_query_device, "IBVERBS_1.1");
     return fn ? fn(context, attr) : EINVAL;
   }
-  fill_device_attr(to_ctx(context)->dev, attr);
+  device_attr_fill(to_ctx(context)->dev, attr);
   return 0;
 }
 

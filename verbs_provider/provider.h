@@ -447,6 +447,8 @@ void install_wr_ops(EmuQp* qp);
 void qp_progress(EmuQp* qp);
 void cq_progress(EmuCq* cq);
 int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* attr);
+// What ibv_query_device answers for device `dev` (also the file view's source, sysfs_view.cpp).
+void device_attr_fill(uint32_t dev, ibv_device_attr* attr);
 // EMU_SHARED_MR: re-back the whole pages of a new MR with shared memory (shared_mr.cpp).
 bool share_pages(void* addr, size_t len, MrSlot& ms);
 // The name of an emu context's cmd_fd (a memfd: no kernel stands behind emu contexts).
@@ -456,6 +458,5 @@ constexpr uint64_t kEmuMaxDmSize = 256 * 1024;
 // ibv_query_device's vendor_id (device.cpp says why this one).
 constexpr uint32_t kEmuVendorId = 0xffffff;
 uint32_t emu_vendor_part_id();
-std::string seg_path_for_device();
 
 }  // namespace emu::prov

@@ -11,6 +11,7 @@
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <string>
 
 #include "verbs_fixture.h"
@@ -88,6 +89,27 @@ TEST_F(PortTest, QueryPortFollowsDownAndUp) {
   pa = query_port1(ctx);
   EXPECT_EQ(pa.state, IBV_PORT_ACTIVE);
   EXPECT_EQ(pa.phys_state, 5);
+}
+
+// The port's sysfs files (the file view, docs/architecture.md "Device presence"), read in this
+// process as any program reads them, follow the port as ibv_query_port does.
+std::string sysfs_port1(const char* attr) {
+  std::ifstream in(std::string("/sys/class/infiniband/emu0/ports/1/") + attr);
+  std::string line;
+  std::getline(in, line);
+  return line;
+}
+
+TEST_F(PortTest, SysfsStateFollowsDownAndUp) {
+  EXPECT_EQ(sysfs_port1("state"), "4: ACTIVE");
+  EXPECT_EQ(sysfs_port1("phys_state"), "5: LinkUp");
+  ASSERT_TRUE(set_port(false));
+  EXPECT_EQ(query_port1(ctx).state, IBV_PORT_DOWN);
+  EXPECT_EQ(sysfs_port1("state"), "1: DOWN");
+  EXPECT_EQ(sysfs_port1("phys_state"), "3: Disabled");
+  ASSERT_TRUE(set_port(true));
+  EXPECT_EQ(sysfs_port1("state"), "4: ACTIVE");
+  EXPECT_EQ(sysfs_port1("phys_state"), "5: LinkUp");
 }
 
 TEST_F(PortTest, DownAndUpRaisePortEventsOnEveryContextOfTheDevice) {
