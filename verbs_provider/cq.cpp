@@ -31,6 +31,8 @@ ibv_wc_status status_of(uint8_t syndrome) {
       return IBV_WC_LOC_PROT_ERR;
     case kSynWrFlush:
       return IBV_WC_WR_FLUSH_ERR;
+    case kSynMwBind:
+      return IBV_WC_MW_BIND_ERR;
     case kSynBadResp:
       return IBV_WC_BAD_RESP_ERR;
     case kSynLocalAccess:
@@ -61,6 +63,10 @@ ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
       return IBV_WC_COMP_SWAP;
     case kOpAtomicFa:
       return IBV_WC_FETCH_ADD;
+    case kOpBindMw:
+      return IBV_WC_BIND_MW;
+    case kOpLocalInv:
+      return IBV_WC_LOCAL_INV;
     default:
       return IBV_WC_SEND;
   }
@@ -91,6 +97,17 @@ void scatter_from_cqe(EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
   }
 }
 
+// The immediate, or the key a SEND with invalidate freed (host order), of a receive CQE.
+void recv_imm_or_inval(const Cqe64& c, ibv_wc* wc) {
+  if (c.emu_flags & kCqeFlagImm) {
+    wc->wc_flags |= IBV_WC_WITH_IMM;
+    wc->imm_data = c.imm_inval_pkey;
+  } else if (c.emu_flags & kCqeFlagInv) {
+    wc->wc_flags |= IBV_WC_WITH_INV;
+    wc->invalidated_rkey = be32(c.imm_inval_pkey);
+  }
+}
+
 bool is_recv_cqe(uint8_t opcode) { return opcode != kCqeReq && opcode != kCqeReqErr; }
 
 // A receive through an XRC TGT QP into an XRC SRQ of this process: the CQE names the SRQ (the
@@ -104,10 +121,7 @@ bool xrc_recv_wc(const Cqe64& c, uint8_t opcode, ibv_wc* wc) {
   wc->src_qp = be32(c.flags_rqpn) & 0xffffff;
   wc->slid = be16(c.slid);
   wc->byte_len = be32(c.byte_cnt);
-  if (c.emu_flags & kCqeFlagImm) {
-    wc->wc_flags |= IBV_WC_WITH_IMM;
-    wc->imm_data = c.imm_inval_pkey;
-  }
+  recv_imm_or_inval(c, wc);
   wc->opcode = IBV_WC_RECV;
   if (opcode == kCqeRespErr) {
     auto& e = reinterpret_cast<const ErrCqe&>(c);
@@ -158,10 +172,7 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     wc->sl = (rqpn >> 24) & 0xf;
     if (rqpn & kCqeRqpnGrh) wc->wc_flags |= IBV_WC_GRH;
     wc->slid = be16(c.slid);
-    if (c.emu_flags & kCqeFlagImm) {
-      wc->wc_flags |= IBV_WC_WITH_IMM;
-      wc->imm_data = c.imm_inval_pkey;
-    }
+    recv_imm_or_inval(c, wc);
     *ts = be64(c.timestamp);
     bool is_err = opcode == kCqeReqErr || opcode == kCqeRespErr;
     if (is_err) {

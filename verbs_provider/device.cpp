@@ -160,7 +160,8 @@ void device_attr_fill(uint32_t dev, ibv_device_attr* a) {
   a->max_qp_wr = Limits::max_qp_wr;
   a->device_cap_flags = IBV_DEVICE_RC_RNR_NAK_GEN | IBV_DEVICE_PORT_ACTIVE_EVENT |
                         IBV_DEVICE_SYS_IMAGE_GUID | IBV_DEVICE_CHANGE_PHY_PORT |
-                        IBV_DEVICE_UD_AV_PORT_ENFORCE;
+                        IBV_DEVICE_UD_AV_PORT_ENFORCE | IBV_DEVICE_MEM_WINDOW |
+                        IBV_DEVICE_MEM_WINDOW_TYPE_2B;
   a->max_sge = Limits::max_sge;
   a->max_sge_rd = Limits::max_sge;
   a->max_cq = Limits::max_cq;
@@ -367,6 +368,9 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c.ops.post_send = emu_post_send;
   c.ops.post_recv = emu_post_recv;
   c.ops.post_srq_recv = emu_post_srq_recv;
+  c.ops.alloc_mw = emu_alloc_mw;
+  c.ops.dealloc_mw = emu_dealloc_mw;
+  c.ops.bind_mw = emu_bind_mw;
   registry_put(cs.uid, &c);
   return &c;
 }

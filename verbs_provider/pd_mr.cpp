@@ -27,7 +27,6 @@ int check_access(unsigned access) {
       ((access & (IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_ATOMIC)) &&
        !(access & IBV_ACCESS_LOCAL_WRITE)))
     return EINVAL;
-  if (access & IBV_ACCESS_MW_BIND) return EOPNOTSUPP;
   return 0;
 }
 

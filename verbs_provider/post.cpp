@@ -127,6 +127,21 @@ void wqe_add_atomic(EmuQp* qp, uint64_t swap_add, uint64_t compare) {
   qp->stage_size += sizeof a;
 }
 
+// A memory-window bind: the window by its key now, the key it takes, the range in the MR. The
+// device checks the rest (MW_BIND_ERR), as it does on mlx5.
+int wqe_add_bind(EmuQp* qp, ibv_mw* mw, uint32_t new_rkey, const ibv_mw_bind_info& info) {
+  if (!mw || mw->context != qp->qpx.qp_base.context) return EINVAL;
+  BindSeg b{be32(mw->rkey),
+            be32(new_rkey),
+            be32(info.mr ? info.mr->lkey : 0),
+            be32(info.mw_access_flags),
+            be64(info.addr),
+            be64(info.length)};
+  std::memcpy(qp->stage + qp->stage_size, &b, sizeof b);
+  qp->stage_size += sizeof b;
+  return 0;
+}
+
 int wqe_add_sge(EmuQp* qp, uint32_t lkey, uint64_t addr, uint32_t length) {
   if (length == 0) return 0;  // a zero byte_count would mean 2 GiB to the device
   if (++qp->stage_nsge > qp->max_send_sge || qp->stage_size + sizeof(DataSeg) > kMaxSendWqeBytes)
@@ -220,6 +235,15 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
       case IBV_WR_ATOMIC_FETCH_AND_ADD:
         opcode = kOpAtomicFa;
         break;
+      case IBV_WR_SEND_WITH_INV:
+        opcode = kOpSendInval;
+        break;
+      case IBV_WR_BIND_MW:
+        opcode = kOpBindMw;
+        break;
+      case IBV_WR_LOCAL_INV:
+        opcode = kOpLocalInv;
+        break;
       default:
         opcode = 0xff;
         break;
@@ -229,23 +253,30 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
       err = EINVAL;
     } else {
       uint32_t imm = (opcode == kOpSendImm || opcode == kOpRdmaWriteImm) ? wr->imm_data : 0;
+      // The key to invalidate rides in the immediate field (as mlx5 puts it), big endian.
+      if (opcode == kOpSendInval || opcode == kOpLocalInv) imm = be32(wr->invalidate_rkey);
       wqe_begin(qp, opcode, wr->send_flags, imm, wr->wr_id);
       if (ibqp->qp_type == IBV_QPT_UD)
         err = wqe_set_av(qp, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
       else if (ibqp->qp_type == IBV_QPT_XRC_SEND)
         wqe_set_xrc_srqn(qp, wr->qp_type.xrc.remote_srqn);
       bool atomic = opcode == kOpAtomicCs || opcode == kOpAtomicFa;
-      if (atomic) {
+      bool mw_op = opcode == kOpBindMw || opcode == kOpLocalInv;
+      if (opcode == kOpBindMw) {
+        err = wqe_add_bind(qp, wr->bind_mw.mw, wr->bind_mw.rkey, wr->bind_mw.bind_info);
+      } else if (atomic) {
         wqe_add_raddr(qp, wr->wr.atomic.remote_addr, wr->wr.atomic.rkey);
         if (opcode == kOpAtomicCs)
           wqe_add_atomic(qp, wr->wr.atomic.swap, wr->wr.atomic.compare_add);
         else
           wqe_add_atomic(qp, wr->wr.atomic.compare_add, 0);
-      } else if (opcode != kOpSend && opcode != kOpSendImm) {
+      } else if (opcode != kOpSend && opcode != kOpSendImm && opcode != kOpSendInval && !mw_op) {
         wqe_add_raddr(qp, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
       }
       bool inl = (wr->send_flags & IBV_SEND_INLINE) && opcode != kOpRdmaRead && !atomic;
-      if (!err && inl) {
+      if (mw_op) {
+        // A bind or an invalidate carries no data.
+      } else if (!err && inl) {
         ibv_data_buf bufs[Limits::max_sge];
         for (int i = 0; i < wr->num_sge; ++i)
           bufs[i] = {reinterpret_cast<void*>(wr->sg_list[i].addr), wr->sg_list[i].length};

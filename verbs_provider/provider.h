@@ -273,6 +273,7 @@ uint64_t send_ops_of(ibv_qp_type type);
 void wqe_set_xrc_srqn(EmuQp* qp, uint32_t srqn);
 void wqe_add_raddr(EmuQp* qp, uint64_t raddr, uint32_t rkey);
 void wqe_add_atomic(EmuQp* qp, uint64_t swap_add, uint64_t compare);
+int wqe_add_bind(EmuQp* qp, ibv_mw* mw, uint32_t new_rkey, const ibv_mw_bind_info& info);
 int wqe_add_sge(EmuQp* qp, uint32_t lkey, uint64_t addr, uint32_t length);
 int wqe_add_inline(EmuQp* qp, const ibv_data_buf* bufs, size_t n);
 int wqe_commit(EmuQp* qp, uint32_t* ctrl_block, uint32_t* bbs);
@@ -403,6 +404,10 @@ int emu_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
 // ibv_reg_mr's body (pd_mr.cpp): an MR over [addr, addr + length) that remote keys address at iova.
 ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned access,
                bool device_memory = false);
+// Memory windows (mw.cpp).
+ibv_mw* emu_alloc_mw(ibv_pd* pd, ibv_mw_type type);
+int emu_dealloc_mw(ibv_mw* mw);
+int emu_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 // Device memory (dm.cpp).
 ibv_dm* emu_alloc_dm(ibv_context* ctx, ibv_alloc_dm_attr* attr);
 int emu_free_dm(ibv_dm* dm);

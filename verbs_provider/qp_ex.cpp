@@ -186,7 +186,6 @@ void wr_set_ud_addr(ibv_qp_ex* x, ibv_ah* ah, uint32_t remote_qpn, uint32_t remo
 }
 
 // Operations this device does not have.
-void wr_unsupported_rkey(ibv_qp_ex* x, uint32_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
 void wr_set_xrc_srqn(ibv_qp_ex* x, uint32_t srqn) {
   EmuQp* qp = to_qp(x);
   if (qp->wr_error || !qp->stage_size) return;
@@ -196,8 +195,17 @@ void wr_set_xrc_srqn(ibv_qp_ex* x, uint32_t srqn) {
   }
   wqe_set_xrc_srqn(qp, srqn);
 }
-void wr_bind_mw(ibv_qp_ex* x, ibv_mw*, uint32_t, const ibv_mw_bind_info*) {
-  to_qp(x)->wr_error = EOPNOTSUPP;
+void wr_bind_mw(ibv_qp_ex* x, ibv_mw* mw, uint32_t rkey, const ibv_mw_bind_info* info) {
+  begin(x, kOpBindMw, IBV_QP_EX_WITH_BIND_MW, 0);
+  EmuQp* qp = to_qp(x);
+  if (qp->wr_error) return;
+  if (int e = info ? wqe_add_bind(qp, mw, rkey, *info) : EINVAL) qp->wr_error = e;
+}
+void wr_local_inv(ibv_qp_ex* x, uint32_t rkey) {
+  begin(x, kOpLocalInv, IBV_QP_EX_WITH_LOCAL_INV, be32(rkey));
+}
+void wr_send_inv(ibv_qp_ex* x, uint32_t rkey) {
+  begin(x, kOpSendInval, IBV_QP_EX_WITH_SEND_WITH_INV, be32(rkey));
 }
 void wr_send_tso(ibv_qp_ex* x, void*, uint16_t, uint16_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
 void wr_atomic_write(ibv_qp_ex* x, uint32_t, uint64_t, const void*) {
@@ -217,6 +225,9 @@ constexpr WrOp kWrOps[] = {
     {IBV_QP_EX_WITH_RDMA_READ, kOpRdmaRead},
     {IBV_QP_EX_WITH_ATOMIC_CMP_AND_SWP, kOpAtomicCs},
     {IBV_QP_EX_WITH_ATOMIC_FETCH_AND_ADD, kOpAtomicFa},
+    {IBV_QP_EX_WITH_SEND_WITH_INV, kOpSendInval},
+    {IBV_QP_EX_WITH_LOCAL_INV, kOpLocalInv},
+    {IBV_QP_EX_WITH_BIND_MW, kOpBindMw},
 };
 
 }  // namespace
@@ -247,8 +258,8 @@ void install_wr_ops(EmuQp* qp) {
   x.wr_set_sge_list = wr_set_sge_list;
   x.wr_set_inline_data = wr_set_inline_data;
   x.wr_set_inline_data_list = wr_set_inline_data_list;
-  x.wr_send_inv = wr_unsupported_rkey;
-  x.wr_local_inv = wr_unsupported_rkey;
+  x.wr_send_inv = wr_send_inv;
+  x.wr_local_inv = wr_local_inv;
   x.wr_set_ud_addr = wr_set_ud_addr;
   x.wr_set_xrc_srqn = wr_set_xrc_srqn;
   x.wr_bind_mw = wr_bind_mw;

@@ -170,6 +170,10 @@ class Engine {
   };
   // XRC: RDMA and atomics are checked against, and land in, the XRC SRQ the request names.
   bool xrc_key_domain(Exchange& x);
+  // Memory windows (engine_mw.cpp): a bind executed for QP qp; an invalidate of a type 2 window
+  // of PD pd by its key (LOCAL_INV, or SEND with invalidate at the responder). false: the error.
+  bool bind_mw(const QpSlot& qp, const BindSeg& b);
+  bool invalidate_mw(uint32_t pd, uint32_t key);
   ExecOutcome exec_rdma(Exchange& x);
   ExecOutcome exec_atomic(Exchange& x);
   ExecOutcome exec_send(Exchange& x);

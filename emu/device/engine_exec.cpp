@@ -36,6 +36,9 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   if (syndrome) return fail(out, syndrome);
   out->byte_cnt = static_cast<uint32_t>(w.local.total);
   if (w.opcode == kOpNop) return ExecOutcome::done;
+  if (w.opcode == kOpBindMw) return bind_mw(qp, w.bind) ? ExecOutcome::done : fail(out, kSynMwBind);
+  if (w.opcode == kOpLocalInv)
+    return invalidate_mw(qp.pd, be32(w.ctrl->imm)) ? ExecOutcome::done : fail(out, kSynMwBind);
   int local_pid = w.local.is_inline ? 0 : h_->procs[qp.owner].pid;
   if (qp.type == kQptUd) return exec_ud(qp, w, local_pid, out);
 
@@ -122,7 +125,7 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
   const MrSlot* rmr = nullptr;
   uint32_t need = w.opcode == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite;
   // A zero-length transfer carries no R_Key check.
-  if (total && !translate_remote(seg_, x.r.access, x.key_pd, x.key_owner, be32(w.raddr.rkey),
+  if (total && !translate_remote(seg_, x.r, x.key_pd, x.key_owner, be32(w.raddr.rkey),
                                  be64(w.raddr.raddr), total, need, &va, &rmr))
     return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
   // Through a shared mapping of the target's pages when there is one (EMU_SHARED_MR).
@@ -176,7 +179,7 @@ ExecOutcome Engine::exec_atomic(Exchange& x) {
   uint64_t va;
   const MrSlot* rmr = nullptr;
   if (raddr & 7) return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
-  if (!translate_remote(seg_, x.r.access, x.key_pd, x.key_owner, be32(w.raddr.rkey), raddr, 8,
+  if (!translate_remote(seg_, x.r, x.key_pd, x.key_owner, be32(w.raddr.rkey), raddr, 8,
                         kAccessRemoteAtomic, &va, &rmr))
     return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
   int apid = x.remote_pid;
@@ -227,6 +230,11 @@ ExecOutcome Engine::exec_send(Exchange& x) {
     if (!send_payload(x, rq, &rc, &resp_syndrome, &early)) return early;
     recv_consume(rq);
   }
+  // SEND with invalidate: the responder frees the type 2 window named in the immediate field.
+  bool inval = x.w.opcode == kOpSendInval;
+  uint32_t inval_pd = rq.srq && rq.srq->xrcd_ref ? rq.srq->pd : x.r.pd;
+  if (inval && !resp_syndrome && !invalidate_mw(inval_pd, be32(x.w.ctrl->imm)))
+    resp_syndrome = kSynLocalProt;
   if (resp_syndrome) {
     rc.cqe_opcode = kCqeRespErr;
     rc.syndrome = resp_syndrome;
@@ -240,6 +248,7 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   rc.byte_cnt = static_cast<uint32_t>(x.w.local.total);
   rc.imm_be = x.w.ctrl->imm;
   rc.emu_flags = recv_cqe_flags(*x.w.ctrl, imm);
+  if (inval) rc.emu_flags |= kCqeFlagInv;
   advance_psn(x.qp, &x.r, x.npk);
   write_cqe(recv_cq(rq), rc);
   return ExecOutcome::done;

@@ -45,14 +45,24 @@ struct Sges {
 
 // A key check as the NIC does it: the key names an MR of the same PD and process that grants the
 // access needed (kAccess* bits; 0 for a local read) and holds [addr, addr + len); *va is where
-// addr is in the owner's address space.
+// addr is in the owner's address space. A memory window's key serves remote access only: the
+// window's own rights and range, inside an MR that still lives, and for type 2 only through the
+// QP that bound it (`via_qpn`, the responder); *mr_out is then the MR (its pages).
 inline bool translate_key(Segment* seg, uint32_t pd, uint32_t owner, uint32_t key, uint64_t addr,
                           uint64_t len, uint32_t need, uint64_t* va,
-                          const MrSlot** mr_out = nullptr) {
+                          const MrSlot** mr_out = nullptr, uint32_t via_qpn = 0) {
   const MrSlot* mr = seg->find_mr(key);
   if (mr_out) *mr_out = mr;
   if (!mr || mr->pd != pd || mr->owner != owner || (mr->access & need) != need) return false;
   if (addr < mr->iova || len > mr->length || addr - mr->iova > mr->length - len) return false;
+  if (mr->mw_type) [[unlikely]] {
+    constexpr uint32_t kRemote = kAccessRemoteRead | kAccessRemoteWrite | kAccessRemoteAtomic;
+    if (!mr->mw_bound || !(need & kRemote) || (mr->mw_type == 2 && mr->mw_qpn != via_qpn))
+      return false;
+    const MrSlot* under = seg->find_mr(mr->mw_mr_key);
+    if (!under || under->owner != owner) return false;
+    if (mr_out) *mr_out = under;
+  }
   *va = mr->addr + (addr - mr->iova);
   return true;
 }
@@ -67,15 +77,16 @@ inline bool translate_local(Segment* seg, const QpSlot& qp, uint32_t lkey, uint6
 
 // The responder's buffers, with the R_Key a request carries: the QP must allow the access too
 // (`qp_access`), and the key belong to the protection domain `pd` of process slot `owner`.
-inline bool translate_remote(Segment* seg, uint32_t qp_access, uint32_t pd, uint32_t owner,
+inline bool translate_remote(Segment* seg, const QpSlot& r, uint32_t pd, uint32_t owner,
                              uint32_t rkey, uint64_t addr, uint64_t len, uint32_t need,
                              uint64_t* va, const MrSlot** mr_out = nullptr) {
-  return (qp_access & need) && translate_key(seg, pd, owner, rkey, addr, len, need, va, mr_out);
+  return (r.access & need) &&
+         translate_key(seg, pd, owner, rkey, addr, len, need, va, mr_out, r.qpn);
 }
 inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint64_t addr,
                              uint64_t len, uint32_t need, uint64_t* va,
                              const MrSlot** mr_out = nullptr) {
-  return translate_remote(seg, qp.access, qp.pd, qp.owner, rkey, addr, len, need, va, mr_out);
+  return translate_remote(seg, qp, qp.pd, qp.owner, rkey, addr, len, need, va, mr_out);
 }
 
 inline uint32_t packets(uint64_t len, uint8_t mtu_code) {

@@ -25,6 +25,7 @@ struct ParsedWqe {
   AvSeg av{};
   RaddrSeg raddr{};
   AtomicSeg atom{};
+  BindSeg bind{};
   Sges local;  // gathered from (sends, writes) or scattered into (READ, atomics)
 };
 
@@ -49,6 +50,7 @@ struct ParsedWqe {
   bool atomic = is_atomic(w->opcode);
   if (has_raddr(w->opcode) && !take(&w->raddr)) return kSynLocalQpOp;
   if (atomic && !take(&w->atom)) return kSynLocalQpOp;
+  if (w->opcode == kOpBindMw && !take(&w->bind)) return kSynLocalQpOp;
 
   bool local_write = w->opcode == kOpRdmaRead || atomic;
   Sges& local = w->local;

@@ -91,6 +91,10 @@ Status create_mr(Segment* seg, const MrSpec& spec, uint32_t* idx) {
   m.addr = spec.addr;
   m.length = spec.length;
   m.iova = spec.iova;
+  m.mw_type = 0;
+  m.mw_mr_key = 0;
+  m.mw_qpn = 0;
+  m.mw_bound = 0;
   return Status::ok;
 }
 

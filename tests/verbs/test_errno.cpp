@@ -358,22 +358,6 @@ TEST_F(Errno, QueryGidOutOfRange) {
   EXPECT_EQ(ibv_query_gid(ctx, 1, 0, &gid), 0);
 }
 
-// Memory windows are not implemented: alloc_mw fails with EOPNOTSUPP and the device does not
-// advertise them.
-TEST_F(Errno, MemoryWindowsNotSupported) {
-  errno = 0;
-  EXPECT_EQ(ibv_alloc_mw(pd, IBV_MW_TYPE_1), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
-  errno = 0;
-  EXPECT_EQ(ibv_alloc_mw(pd, IBV_MW_TYPE_2), nullptr);
-  EXPECT_EQ(errno, EOPNOTSUPP);
-  ibv_device_attr da;
-  ASSERT_EQ(ibv_query_device(ctx, &da), 0);
-  EXPECT_EQ(da.device_cap_flags & (IBV_DEVICE_MEM_WINDOW | IBV_DEVICE_MEM_WINDOW_TYPE_2A |
-                                   IBV_DEVICE_MEM_WINDOW_TYPE_2B),
-            0u);
-}
-
 // max_ah address handles per context, then ENOMEM; destroying one makes room again.
 TEST_F(Errno, CreateAhBeyondMaxAh) {
   ibv_device_attr da;

@@ -23,7 +23,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 24;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 25;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -62,6 +62,8 @@ enum Access : uint32_t {
   kAccessRemoteWrite = 2,
   kAccessRemoteRead = 4,
   kAccessRemoteAtomic = 8,
+  kAccessMwBind = 16,
+  kAccessZeroBased = 32,
 };
 
 // Async event types use ibv_event_type's numbering.
@@ -247,12 +249,18 @@ struct MrSlot {
   uint64_t iova;  // what remote keys address
   // EMU_SHARED_MR: the whole pages inside the MR re-backed by a memfd the owner keeps open, so
   // engines in other processes map them once and copy without a system call. share_len 0: not so.
-  int32_t share_fd;  // in the owner
-  uint32_t rsvd;
+  int32_t share_fd;   // in the owner
+  uint32_t mw_type;   // 0: an MR; 1 or 2: a memory window (ibv_alloc_mw) in this slot
   uint64_t share_va;  // page-aligned start, in the owner's address space
   uint64_t share_len;
   uint64_t share_off;  // offset of share_va in the memfd
   uint64_t share_uid;  // names the memfd (several MRs may share one)
+  // A memory window: bound into the MR of this key (its addr/length/iova/access are the window's),
+  // and for type 2 through the QP of this number, the only one remote access may come through.
+  uint32_t mw_mr_key;
+  uint32_t mw_qpn;
+  uint32_t mw_bound;  // 1 while bound (a key of 0 is a valid MR key)
+  uint32_t mw_rsvd;
 };
 
 // What a CQ's completion channel waits for (ibv_req_notify_cq): the driver arms, the device disarms

@@ -15,6 +15,9 @@ constexpr uint32_t kSendOps = opcode_bit(kOpNop) | opcode_bit(kOpSend) | opcode_
 constexpr uint32_t kWriteOps = opcode_bit(kOpRdmaWrite) | opcode_bit(kOpRdmaWriteImm);
 constexpr uint32_t kReadAtomicOps =
     opcode_bit(kOpRdmaRead) | opcode_bit(kOpAtomicCs) | opcode_bit(kOpAtomicFa);
+// Memory windows: bind and local invalidate on connected QPs, SEND with invalidate where a
+// responder holds windows (RC, XRC).
+constexpr uint32_t kMwOps = opcode_bit(kOpBindMw) | opcode_bit(kOpLocalInv);
 
 // UD: only SENDs (a datagram has no remote address). UC: no READs or atomics (nothing answers).
 // XRC INI: everything RC carries (the request names an XRC SRQ, whose PD guards RDMA and
@@ -23,9 +26,9 @@ constexpr uint32_t transport_ops(uint8_t qp_type) {
   switch (qp_type) {
     case kQptRc:
     case kQptXrcSend:
-      return kSendOps | kWriteOps | kReadAtomicOps;
+      return kSendOps | kWriteOps | kReadAtomicOps | kMwOps | opcode_bit(kOpSendInval);
     case kQptUc:
-      return kSendOps | kWriteOps;
+      return kSendOps | kWriteOps | kMwOps;
     case kQptUd:
       return kSendOps;
     default:

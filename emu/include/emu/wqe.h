@@ -26,6 +26,11 @@ enum WqeOpcode : uint8_t {
   kOpRdmaRead = 0x10,
   kOpAtomicCs = 0x11,
   kOpAtomicFa = 0x12,
+  // Memory windows (mlx5's numbers where it has them): SEND that invalidates an R_Key at the
+  // responder (the key in the control segment's immediate), a bind, a local invalidate.
+  kOpSendInval = 0x01,
+  kOpBindMw = 0x18,
+  kOpLocalInv = 0x1b,
 };
 
 enum CtrlFlags : uint8_t {
@@ -76,6 +81,18 @@ struct AtomicSeg {
   uint64_t compare;   // be
 };
 static_assert(sizeof(AtomicSeg) == 16);
+
+// A memory-window bind (kOpBindMw), right after the control segment: the window named by its key,
+// the key it takes, and the range and rights inside the MR named by mr_lkey.
+struct BindSeg {
+  uint32_t mw_key;   // be: the window's key now
+  uint32_t new_key;  // be: its key once bound (same index)
+  uint32_t mr_lkey;  // be: 0 with length 0 (a type 1 unbind)
+  uint32_t access;   // be: ibv_access_flags of the window
+  uint64_t addr;     // be: in the MR's address terms
+  uint64_t length;   // be
+};
+static_assert(sizeof(BindSeg) == 32);
 
 struct DataSeg {
   uint32_t byte_count;  // be
@@ -154,6 +171,7 @@ enum CqeSyndrome : uint8_t {
   kSynLocalQpOp = 0x02,
   kSynLocalProt = 0x04,
   kSynWrFlush = 0x05,
+  kSynMwBind = 0x06,
   kSynBadResp = 0x10,
   kSynLocalAccess = 0x11,
   kSynRemoteInvalReq = 0x12,
@@ -168,6 +186,7 @@ enum CqeSyndrome : uint8_t {
 enum CqeEmuFlags : uint8_t {
   kCqeFlagImm = 1 << 0,
   kCqeFlagSolicited = 1 << 1,
+  kCqeFlagInv = 1 << 2,  // a SEND with invalidate: the immediate field holds the invalidated key
 };
 
 // op_own bit of a responder CQE whose payload (at most 32 bytes) is in bytes 0..31 of the CQE
