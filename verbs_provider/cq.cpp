@@ -67,6 +67,8 @@ ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
       return IBV_WC_BIND_MW;
     case kOpLocalInv:
       return IBV_WC_LOCAL_INV;
+    case kOpAtomicWrite:
+      return IBV_WC_ATOMIC_WRITE;
     default:
       return IBV_WC_SEND;
   }

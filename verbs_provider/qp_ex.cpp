@@ -2,6 +2,7 @@
 // Between ibv_wr_start and ibv_wr_complete/abort the QP's send lock is held, as in mlx5 (a
 // lockless QP: its send owner word, taken by ibv_wr_start).
 #include <cerrno>
+#include <cstring>
 
 #include "emu/mmio.h"
 #include "provider.h"
@@ -208,8 +209,14 @@ void wr_send_inv(ibv_qp_ex* x, uint32_t rkey) {
   begin(x, kOpSendInval, IBV_QP_EX_WITH_SEND_WITH_INV, be32(rkey));
 }
 void wr_send_tso(ibv_qp_ex* x, void*, uint16_t, uint16_t) { to_qp(x)->wr_error = EOPNOTSUPP; }
-void wr_atomic_write(ibv_qp_ex* x, uint32_t, uint64_t, const void*) {
-  to_qp(x)->wr_error = EOPNOTSUPP;
+void wr_atomic_write(ibv_qp_ex* x, uint32_t rkey, uint64_t raddr, const void* value) {
+  begin(x, kOpAtomicWrite, IBV_QP_EX_WITH_ATOMIC_WRITE, 0);
+  EmuQp* qp = to_qp(x);
+  if (qp->wr_error) return;
+  wqe_add_raddr(qp, raddr, rkey);
+  uint64_t bytes;
+  std::memcpy(&bytes, value, sizeof bytes);
+  wqe_add_atomic(qp, be64(bytes), 0);  // stored big endian: the segment holds the bytes as given
 }
 
 // The ibv_qp_ex operation behind each WQE opcode.
@@ -228,6 +235,7 @@ constexpr WrOp kWrOps[] = {
     {IBV_QP_EX_WITH_SEND_WITH_INV, kOpSendInval},
     {IBV_QP_EX_WITH_LOCAL_INV, kOpLocalInv},
     {IBV_QP_EX_WITH_BIND_MW, kOpBindMw},
+    {IBV_QP_EX_WITH_ATOMIC_WRITE, kOpAtomicWrite},
 };
 
 }  // namespace

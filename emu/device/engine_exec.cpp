@@ -179,8 +179,11 @@ ExecOutcome Engine::exec_atomic(Exchange& x) {
   uint64_t va;
   const MrSlot* rmr = nullptr;
   if (raddr & 7) return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
-  if (!translate_remote(seg_, x.r, x.key_pd, x.key_owner, be32(w.raddr.rkey), raddr, 8,
-                        kAccessRemoteAtomic, &va, &rmr))
+  // An atomic write is a write (the remote-write right), placed as one 8-byte store.
+  bool write = w.opcode == kOpAtomicWrite;
+  uint32_t need = write ? kAccessRemoteWrite : kAccessRemoteAtomic;
+  if (!translate_remote(seg_, x.r, x.key_pd, x.key_owner, be32(w.raddr.rkey), raddr, 8, need, &va,
+                        &rmr))
     return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
   int apid = x.remote_pid;
   if (uint64_t window = shared_window(seg_, *rmr, va, 8)) {
@@ -192,8 +195,8 @@ ExecOutcome Engine::exec_atomic(Exchange& x) {
   CopyResult cr;
   {
     ShmLockGuard g(h_->atomic_lock, seg_->self());
-    cr = dma_read64(apid, va, &old);
-    if (cr == CopyResult::ok) {
+    cr = write ? dma_write64(apid, va, w.atom.swap_add) : dma_read64(apid, va, &old);
+    if (cr == CopyResult::ok && !write) {
       uint64_t v = old;
       if (w.opcode == kOpAtomicFa)
         v = old + be64(w.atom.swap_add);
@@ -205,7 +208,7 @@ ExecOutcome Engine::exec_atomic(Exchange& x) {
   if (cr == CopyResult::src_gone || cr == CopyResult::dst_gone) return ExecOutcome::stall_retry;
   if (cr != CopyResult::ok) return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
   MemSpan src{reinterpret_cast<uint64_t>(&old), 8};
-  if (dma_copy(0, &src, 1, x.local_pid, w.local.span, w.local.n) != CopyResult::ok)
+  if (!write && dma_copy(0, &src, 1, x.local_pid, w.local.span, w.local.n) != CopyResult::ok)
     return fail(x.out, kSynLocalProt);
   advance_psn(x.qp, &x.r, x.npk);
   return ExecOutcome::done;

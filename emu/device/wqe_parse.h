@@ -14,9 +14,11 @@ namespace emu::engine_detail {
 
 inline bool has_raddr(uint8_t opcode) {
   return opcode == kOpRdmaWrite || opcode == kOpRdmaWriteImm || opcode == kOpRdmaRead ||
-         opcode == kOpAtomicCs || opcode == kOpAtomicFa;
+         opcode == kOpAtomicCs || opcode == kOpAtomicFa || opcode == kOpAtomicWrite;
 }
-inline bool is_atomic(uint8_t opcode) { return opcode == kOpAtomicCs || opcode == kOpAtomicFa; }
+inline bool is_atomic(uint8_t opcode) {
+  return opcode == kOpAtomicCs || opcode == kOpAtomicFa || opcode == kOpAtomicWrite;
+}
 
 struct ParsedWqe {
   const CtrlSeg* ctrl = nullptr;  // in the fetched copy (inline data points into it too)
@@ -81,7 +83,7 @@ struct ParsedWqe {
     local.total += len;
   }
   if (local.total > kMaxMsgSize) return kSynLocalLength;
-  if (atomic && local.total != 8) return kSynLocalLength;
+  if (atomic && w->opcode != kOpAtomicWrite && local.total != 8) return kSynLocalLength;
   return 0;
 }
 

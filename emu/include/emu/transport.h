@@ -13,8 +13,8 @@ constexpr uint32_t opcode_bit(uint8_t opcode) { return opcode < 32 ? 1u << opcod
 
 constexpr uint32_t kSendOps = opcode_bit(kOpNop) | opcode_bit(kOpSend) | opcode_bit(kOpSendImm);
 constexpr uint32_t kWriteOps = opcode_bit(kOpRdmaWrite) | opcode_bit(kOpRdmaWriteImm);
-constexpr uint32_t kReadAtomicOps =
-    opcode_bit(kOpRdmaRead) | opcode_bit(kOpAtomicCs) | opcode_bit(kOpAtomicFa);
+constexpr uint32_t kReadAtomicOps = opcode_bit(kOpRdmaRead) | opcode_bit(kOpAtomicCs) |
+                                    opcode_bit(kOpAtomicFa) | opcode_bit(kOpAtomicWrite);
 // Memory windows: bind and local invalidate on connected QPs, SEND with invalidate where a
 // responder holds windows (RC, XRC).
 constexpr uint32_t kMwOps = opcode_bit(kOpBindMw) | opcode_bit(kOpLocalInv);

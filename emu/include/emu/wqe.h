@@ -31,6 +31,9 @@ enum WqeOpcode : uint8_t {
   kOpSendInval = 0x01,
   kOpBindMw = 0x18,
   kOpLocalInv = 0x1b,
+  // RDMA ATOMIC WRITE (IBTA 1.5): 8 bytes placed at once; the value rides in an AtomicSeg's first
+  // field, as the bytes to write.
+  kOpAtomicWrite = 0x1d,
 };
 
 enum CtrlFlags : uint8_t {
