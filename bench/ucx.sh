@@ -1,0 +1,51 @@
+#!/bin/bash
+# Benchmark (not a test): UCX over emu0 against perftest over emu0 in the same run, alternating
+# (A B A B ...), the median of the per-round ratios: UCP tag_lat 8 B average over ib_send_lat 8 B
+# average (and median over typical), ib_write_bw 64 KiB over UCP tag_bw 64 KiB. Each run also
+# counts how often its two processes were preempted (involuntary context switches, GNU time's %c)
+# and how often they slept (%w): both are busy pollers, so a tail (average far above median) with
+# preemptions and no sleeps is CPU time taken by other processes, not a wait inside UCX or emu0.
+# UCX must see emu0 (/dev/infiniband/uverbs-emu0, the device-presence work). docs/perf.md keeps
+# the latest table. Usage: bench/ucx.sh [rounds=5]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+rounds=${1:-5}
+B=$PWD/build/bin
+port=19700
+source bench/lib.sh
+export EMU_FABRIC=bench-ucx-$$ UCX_NET_DEVICES=emu0:1 UCX_TLS=rc_verbs,ud_verbs,self
+cs=$(mktemp)
+trap 'rm -f "$cs" "${EMU_SHM_DIR:-/dev/shm}/rdmaemu-$(id -u)-$EMU_FABRIC"' EXIT
+T="/usr/bin/time -a -o $cs -f %c,%w $B/emu-run"
+# preemptions/sleeps of the last pair's two processes
+switches() { tail -2 "$cs" | awk -F, '{c += $1; w += $2} END {print c "/" w}'; }
+
+# ib_send_lat columns: bytes iters t_min t_max t_typical t_avg ...; prints "avg typical"
+send_lat() { pair "$T ib_send_lat -d emu0 -F -s 8 -n 200000 -p @P" \
+  "$T ib_send_lat -d emu0 -F -s 8 -n 200000 -p @P localhost" | awk '$1==8 {print $6, $5}'; }
+write_bw() { pair "$T ib_write_bw -d emu0 -F -s 65536 -n 50000 -p @P" \
+  "$T ib_write_bw -d emu0 -F -s 65536 -n 50000 -p @P localhost" | awk '$1==65536 {print $4}'; }
+# ucx_perftest's last line: Final: iters p50 avg overall | MB/s avg overall | msg/s avg overall
+tag() { pair "$T ucx_perftest -p @P $*" "$T ucx_perftest 127.0.0.1 -p @P $*" | awk '$1 == "Final:"'; }
+tag_lat() { tag -t tag_lat -s 8 -n 200000 | awk '{print $4, $3}'; }
+tag_bw() { tag -t tag_bw -s 65536 -n 50000 | awk '{print $7, $3, $4}'; }
+
+declare -A R
+for r in $(seq "$rounds"); do
+  read -r sa st <<<"$(send_lat)"; s_cs=$(switches)
+  read -r ta tp <<<"$(tag_lat)"; t_cs=$(switches)
+  R[lat]+="$(ratio "$ta" "$sa") "; R[lat50]+="$(ratio "$tp" "$st") "
+  echo "round $r: ib_send_lat avg ${sa} typical ${st} us (preempted/slept ${s_cs});" \
+       "tag_lat avg ${ta} p50 ${tp} us (${t_cs})" >&2
+  wb=$(write_bw); w_cs=$(switches)
+  read -r tb tp ta <<<"$(tag_bw)"; t_cs=$(switches)
+  R[bw]+="$(ratio "$wb" "$tb") "
+  echo "round $r: ib_write_bw 64K ${wb} MB/s (${w_cs}); tag_bw 64K ${tb} MB/s, per message" \
+       "p50 ${tp} avg ${ta} us (${t_cs})" >&2
+done
+med() { tr ' ' '\n' <<<"${R[$1]}" | grep . | median; }
+echo "| measure (UCX over emu0 against perftest over emu0) | ratio | goal |"
+echo "|---|---|---|"
+echo "| UCP tag_lat 8 B average / ib_send_lat 8 B average | $(med lat) | <= 1.5 |"
+echo "| UCP tag_lat 8 B median / ib_send_lat 8 B typical | $(med lat50) | (information) |"
+echo "| ib_write_bw 64 KiB / UCP tag_bw 64 KiB (bandwidth) | $(med bw) | <= 1.5 |"
