@@ -9,25 +9,7 @@ command -v ucx_perftest >/dev/null || { apt-get update -qq && apt-get install -y
 B=build/bin
 port=19500
 
-# wait_listen PORT: until a TCP listener is on PORT (a condition; bounded)
-wait_listen() {
-  for _ in $(seq 1000); do
-    grep -q ":$(printf %04X "$1") 00000000:0000 0A" /proc/net/tcp /proc/net/tcp6 2>/dev/null && return 0
-    sleep 0.01
-  done
-  return 1
-}
-
-# pair SERVERCMD CLIENTCMD [CLIENT_CPUS] -> client output on stdout
-pair() {
-  port=$((port + 1))
-  local s=${1//@P/$port} c=${2//@P/$port}
-  taskset -c 0 $s >/dev/null 2>&1 &
-  local sp=$!
-  wait_listen "$port"
-  taskset -c "${3:-1}" $c 2>&1
-  wait "$sp" || true
-}
+source bench/lib.sh
 
 # Each emu_* takes the environment to run emu0 with ("" = defaults).
 emu_send_lat() { pair "env $1 $B/emu-run ib_send_lat -d emu0 -F -s 2 -n 100000 -p @P" \
@@ -44,8 +26,6 @@ ucx_tag_lat() { ucx posix -t tag_lat -s 8 -n 1000000 | awk '$1 == "Final:" {prin
 ucx_cma_put() { ucx cma -t put_bw -x cma -d memory -D zcopy -s "$1" -n 20000 | awk '$1 == "Final:" {print $7}'; }
 ucx_tag_rate() { ucx posix -t tag_bw -s 8 -n 5000000 | awk '$1 == "Final:" {print $9 / 1e6}'; }
 
-median() { sort -g | awk '{a[NR]=$1} END {print a[int((NR+1)/2)]}'; }
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (b > 0) printf "%.2f", a / b; else print "n/a" }'; }
 
 declare -A R
 SH=EMU_SHARED_MR=1

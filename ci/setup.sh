@@ -3,7 +3,7 @@
 # Works from a bare debian:12 (no compiler, no cmake) as root, non-interactively.
 set -euo pipefail
 PKGS=(build-essential cmake g++ python3 procps
-      libibverbs-dev ibverbs-utils perftest ucx-utils
+      libibverbs-dev ibverbs-utils perftest ucx-utils openmpi-bin libopenmpi-dev
       pkg-config libnl-3-dev libnl-route-3-dev
       googletest libgtest-dev clang-format
       python3-pyverbs)

@@ -59,7 +59,13 @@ void init_devices() {
 }  // namespace
 
 void* real_symbol(const char* name, const char* version) {
-  void* p = dlvsym(RTLD_NEXT, name, version);
+  if (void* p = dlvsym(RTLD_NEXT, name, version)) return p;
+  // libibverbs loaded by dlopen without RTLD_GLOBAL (UCX's and Open MPI's transport modules) is
+  // not in the scope RTLD_NEXT searches: ask that copy directly, if one is loaded.
+  void* lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  if (!lib) return nullptr;
+  void* p = dlvsym(lib, name, version);
+  dlclose(lib);  // drops only the reference RTLD_NOLOAD took
   return p;
 }
 
@@ -544,9 +550,22 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
   }
 }
 
+// Counts the acknowledgement on the event's object as libibverbs does (its public mutex, counter
+// and condition variable, which destroy waits on). Done here rather than forwarded: where
+// libibverbs is loaded privately (UCX's and Open MPI's transport modules dlopen it), the forward
+// would not be found and the destroy that waits for this ack would never return.
 void ibv_ack_async_event(ibv_async_event* event) {
+  ibv_context* owner = nullptr;
+  pthread_mutex_t* mu = nullptr;
+  pthread_cond_t* cond = nullptr;
+  uint32_t* completed = nullptr;
   switch (event->event_type) {
-    case IBV_EVENT_CQ_ERR:
+    case IBV_EVENT_CQ_ERR: {
+      ibv_cq* cq = event->element.cq;
+      owner = cq->context, mu = &cq->mutex, cond = &cq->cond;
+      completed = &cq->async_events_completed;
+      break;
+    }
     case IBV_EVENT_QP_FATAL:
     case IBV_EVENT_QP_REQ_ERR:
     case IBV_EVENT_QP_ACCESS_ERR:
@@ -554,15 +573,29 @@ void ibv_ack_async_event(ibv_async_event* event) {
     case IBV_EVENT_SQ_DRAINED:
     case IBV_EVENT_PATH_MIG:
     case IBV_EVENT_PATH_MIG_ERR:
-    case IBV_EVENT_QP_LAST_WQE_REACHED:
-    case IBV_EVENT_SRQ_ERR:
-    case IBV_EVENT_SRQ_LIMIT_REACHED:
+    case IBV_EVENT_QP_LAST_WQE_REACHED: {
+      ibv_qp* qp = event->element.qp;
+      owner = qp->context, mu = &qp->mutex, cond = &qp->cond, completed = &qp->events_completed;
       break;
+    }
+    case IBV_EVENT_SRQ_ERR:
+    case IBV_EVENT_SRQ_LIMIT_REACHED: {
+      ibv_srq* srq = event->element.srq;
+      owner = srq->context, mu = &srq->mutex, cond = &srq->cond;
+      completed = &srq->events_completed;
+      break;
+    }
     default:
-      return;  // port events carry no object to count
+      return;  // port and device events carry no object to count
   }
-  auto fn = REAL(ibv_ack_async_event, "IBVERBS_1.1");
-  if (fn) fn(event);  // only touches the public counters and condition variables
+  if (!is_emu(owner)) {
+    if (auto fn = REAL(ibv_ack_async_event, "IBVERBS_1.1")) fn(event);
+    return;
+  }
+  pthread_mutex_lock(mu);
+  ++*completed;
+  pthread_cond_signal(cond);
+  pthread_mutex_unlock(mu);
 }
 
 }  // extern "C"

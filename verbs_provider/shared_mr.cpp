@@ -8,6 +8,7 @@
 // Only private anonymous read-write memory (heap, anonymous mmap) is re-backed; anything else keeps
 // the system-call path.
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -18,7 +19,21 @@
 #include "provider.h"
 
 namespace emu::prov {
+
 namespace {
+
+// The re-backing goes around libc's mmap family on purpose: a program's memory-event hooks there
+// (UCX's ucm patches mmap, mremap, munmap and madvise) would see registration remap the region and
+// drop it from their registration cache, where on hardware registering memory leaves the mapping
+// alone (UCX's rendezvous then lost track of its buffers and stalled).
+void* raw_mmap_shared(int fd, uint64_t n) {
+  return reinterpret_cast<void*>(
+      syscall(SYS_mmap, nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
+}
+void* raw_mremap_over(void* from, uint64_t n, uint64_t to) {
+  return reinterpret_cast<void*>(
+      syscall(SYS_mremap, from, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, to));
+}
 
 struct SharedRange {
   uint64_t start, end;  // page-aligned, in this process
@@ -85,19 +100,19 @@ bool share_pages(void* addr, size_t len, MrSlot& ms) {
     close(fd);
     return false;
   }
-  void* tmp = mmap(nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+  void* tmp = raw_mmap_shared(fd, n);
   if (tmp == MAP_FAILED) {
     close(fd);
     return false;
   }
   std::memcpy(tmp, reinterpret_cast<void*>(s), n);
   // Moving the mapping over the region replaces its pages in one step.
-  if (mremap(tmp, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, reinterpret_cast<void*>(s)) == MAP_FAILED) {
-    munmap(tmp, n);
+  if (raw_mremap_over(tmp, n, s) == MAP_FAILED) {
+    syscall(SYS_munmap, tmp, n);
     close(fd);
     return false;
   }
-  madvise(reinterpret_cast<void*>(s), n, MADV_DONTFORK);
+  syscall(SYS_madvise, s, n, MADV_DONTFORK);
   uint64_t uid = segment()->new_uid();
   g_ranges.push_back({s, e, fd, uid});
   ms.share_fd = fd;

@@ -65,6 +65,8 @@ def main():
     ap.add_argument("--expect-server", action="append", default=[])
     ap.add_argument("--absent", action="append", default=[], help="regex no output may match")
     ap.add_argument("--env", action="append", default=[], help="K=V for every process")
+    ap.add_argument("--skip-unless", nargs=2, metavar=("CMD", "REGEX"),
+                    help="exit 77 (skipped, with the reason) unless CMD's output matches REGEX")
     ap.add_argument("--clients", type=int, default=1,
                     help="client processes started together (each output is checked)")
     a = ap.parse_args()
@@ -82,6 +84,13 @@ def main():
     run = lambda cmd: [a.emu_run] + shlex.split(cmd)
     ok = True
     try:
+        if a.skip_unless:
+            cmd, want = a.skip_unless
+            p = subprocess.run(run(cmd), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, timeout=a.timeout)
+            if not re.search(want, p.stdout, re.M):
+                print(f"SKIP {a.name}: `{cmd}` does not show /{want}/")
+                return 77
         if a.single:
             p = subprocess.run(run(a.single), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, timeout=a.timeout)
