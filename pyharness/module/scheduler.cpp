@@ -116,13 +116,13 @@ std::shared_ptr<Run> replay(const ScenarioHandle& h, const std::string& schedule
 
 std::shared_ptr<Campaign> run(const ScenarioHandle& h, const std::string& strategy, uint64_t seed,
                               uint64_t budget, uint32_t bound, bool shrink, bool keep_going) {
-  race::CampaignOptions o;
-  o.search = search_of(strategy);
-  o.master_seed = seed;
-  o.budget = budget;
-  o.bound = bound;
-  o.shrink = shrink;
-  o.keep_going = keep_going;
+  const race::CampaignOptions o{.search = search_of(strategy),
+                                .master_seed = seed,
+                                .budget = budget,
+                                .bound = bound,
+                                .shard = {},
+                                .keep_going = keep_going,
+                                .shrink = shrink};
   py::gil_scoped_release unlocked;
   std::lock_guard<std::mutex> g(g_rig_lock);
   race::Rig& rig = rig_locked();

@@ -308,33 +308,21 @@ int Objects::poll(int cq_h, int max, int ms, Values* out) {
   return 0;
 }
 
+// The verb that releases an object of each kind, by Kind.
+template <class T, int (*Verb)(T*)>
+int release_as(void* p) {
+  return Verb(static_cast<T*>(p));
+}
+constexpr int (*kRelease[])(void*) = {
+    release_as<ibv_pd, ibv_dealloc_pd>, release_as<ibv_mr, ibv_dereg_mr>,
+    release_as<ibv_cq, ibv_destroy_cq>, release_as<ibv_srq, ibv_destroy_srq>,
+    release_as<ibv_qp, ibv_destroy_qp>, release_as<ibv_xrcd, ibv_close_xrcd>};
+
 int Objects::destroy(int h) {
   auto it = objs_.find(h);
   if (it == objs_.end()) return EBADF;
-  Object& o = it->second;
-  int rc = 0;
-  switch (o.kind) {
-    case Kind::kPd:
-      rc = ibv_dealloc_pd(static_cast<ibv_pd*>(o.ptr));
-      break;
-    case Kind::kMr:
-      rc = ibv_dereg_mr(static_cast<ibv_mr*>(o.ptr));
-      break;
-    case Kind::kCq:
-      rc = ibv_destroy_cq(static_cast<ibv_cq*>(o.ptr));
-      break;
-    case Kind::kSrq:
-      rc = ibv_destroy_srq(static_cast<ibv_srq*>(o.ptr));
-      break;
-    case Kind::kQp:
-      rc = ibv_destroy_qp(static_cast<ibv_qp*>(o.ptr));
-      break;
-    case Kind::kXrcd:
-      rc = ibv_close_xrcd(static_cast<ibv_xrcd*>(o.ptr));
-      break;
-  }
-  if (rc) return rc;
-  std::free(o.buf);
+  if (int rc = kRelease[static_cast<int>(it->second.kind)](it->second.ptr)) return rc;
+  std::free(it->second.buf);
   objs_.erase(it);
   return 0;
 }

@@ -11,7 +11,7 @@
 
 namespace player {
 
-enum class Kind { kPd, kMr, kCq, kSrq, kQp, kXrcd };
+enum class Kind { kPd, kMr, kCq, kSrq, kQp, kXrcd };  // in the order of objects.cpp's kRelease
 
 struct Object {
   Kind kind;

@@ -23,8 +23,10 @@ class PlayerGone(RuntimeError):
 
 class Player:
     def __init__(self, name: str, device: str = "emu0", fabric: Optional[str] = None,
-                 env: Optional[Dict[str, str]] = None, timeout: float = 20):
-        self.name, self.device, self.timeout = name, device, timeout
+                 env: Optional[Dict[str, str]] = None, timeout: float = 20,
+                 stream: Optional[list] = None):
+        """stream: a list each step's record is appended to (rdmaemu.compare's input)."""
+        self.name, self.device, self.timeout, self.stream = name, device, timeout, stream
         penv = dict(os.environ)
         penv.pop("LD_PRELOAD", None)  # the harness's interposer is not the player's business
         if fabric:
@@ -73,7 +75,20 @@ class Player:
     def call(self, *words) -> Dict[str, int]:
         """One step: the values of its reply; VerbsError(errno) if the verb failed."""
         self.send_only(*words)
-        return self.reply()
+        try:
+            values = self.reply()
+        except VerbsError as e:
+            self._record(words[0], e.errno, {})
+            raise
+        self._record(words[0], 0, values)
+        return values
+
+    def _record(self, step, err, values):
+        # What two runs can compare: the step, its errno and its completions (per WR: status and
+        # immediate, in order); not handles, numbers or pids, which differ between runs.
+        if self.stream is not None:
+            kept = {k: v for k, v in values.items() if k == "n" or k.startswith(("status", "imm"))}
+            self.stream.append({"player": self.name, "step": step, "errno": err, **kept})
 
     # ---- verbs steps ----
     def alloc_pd(self) -> int:

@@ -22,7 +22,8 @@ def post(ep: int = 0, len: int = 64) -> Step:
 
 
 def poll(ep: int = 0) -> Step:
-    """Up to 8 completions of endpoint `ep`; an empty CQ is a spin point."""
+    """One poll of endpoint `ep`: up to 8 completions, none if its CQ is empty (what is left is
+    taken by the final check)."""
     return Step("poll", ep)
 
 

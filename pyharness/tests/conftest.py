@@ -7,6 +7,7 @@ import os
 import pytest
 
 import rdmaemu
+from rdmaemu.compare import write_stream
 
 # This process's fabric: the provider reads EMU_FABRIC at its first use, after this import, so
 # each xdist worker (and the controller) gets a segment of its own.
@@ -24,6 +25,11 @@ def segment_path(fabric: str) -> str:
 def pytest_addoption(parser):
     parser.addoption("--device", default="emu0",
                      help="the verbs device the scenarios run on (emu0, rxe0, mlx5_0, ...)")
+    parser.addoption("--xrc-policy", default=None,
+                     choices=["kernel", "xrcd", "creator", "creator_xrcd"],
+                     help="run the XRC lifetime scenarios under this policy only")
+    parser.addoption("--record", metavar="RUN_DIR", default=None,
+                     help="write each player scenario's stream there (python -m rdmaemu.compare)")
 
 
 def is_emu(device: str) -> bool:
@@ -72,12 +78,26 @@ def fabric():
 
 
 @pytest.fixture
-def players(fabric, device):
-    """players(name, **env) starts a Player on this test's fabric; all are ended afterwards."""
+def stream(request):
+    """The test's stream of records; with --record, written afterwards under the test's name
+    without its XRC policy, so that runs under two policies compare scenario by scenario."""
+    records = []
+    yield records
+    run_dir = request.config.getoption("--record")
+    if run_dir:
+        params = getattr(request.node, "callspec", None)
+        rest = [str(v) for k, v in sorted(params.params.items()) if k != "policy"] if params else []
+        name = request.node.originalname + (f"[{'-'.join(rest)}]" if rest else "")
+        write_stream(run_dir, name, records)
+
+
+@pytest.fixture
+def players(fabric, device, stream):
+    """players(name, env) starts a Player on this test's fabric; all are ended afterwards."""
     started = []
 
     def start(name, env=None):
-        p = rdmaemu.Player(name, device=device, fabric=fabric, env=env)
+        p = rdmaemu.Player(name, device=device, fabric=fabric, env=env, stream=stream)
         started.append(p)
         return p
 

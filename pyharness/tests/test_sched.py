@@ -4,6 +4,7 @@ thread-safety case written in Python (two threads through one SINGLE-mode endpoi
 with a fixed seed, shrunk, replayed and drawn, its locked counterpart passing every schedule
 within two preemptions. Fixed seeds and budgets: the results do not depend on the machine."""
 import json
+import pathlib
 
 import pytest
 
@@ -77,3 +78,12 @@ def test_a_scenario_under_the_weak_profile_runs():
                  actors={"t0": [post(0, 64), post(0, 64), rdmaemu.poll(0)]})
     c = s.run("random", seed=3, budget=50)
     assert not c.failed, c.failure and c.failure.describe()
+
+
+def test_the_example_of_docs_pyharness_runs(tmp_path, monkeypatch):
+    """docs/pyharness.md's scenario is run as written, so the example stays true."""
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "pyharness.md"
+    example = doc.read_text().split("```python\n")[1].split("```")[0]
+    monkeypatch.chdir(tmp_path)
+    exec(compile(example, str(doc), "exec"), {})
+    assert json.loads((tmp_path / "two-threads.json").read_text())["traceEvents"]

@@ -25,8 +25,8 @@ class Setting:
     domain and owns the XRC SRQ, the sender's INI QP is connected to the TGT QP (timeout 1, one
     retry, so a lost TGT QP shows at once)."""
 
-    def __init__(self, players, fabric, policy_env, domain):
-        self.fabric, self.domain, self.tag = fabric, domain, 0
+    def __init__(self, players, fabric, policy_env, domain, stream):
+        self.fabric, self.domain, self.tag, self.stream = fabric, domain, 0, stream
         self.creator = XRCResources(players, "creator", domain.path, os.O_CREAT, policy_env)
         self.tgt, self.qpn = self.creator.player.create_qp("xrc_recv", self.creator.xrcd)
         self.opener = XRCResources(players, "opener", domain.path, 0, policy_env)
@@ -40,7 +40,18 @@ class Setting:
     def census(self):
         c = census(self.fabric)
         assert c.dead_owned == [], c.raw
+        self.stream.append({"census": self.summary(c)})
         return c
+
+    def summary(self, c):
+        """The census as two runs can compare it: processes by role, no numbers that vary."""
+        role = {r.player.pid: r.player.name for r in (self.creator, self.opener, self.sender)}
+        t = c.tgt(self.qpn)
+        x = c.xrcd_of_inode(self.domain.inode)
+        return {"tgt": t and {"handles": t["handles"], "orphaned": t["orphaned"],
+                              "holders": sorted(role.get(h["pid"], "?") for h in t["holders"])},
+                "xrcd": x and [x["opens"], x["objects"]],
+                "objects": sorted((o["kind"], o.get("type", "")) for o in c.objects)}
 
     def domain_counts(self):
         x = self.census().xrcd_of_inode(self.domain.inode)
@@ -55,14 +66,19 @@ class Setting:
         [(status, _)] = s.player.poll(s.cq, 1)
         if status == IBV_WC_SUCCESS:
             assert self.opener.player.poll(self.opener.cq, 1) == [(IBV_WC_SUCCESS, self.tag)]
+            self.stream.append({"send": "lands"})
             return "lands"
         assert self.opener.player.alive() is False or self.opener.player.poll(self.opener.cq, 1, 0) == []
-        return {IBV_WC_RETRY_EXC_ERR: "lost", IBV_WC_REM_INV_REQ_ERR: "invalid"}[status]
+        outcome = {IBV_WC_RETRY_EXC_ERR: "lost", IBV_WC_REM_INV_REQ_ERR: "invalid"}[status]
+        self.stream.append({"send": outcome})
+        return outcome
 
 
-@pytest.fixture(params=sorted(POLICIES))
-def policy(request):
-    return request.param
+def pytest_generate_tests(metafunc):
+    """Every test under each policy, or under the one --xrc-policy names."""
+    if "policy" in metafunc.fixturenames:
+        chosen = metafunc.config.getoption("--xrc-policy")
+        metafunc.parametrize("policy", [chosen] if chosen else sorted(POLICIES))
 
 
 @pytest.fixture
@@ -73,8 +89,8 @@ def domain():
 
 
 @pytest.fixture
-def setting(players, fabric, policy, domain):
-    s = Setting(players, fabric, POLICIES[policy][0], domain)
+def setting(players, fabric, policy, domain, stream):
+    s = Setting(players, fabric, POLICIES[policy][0], domain, stream)
     t = s.census().tgt(s.qpn)
     assert t["handles"] == 1 and not t["orphaned"]
     assert s.domain_counts() == (2, 2)  # the creator's and the opener's; the TGT QP and the SRQ

@@ -65,7 +65,7 @@ Scenario finish(const Shared& s, std::vector<Actor> actors) {
   return sc;
 }
 
-void uct_post(const Shared& s, size_t ep, size_t m) {
+void uct_post(const Shared& s, size_t ep, size_t m, bool note_first) {
   const Msg& msg = s->msgs[m];
   uint8_t payload[kSlotBytes];
   std::memset(payload, msg.fill, msg.len);
@@ -75,7 +75,12 @@ void uct_post(const Shared& s, size_t ep, size_t m) {
   a.raddr = s->rig->slot_addr(msg.pair, msg.slot);
   a.rkey = s->rig->rkey();
   a.wr_id = m;
-  if (s->eps[ep]->post(a) == uctlite::PostStatus::ok) s->ledger.post(msg.pair, m);
+  if (note_first) s->ledger.post(msg.pair, m);
+  const bool posted = s->eps[ep]->post(a) == uctlite::PostStatus::ok;
+  if (posted && !note_first) s->ledger.post(msg.pair, m);
+  if (!posted && note_first)
+    std::erase_if(s->ledger.posted,
+                  [&](const Ledger::Entry& e) { return e.qp == msg.pair && e.key == m; });
 }
 
 }  // namespace race

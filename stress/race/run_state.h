@@ -46,6 +46,8 @@ Shared start(Rig& rig, const std::vector<uint32_t>& pairs);
 // The run's scenario: the actors, then the device actor, the final check the state's.
 emu::sched::Scenario finish(const Shared& s, std::vector<emu::sched::Actor> actors);
 // Posts msgs[m] through eps[ep] (uctlite), its wr_id m; the ledger notes it if the post took.
-void uct_post(const Shared& s, size_t ep, size_t m);
+// note_first: noted before the post (and forgotten if it did not take), for scenarios whose actors
+// poll: another actor may take the completion before the poster returns from the post.
+void uct_post(const Shared& s, size_t ep, size_t m, bool note_first = false);
 
 }  // namespace race

@@ -13,7 +13,7 @@ namespace race {
 
 enum class StepOp {
   kPost,   // one message of `len` bytes through endpoint `ep`
-  kPoll,   // up to 8 completions of endpoint `ep` (an empty CQ is a spin point)
+  kPoll,   // one poll of endpoint `ep`: up to 8 completions, none if its CQ is empty
   kFlush,  // mmio_flush_writes: this thread's write-combining buffers reach the device
   kYield,  // a plain scheduling point
 };
