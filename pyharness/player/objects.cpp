@@ -83,6 +83,21 @@ int ud_to_rts(ibv_qp* qp) {
   return ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN);
 }
 
+// `count` receives of 64 bytes each, from the start of mr, wr_id their index, through `post`.
+template <class Post>
+int post_receives(ibv_mr* mr, int count, Post post) {
+  for (int i = 0; i < count; ++i) {
+    ibv_sge sg{reinterpret_cast<uintptr_t>(mr->addr) + 64u * i, 64, mr->lkey};
+    ibv_recv_wr wr{};
+    wr.wr_id = i;
+    wr.sg_list = &sg;
+    wr.num_sge = 1;
+    ibv_recv_wr* bad = nullptr;
+    if (int rc = post(&wr, &bad)) return rc;
+  }
+  return 0;
+}
+
 }  // namespace
 
 int Objects::add(Kind k, void* p, Values* out, void* buf) {
@@ -164,15 +179,10 @@ int Objects::create_xrc_srq(int xrcd_h, int pd_h, int cq_h, int mr_h, int recvs,
   ibv_srq* srq = ibv_create_srq_ex(ctx_, &a);
   if (!srq) return err_or(ENOMEM);
   add(Kind::kSrq, srq, out);
-  for (int i = 0; i < recvs; ++i) {
-    ibv_sge sg{reinterpret_cast<uintptr_t>(mr->addr) + 64u * i, 64, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = i;
-    wr.sg_list = &sg;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    if (int rc = ibv_post_srq_recv(srq, &wr, &bad)) return rc;
-  }
+  if (int rc = post_receives(mr, recvs, [srq](ibv_recv_wr* wr, ibv_recv_wr** bad) {
+        return ibv_post_srq_recv(srq, wr, bad);
+      }))
+    return rc;
   uint32_t srqn = 0;
   if (int rc = ibv_get_srq_num(srq, &srqn)) return rc;
   out->push_back({"srqn", srqn});
@@ -270,16 +280,8 @@ int Objects::post_recv(int qp_h, int mr_h, int count) {
   ibv_qp* qp = get<ibv_qp>(qp_h, Kind::kQp);
   auto* mr = get<ibv_mr>(mr_h, Kind::kMr);
   if (!qp || !mr) return EBADF;
-  for (int i = 0; i < count; ++i) {
-    ibv_sge sg{reinterpret_cast<uintptr_t>(mr->addr) + 64u * i, 64, mr->lkey};
-    ibv_recv_wr wr{};
-    wr.wr_id = i;
-    wr.sg_list = &sg;
-    wr.num_sge = 1;
-    ibv_recv_wr* bad = nullptr;
-    if (int rc = ibv_post_recv(qp, &wr, &bad)) return rc;
-  }
-  return 0;
+  return post_receives(
+      mr, count, [qp](ibv_recv_wr* wr, ibv_recv_wr** bad) { return ibv_post_recv(qp, wr, bad); });
 }
 
 int Objects::poll(int cq_h, int max, int ms, Values* out) {
