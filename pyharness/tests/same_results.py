@@ -18,7 +18,7 @@ def outcomes(xml_path):
 def run(tests, outdir, workers):
     xml = os.path.join(outdir, f"n{workers}.xml")
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-q", "-n", str(workers),
-           f"--junitxml={xml}", tests]
+           f"--junitxml={xml}", f"--basetemp={os.path.join(outdir, f'tmp-n{workers}')}", tests]
     rc = subprocess.run(cmd, timeout=900).returncode
     return rc, outcomes(xml)
 
