@@ -1,11 +1,10 @@
-// The built-in scenarios: each known posting bug, named after its report, and its fix. A message
-// is an inline RDMA WRITE of `len` bytes of one fill byte into a target slot of its own; the final
-// check runs the oracles in order: the device's race events, every completion taken exactly once,
-// every payload whole at the target.
+// The built-in scenarios: each known posting bug, named after its report, and its fix, over the
+// messages and oracles of run_state.h.
 #include <memory>
 #include <mutex>
 
 #include "emu/visibility.h"
+#include "run_state.h"
 #include "scenario.h"
 
 namespace race {
@@ -17,94 +16,6 @@ using emu::sched::StoreBuffers;
 using emu::sched::Visibility;
 using uctlite::MmioMode;
 using uctlite::ThreadMode;
-
-struct Msg {
-  uint32_t pair;  // rig pair
-  uint32_t slot;  // target slot on that pair
-  uint8_t fill;
-  uint32_t len;
-};
-
-// One run's state, shared by its actors and its final check.
-struct RunState {
-  Rig* rig = nullptr;
-  std::vector<uint32_t> pairs;
-  std::unique_ptr<uctlite::Worker> worker;  // uctlite scenarios
-  std::vector<uctlite::Ep*> eps;            // eps[i] on pairs[i]
-  std::vector<Msg> msgs;
-  Ledger ledger;
-  bool drain = true;  // the final check takes the completions left (posting scenarios)
-  std::unique_ptr<StoreBuffers> buffers;  // a memory profile other than sc
-
-  Msg& add(uint32_t pair, uint32_t len) {
-    uint32_t slot = 0;
-    for (const Msg& m : msgs) slot += m.pair == pair;
-    msgs.push_back({pair, slot, static_cast<uint8_t>('A' + msgs.size()), len});
-    return msgs.back();
-  }
-
-  std::string check() {
-    if (buffers && buffers->pending()) return "stores left in a buffer";
-    std::string sig = rig->race_signature();
-    if (!sig.empty()) return sig;
-    if (drain) take_all();
-    sig = ledger.check();
-    if (!sig.empty()) return sig;
-    for (const Msg& m : msgs) {
-      sig = rig->payload_signature(m.pair, m.slot, m.fill, m.len);
-      if (!sig.empty()) return sig;
-    }
-    return "";
-  }
-
-  void take_all() {
-    uctlite::Completion c[8];
-    for (size_t i = 0; i < eps.size(); ++i)
-      while (int n = eps[i]->poll(c, 8))
-        for (int k = 0; k < n; ++k) {
-          if (c[k].matched)
-            ledger.complete(pairs[i], c[k].wr_id);
-          else
-            ++ledger.unmatched;
-        }
-    if (!eps.empty()) return;
-    uint32_t index;
-    for (uint32_t p : pairs)
-      while (rig->raw(p).poll_one(&index)) ledger.complete(p, index);
-  }
-};
-
-using Shared = std::shared_ptr<RunState>;
-
-Shared start(Rig& rig, const std::vector<uint32_t>& pairs) {
-  auto s = std::make_shared<RunState>();
-  s->rig = &rig;
-  s->pairs = pairs;
-  return s;
-}
-
-Scenario finish(const Shared& s, std::vector<Actor> actors) {
-  Scenario sc;
-  sc.actors = std::move(actors);
-  sc.actors.push_back(s->rig->device().actor());
-  sc.final_check = [s] { return s->check(); };
-  return sc;
-}
-
-// ---- uctlite posters: thread t posts msgs[t] through eps[ep_of(t)] ----
-
-void uct_post(const Shared& s, size_t ep, size_t m) {
-  const Msg& msg = s->msgs[m];
-  uint8_t payload[kSlotBytes];
-  std::memset(payload, msg.fill, msg.len);
-  uctlite::PostArgs a;
-  a.payload = payload;
-  a.length = msg.len;
-  a.raddr = s->rig->slot_addr(msg.pair, msg.slot);
-  a.rkey = s->rig->rkey();
-  a.wr_id = m;
-  if (s->eps[ep]->post(a) == uctlite::PostStatus::ok) s->ledger.post(msg.pair, m);
-}
 
 // `threads` threads, thread t posting one message of lens[t % 4] bytes on pairs[t % pairs.size()]
 // through one worker.

@@ -1,0 +1,32 @@
+"""rdmaemu: the Python harness of the RDMA NIC emulator (docs/pyharness.md).
+
+Run Python through build/bin/emu-python, which preloads the emulated provider and the scheduler's
+libc interposer and puts this package on the path:
+
+    devices(), race_events()          what this process sees (the C++ module)
+    census(), port(), set_port()      the fabric from outside (emu-ctl)
+    Scenario, post, poll, run(), replay(), builtin()   the deterministic scheduler
+    Player                            a process that runs verbs steps on command
+"""
+import os
+
+from . import _rdmaemu
+from ._rdmaemu import (Campaign, DeviceInfo, PortInfo, RaceEvent, Run, VerbsError, builtin,
+                       builtin_scenarios, devices, race_events, races_recorded)
+from .census import Census, census
+from .control import port_state, set_port
+from .players import Player
+from .scenario import Scenario, flush, poll, post, replay, run, yield_
+
+__all__ = [
+    "Campaign", "Census", "DeviceInfo", "Player", "PortInfo", "RaceEvent", "Run", "Scenario",
+    "VerbsError", "builtin", "builtin_scenarios", "census", "devices", "flush", "poll",
+    "port_state", "post", "race_events", "races_recorded", "replay", "run", "set_port",
+    "yield_", "preloaded",
+]
+
+
+def preloaded() -> bool:
+    """Whether this process runs with the emulated provider and the scheduler's interposer."""
+    libs = os.environ.get("LD_PRELOAD", "")
+    return "libemu_verbs.so" in libs and "libemu_sched.so" in libs
