@@ -426,7 +426,7 @@ std::vector<Entry> children(const Node& n) {
 Lookup lookup(const char* path, bool follow_last) {
   Lookup r;
   // A trailing slash names a directory: a link there is followed, as the kernel does.
-  bool dir_only = path[std::strlen(path) - 1] == '/';
+  bool dir_only = path[0] && path[std::strlen(path) - 1] == '/';
   follow_last |= dir_only;
   std::deque<std::string> todo = split(path);
   std::vector<Node> done(1);  // the root, then each component's node
