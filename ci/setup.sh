@@ -3,7 +3,7 @@
 # Works from a bare debian:12 (no compiler, no cmake) as root, non-interactively.
 set -euo pipefail
 PKGS=(build-essential cmake g++ python3 procps
-      libibverbs-dev ibverbs-utils perftest
+      libibverbs-dev ibverbs-utils perftest librdmacm-dev rdmacm-utils
       pkg-config libnl-3-dev libnl-route-3-dev
       googletest libgtest-dev clang-format)
 missing=()

@@ -613,4 +613,22 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   return 0;
 }
 
+// Enhanced Connection Establishment: emu QPs have no vendor options to negotiate. librdmacm
+// asks on every rdma_create_qp and connection; EOPNOTSUPP is what a device without ECE answers
+// (libibverbs' own function would reach for provider ops an emu context does not have).
+int ibv_query_ece(ibv_qp* qp, ibv_ece* ece) {
+  if (!is_emu(qp->context)) {
+    auto fn = REAL(ibv_query_ece, "IBVERBS_1.10");
+    return fn ? fn(qp, ece) : EOPNOTSUPP;
+  }
+  return EOPNOTSUPP;
+}
+
+int ibv_set_ece(ibv_qp* qp, ibv_ece* ece) {
+  if (!is_emu(qp->context)) {
+    auto fn = REAL(ibv_set_ece, "IBVERBS_1.10");
+    return fn ? fn(qp, ece) : EOPNOTSUPP;
+  }
+  return EOPNOTSUPP;
+}
 }  // extern "C"
