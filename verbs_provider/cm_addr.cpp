@@ -90,6 +90,13 @@ bool is_any_addr(const sockaddr_storage& a) {
   return true;
 }
 
+bool is_multicast(const sockaddr_storage& a) {
+  uint8_t gid[16];
+  addr_as_gid(a, gid);
+  uint32_t v4;
+  return ipv4_of(a, &v4) ? (v4 >> 28) == 0xe : gid[0] == 0xff;
+}
+
 uint16_t addr_port(const sockaddr_storage& a) {
   if (a.ss_family == AF_INET) return ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port);
   if (a.ss_family == AF_INET6) return ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port);

@@ -15,6 +15,7 @@
 namespace emu::prov::cm {
 
 bool is_any_addr(const sockaddr_storage& a);
+bool is_multicast(const sockaddr_storage& a);
 uint16_t addr_port(const sockaddr_storage& a);  // host order
 void set_addr_port(sockaddr_storage& a, uint16_t port);
 bool same_ip(const sockaddr_storage& a, const sockaddr_storage& b);

@@ -57,6 +57,9 @@ int do_resolve_addr(Ctx& c, const sockaddr_storage& src, const sockaddr_storage&
     if (int rc = do_bind(c, src)) return rc;
   }
   PortRef dport = port_of_addr(dst);
+  // A multicast group is reached through the source's port (mckey, rdma_join_multicast):
+  // the bound one, else the first port, as the default route's interface would be.
+  if (is_multicast(dst)) dport = c.port.valid ? c.port : PortRef{true, 0, 1};
   c.dst = dst;
   if (!dport.valid || (c.port.valid && is_roce(c.port) != is_roce(dport))) {
     push_event(c, kEvAddrError, -EHOSTUNREACH);
