@@ -8,6 +8,7 @@
 #include <cstring>
 
 #include "cm_state.h"
+#include "emu/config.h"
 
 namespace emu::prov::cm {
 
@@ -39,6 +40,7 @@ uint32_t next_id() {
 
 Event& push_event_ref(Ctx& c, uint32_t event, int32_t status) {
   Channel& ch = *c.channel;
+  log("cm: id %u event %u status %d", c.id, event, status);
   Event e{};
   e.ctx_id = c.id;
   e.resp.uid = c.uid;

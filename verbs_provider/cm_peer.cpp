@@ -14,6 +14,7 @@
 #include "cm_knobs.h"
 #include "cm_peer.h"
 #include "cm_rendezvous.h"
+#include "emu/config.h"
 
 namespace emu::prov::cm {
 namespace {
@@ -135,6 +136,7 @@ void on_rej(Ctx& c, const Msg& m) {
 // The peer's socket closed: its process destroyed the id or died, and the kernel's CM would have
 // sent what destroying an id sends in that state.
 void on_gone(Ctx& c) {
+  log("cm: id %u state %d peer gone", c.id, static_cast<int>(c.state));
   close_conn(c);
   switch (c.state) {
     case ConnState::kReqSent:
@@ -159,6 +161,7 @@ void on_gone(Ctx& c) {
 }
 
 void on_msg(Ctx& c, const Msg& m) {
+  log("cm: id %u state %d message %u", c.id, static_cast<int>(c.state), static_cast<uint32_t>(m.type));
   switch (m.type) {
     case MsgType::kReq:
       if (c.state == ConnState::kIdle && !c.reported) on_req(c, m);

@@ -10,6 +10,7 @@ emulation's rendezvous socket for port P is listening in /proc/net/unix (a condi
 Faults, each waiting on a condition: --kill-client-at / --kill-server-at REGEX kill that process
 (SIGKILL) once its output matches; --stop-server stops the server (SIGSTOP) before the client starts
 and kills it once the client's connection waits in its listener's backlog (ss -xl: Recv-Q).
+--hold-server stops the server for the client's whole run (nobody answers), then kills it.
 --server-forever: the server never exits by itself (cmtime); it is killed after the client.
 Afterwards the census of the fabric must hold no object and no rendezvous socket may be left.
 """
@@ -171,6 +172,8 @@ def parse():
     ap.add_argument("--kill-client-at")
     ap.add_argument("--kill-server-at")
     ap.add_argument("--stop-server", action="store_true")
+    ap.add_argument("--hold-server", action="store_true",
+                    help="stop the server before the client starts; kill it after the client")
     return ap.parse_args()
 
 
@@ -186,7 +189,7 @@ def run(a, env):
             srv.finish(10)
             print("FAIL server never listened\n" + srv.text())
             return False, []
-        if a.stop_server:
+        if a.stop_server or a.hold_server:
             srv.p.send_signal(signal.SIGSTOP)
     cli = Proc(cmd(a.client), env)
     ok = True
@@ -204,10 +207,10 @@ def run(a, env):
         print("FAIL the fault's condition never came")
     runs = [("client", cli, cli.finish(a.timeout), a.rc, a.expect)]
     if srv:
-        if a.server_forever:
+        if a.server_forever or a.hold_server:
             srv.p.kill()
         want = None if (a.any_server_rc or a.server_forever or a.kill_server_at or
-                        a.stop_server) else a.server_rc
+                        a.stop_server or a.hold_server) else a.server_rc
         runs.append(("server", srv, srv.finish(a.timeout), want, a.expect_server))
     if a.kill_client_at:
         runs[0] = ("client", cli, runs[0][2], None, a.expect)
