@@ -163,6 +163,7 @@ def parse():
     ap.add_argument("--timeout", type=float, default=120)
     ap.add_argument("--rc", type=int, default=0, help="expected exit code of the client")
     ap.add_argument("--server-rc", type=int, default=0)
+    ap.add_argument("--any-rc", action="store_true", help="the client's exit code is not checked")
     ap.add_argument("--any-server-rc", action="store_true")
     ap.add_argument("--expect", action="append", default=[])
     ap.add_argument("--expect-server", action="append", default=[])
@@ -212,7 +213,7 @@ def run(a, env):
         want = None if (a.any_server_rc or a.server_forever or a.kill_server_at or
                         a.stop_server or a.hold_server) else a.server_rc
         runs.append(("server", srv, srv.finish(a.timeout), want, a.expect_server))
-    if a.kill_client_at:
+    if a.kill_client_at or a.any_rc:
         runs[0] = ("client", cli, runs[0][2], None, a.expect)
     return ok, runs
 
