@@ -100,8 +100,7 @@ int do_connect(Ctx& c, const rdma_ucm_connect& cmd) {
   int fd = rv_connect(c.ps, c.dst, knob_connect_timeout_ms());
   if (fd == -ECONNREFUSED) {  // the peer's CM answers a REQ for an unknown service with a REJ
     c.state = ConnState::kDone;
-    push_event_ref(c, kEvRejected, kRejInvalidServiceId)
-        .resp.param.conn.private_data_len = 148;
+    push_event_ref(c, kEvRejected, kRejInvalidServiceId).resp.param.conn.private_data_len = 148;
     return 0;
   }
   if (fd < 0) {

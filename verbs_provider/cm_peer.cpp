@@ -1,6 +1,8 @@
 // What arrives from other processes — a connection on a listener, CM messages, a peer's socket
 // closing — and the timers, turned into the events the kernel's CM reports for them (cma.c's
 // cma_ib_handler and cma_req_handler), and GET_EVENT, which hands the events out.
+#include "cm_peer.h"
+
 #include <poll.h>
 #include <sys/epoll.h>
 #include <sys/socket.h>
@@ -12,7 +14,6 @@
 
 #include "cm_addr.h"
 #include "cm_knobs.h"
-#include "cm_peer.h"
 #include "cm_rendezvous.h"
 #include "emu/config.h"
 
@@ -161,7 +162,8 @@ void on_gone(Ctx& c) {
 }
 
 void on_msg(Ctx& c, const Msg& m) {
-  log("cm: id %u state %d message %u", c.id, static_cast<int>(c.state), static_cast<uint32_t>(m.type));
+  log("cm: id %u state %d message %u", c.id, static_cast<int>(c.state),
+      static_cast<uint32_t>(m.type));
   switch (m.type) {
     case MsgType::kReq:
       if (c.state == ConnState::kIdle && !c.reported) on_req(c, m);
@@ -178,16 +180,14 @@ void on_msg(Ctx& c, const Msg& m) {
     case MsgType::kRtu:
       if (c.state != ConnState::kRepSent) break;
       c.state = ConnState::kEstablished;
-      push_event_ref(c, kEvEstablished, 0).resp.param.conn.private_data_len =
-          kRtuPrivate;
+      push_event_ref(c, kEvEstablished, 0).resp.param.conn.private_data_len = kRtuPrivate;
       break;
     case MsgType::kDreq:
       if (c.state != ConnState::kEstablished && c.state != ConnState::kDreqSent &&
           c.state != ConnState::kRepSent)
         break;
       send_simple(c, MsgType::kDrep);
-      push_event_ref(c, kEvDisconnected, 0).resp.param.conn.private_data_len =
-          kDreqPrivate;
+      push_event_ref(c, kEvDisconnected, 0).resp.param.conn.private_data_len = kDreqPrivate;
       enter_timewait(c);
       break;
     case MsgType::kDrep:

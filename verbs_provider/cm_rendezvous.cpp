@@ -28,15 +28,13 @@ socklen_t make_name(uint16_t ps, const sockaddr_storage& a, bool wildcard, socka
   }
   std::memset(un, 0, sizeof *un);
   un->sun_family = AF_UNIX;
-  int n = std::snprintf(un->sun_path + 1, sizeof un->sun_path - 1, "rdmaemu-cm.%u.%s.%x.%s.%u",
-                        static_cast<unsigned>(getuid()), config().fabric.c_str(), ps, ip,
-                        addr_port(a));
+  int n =
+      std::snprintf(un->sun_path + 1, sizeof un->sun_path - 1, "rdmaemu-cm.%u.%s.%x.%s.%u",
+                    static_cast<unsigned>(getuid()), config().fabric.c_str(), ps, ip, addr_port(a));
   return static_cast<socklen_t>(offsetof(sockaddr_un, sun_path) + 1 + n);
 }
 
-int new_socket() {
-  return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0);
-}
+int new_socket() { return socket(AF_UNIX, SOCK_SEQPACKET | SOCK_CLOEXEC | SOCK_NONBLOCK, 0); }
 
 int bind_name(int fd, uint16_t ps, const sockaddr_storage& a) {
   sockaddr_un un;

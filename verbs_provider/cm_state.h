@@ -96,8 +96,8 @@ struct Ctx {
   int timer_fd = -1;
   uint32_t events_reported = 0;
   // The connection's parameters once known.
-  Endpoint local{};   // what this side sent (qpn, psn, conn params)
-  Endpoint remote{};  // what the peer sent
+  Endpoint local{};          // what this side sent (qpn, psn, conn params)
+  Endpoint remote{};         // what the peer sent
   uint64_t listen_uid = 0;   // passive side: the listener's uid (CONNECT_REQUEST names it)
   uint32_t listener_id = 0;  // passive side: the listener it arrived on
   bool reported = false;     // passive side: its CONNECT_REQUEST was handed out
@@ -105,8 +105,8 @@ struct Ctx {
 };
 
 struct Channel {
-  int epfd;      // the fd the program holds: an epoll set, so poll/epoll/O_NONBLOCK are native
-  int eventfd;   // in epfd, readable while `queue` is not empty
+  int epfd;     // the fd the program holds: an epoll set, so poll/epoll/O_NONBLOCK are native
+  int eventfd;  // in epfd, readable while `queue` is not empty
   std::deque<Event> queue;
 };
 
@@ -114,8 +114,8 @@ struct Channel {
 enum class Source : uint32_t { kQueue = 0, kBind = 1, kConn = 2, kTimer = 3 };
 
 std::mutex& cm_mutex();
-std::map<uint32_t, Ctx>& ctxs();           // by id (ids are process-wide, as the kernel's idr)
-std::map<int, Channel>& channels();        // by epfd
+std::map<uint32_t, Ctx>& ctxs();     // by id (ids are process-wide, as the kernel's idr)
+std::map<int, Channel>& channels();  // by epfd
 Ctx* find_ctx(uint32_t id);
 uint32_t next_id();
 
