@@ -265,168 +265,130 @@ int do_migrate(Channel& to, Ctx& c) {
   return 0;
 }
 
+int do_create(Channel& ch, const rdma_ucm_create_id& cmd, uint16_t out) {
+  if (cmd.ps != RDMA_PS_TCP && cmd.ps != RDMA_PS_UDP && cmd.ps != RDMA_PS_IPOIB &&
+      cmd.ps != RDMA_PS_IB)
+    return EINVAL;
+  uint32_t id = next_id();
+  Ctx& c = ctxs()[id];
+  c.id = id;
+  c.uid = cmd.uid;
+  c.channel = &ch;
+  c.ps = cmd.ps;
+  c.qp_type = cmd.qp_type;
+  rdma_ucm_create_id_resp r{id};
+  respond(cmd.response, r, out);
+  return 0;
+}
+
+// Every body is read as its full struct (librdmacm 44 sends them whole); a shorter one is
+// zero-extended.
+template <typename Cmd>
+void read_body(const rdma_ucm_cmd_hdr& hdr, const uint8_t* buf, Cmd& cmd) {
+  std::memset(&cmd, 0, sizeof cmd);
+  std::memcpy(&cmd, buf + sizeof hdr, hdr.in < sizeof cmd ? hdr.in : sizeof cmd);
+}
+
+// Reads the body of a command naming an id and runs `fn` on that id (ENOENT for an unknown one).
+template <typename Cmd, typename Fn>
+int on_id(const rdma_ucm_cmd_hdr& hdr, const uint8_t* buf, Fn fn) {
+  Cmd cmd;
+  read_body(hdr, buf, cmd);
+  Ctx* c = find_ctx(cmd.id);
+  return c ? fn(*c, cmd) : ENOENT;
+}
+
 }  // namespace
 
 int command(Channel& ch, const rdma_ucm_cmd_hdr& hdr, const uint8_t* buf) {
-  const uint8_t* body = buf + sizeof hdr;
-  // Every body is read as its full struct: librdmacm 44 sends them whole.
-  auto as = [&](auto& cmd) {
-    std::memset(&cmd, 0, sizeof cmd);
-    std::memcpy(&cmd, body, hdr.in < sizeof cmd ? hdr.in : sizeof cmd);
-  };
-  auto ctx_of = [](uint32_t id) { return find_ctx(id); };
-
+  using Addr = sockaddr_storage;
   switch (hdr.cmd) {
     case RDMA_USER_CM_CMD_CREATE_ID: {
       rdma_ucm_create_id cmd;
-      as(cmd);
-      if (cmd.ps != RDMA_PS_TCP && cmd.ps != RDMA_PS_UDP && cmd.ps != RDMA_PS_IPOIB &&
-          cmd.ps != RDMA_PS_IB)
-        return EINVAL;
-      uint32_t id = next_id();
-      Ctx& c = ctxs()[id];
-      c.id = id;
-      c.uid = cmd.uid;
-      c.channel = &ch;
-      c.ps = cmd.ps;
-      c.qp_type = cmd.qp_type;
-      rdma_ucm_create_id_resp r{id};
-      respond(cmd.response, r, hdr.out);
-      return 0;
+      read_body(hdr, buf, cmd);
+      return do_create(ch, cmd, hdr.out);
     }
-    case RDMA_USER_CM_CMD_DESTROY_ID: {
-      rdma_ucm_destroy_id cmd;
-      as(cmd);
-      if (!ctx_of(cmd.id)) return ENOENT;
-      rdma_ucm_destroy_id_resp r{destroy_ctx(cmd.id)};
-      respond(cmd.response, r, hdr.out);
-      return 0;
-    }
-    case RDMA_USER_CM_CMD_BIND_IP: {
-      rdma_ucm_bind_ip cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_bind(*c, from_sockaddr(&cmd.addr, sizeof cmd.addr)) : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_BIND: {
-      rdma_ucm_bind cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_bind(*c, from_sockaddr(&cmd.addr, cmd.addr_size)) : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_RESOLVE_IP: {
-      rdma_ucm_resolve_ip cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_resolve_addr(*c, from_sockaddr(&cmd.src_addr, sizeof cmd.src_addr),
-                                 from_sockaddr(&cmd.dst_addr, sizeof cmd.dst_addr))
-               : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_RESOLVE_ADDR: {
-      rdma_ucm_resolve_addr cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_resolve_addr(*c, from_sockaddr(&cmd.src_addr, cmd.src_size),
-                                 from_sockaddr(&cmd.dst_addr, cmd.dst_size))
-               : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_RESOLVE_ROUTE: {
-      rdma_ucm_resolve_route cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      if (!c) return ENOENT;
-      if (c->dst.ss_family == 0 || !c->port.valid) return EINVAL;
-      c->route_resolved = true;
-      push_event(*c, kEvRouteResolved, 0);
-      return 0;
-    }
-    case RDMA_USER_CM_CMD_QUERY_ROUTE: {
-      rdma_ucm_query cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      if (!c) return ENOENT;
-      rdma_ucm_query_route_resp r;
-      fill_route(*c, r);
-      respond(cmd.response, r, hdr.out);
-      return 0;
-    }
-    case RDMA_USER_CM_CMD_CONNECT: {
-      rdma_ucm_connect cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_connect(*c, cmd) : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_LISTEN: {
-      rdma_ucm_listen cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_listen(*c, static_cast<int>(cmd.backlog)) : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_ACCEPT: {
-      rdma_ucm_accept cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_accept(*c, cmd) : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_REJECT: {
-      rdma_ucm_reject cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_reject(*c, cmd) : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_DISCONNECT: {
-      rdma_ucm_disconnect cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_disconnect(*c) : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_INIT_QP_ATTR: {
-      rdma_ucm_init_qp_attr cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      if (!c) return ENOENT;
-      ib_uverbs_qp_attr r;
-      if (int rc = fill_qp_attr(*c, cmd.qp_state, r)) return rc;
-      respond(cmd.response, r, hdr.out);
-      return 0;
-    }
-    case RDMA_USER_CM_CMD_SET_OPTION: {
-      rdma_ucm_set_option cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_set_option(*c, cmd) : ENOENT;
-    }
+    case RDMA_USER_CM_CMD_DESTROY_ID:
+      return on_id<rdma_ucm_destroy_id>(hdr, buf, [&](Ctx& c, auto& cmd) {
+        rdma_ucm_destroy_id_resp r{destroy_ctx(c.id)};
+        respond(cmd.response, r, hdr.out);
+        return 0;
+      });
+    case RDMA_USER_CM_CMD_BIND_IP:
+      return on_id<rdma_ucm_bind_ip>(hdr, buf, [](Ctx& c, auto& cmd) {
+        return do_bind(c, from_sockaddr(&cmd.addr, sizeof cmd.addr));
+      });
+    case RDMA_USER_CM_CMD_BIND:
+      return on_id<rdma_ucm_bind>(hdr, buf, [](Ctx& c, auto& cmd) {
+        return do_bind(c, from_sockaddr(&cmd.addr, cmd.addr_size));
+      });
+    case RDMA_USER_CM_CMD_RESOLVE_IP:
+      return on_id<rdma_ucm_resolve_ip>(hdr, buf, [](Ctx& c, auto& cmd) {
+        Addr src = from_sockaddr(&cmd.src_addr, sizeof cmd.src_addr);
+        return do_resolve_addr(c, src, from_sockaddr(&cmd.dst_addr, sizeof cmd.dst_addr));
+      });
+    case RDMA_USER_CM_CMD_RESOLVE_ADDR:
+      return on_id<rdma_ucm_resolve_addr>(hdr, buf, [](Ctx& c, auto& cmd) {
+        Addr src = from_sockaddr(&cmd.src_addr, cmd.src_size);
+        return do_resolve_addr(c, src, from_sockaddr(&cmd.dst_addr, cmd.dst_size));
+      });
+    case RDMA_USER_CM_CMD_RESOLVE_ROUTE:
+      return on_id<rdma_ucm_resolve_route>(hdr, buf, [](Ctx& c, auto&) {
+        if (c.dst.ss_family == 0 || !c.port.valid) return EINVAL;
+        c.route_resolved = true;
+        push_event(c, kEvRouteResolved, 0);
+        return 0;
+      });
+    case RDMA_USER_CM_CMD_QUERY_ROUTE:
+      return on_id<rdma_ucm_query>(hdr, buf, [&](Ctx& c, auto& cmd) {
+        rdma_ucm_query_route_resp r;
+        fill_route(c, r);
+        respond(cmd.response, r, hdr.out);
+        return 0;
+      });
+    case RDMA_USER_CM_CMD_CONNECT:
+      return on_id<rdma_ucm_connect>(hdr, buf, do_connect);
+    case RDMA_USER_CM_CMD_LISTEN:
+      return on_id<rdma_ucm_listen>(
+          hdr, buf, [](Ctx& c, auto& cmd) { return do_listen(c, static_cast<int>(cmd.backlog)); });
+    case RDMA_USER_CM_CMD_ACCEPT:
+      return on_id<rdma_ucm_accept>(hdr, buf, do_accept);
+    case RDMA_USER_CM_CMD_REJECT:
+      return on_id<rdma_ucm_reject>(hdr, buf, do_reject);
+    case RDMA_USER_CM_CMD_DISCONNECT:
+      return on_id<rdma_ucm_disconnect>(hdr, buf, [](Ctx& c, auto&) { return do_disconnect(c); });
+    case RDMA_USER_CM_CMD_INIT_QP_ATTR:
+      return on_id<rdma_ucm_init_qp_attr>(hdr, buf, [&](Ctx& c, auto& cmd) {
+        ib_uverbs_qp_attr r;
+        int rc = fill_qp_attr(c, cmd.qp_state, r);
+        if (rc == 0) respond(cmd.response, r, hdr.out);
+        return rc;
+      });
+    case RDMA_USER_CM_CMD_SET_OPTION:
+      return on_id<rdma_ucm_set_option>(hdr, buf, do_set_option);
     case RDMA_USER_CM_CMD_NOTIFY:
       return 0;
-    case RDMA_USER_CM_CMD_JOIN_IP_MCAST: {
-      rdma_ucm_join_ip_mcast cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_join(*c, cmd.uid, from_sockaddr(&cmd.addr, sizeof cmd.addr), cmd.response)
-               : ENOENT;
-    }
-    case RDMA_USER_CM_CMD_JOIN_MCAST: {
-      rdma_ucm_join_mcast cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      return c ? do_join(*c, cmd.uid, from_sockaddr(&cmd.addr, cmd.addr_size), cmd.response)
-               : ENOENT;
-    }
+    case RDMA_USER_CM_CMD_JOIN_IP_MCAST:
+      return on_id<rdma_ucm_join_ip_mcast>(hdr, buf, [](Ctx& c, auto& cmd) {
+        return do_join(c, cmd.uid, from_sockaddr(&cmd.addr, sizeof cmd.addr), cmd.response);
+      });
+    case RDMA_USER_CM_CMD_JOIN_MCAST:
+      return on_id<rdma_ucm_join_mcast>(hdr, buf, [](Ctx& c, auto& cmd) {
+        return do_join(c, cmd.uid, from_sockaddr(&cmd.addr, cmd.addr_size), cmd.response);
+      });
     case RDMA_USER_CM_CMD_LEAVE_MCAST: {
-      rdma_ucm_destroy_id cmd;
-      as(cmd);
+      rdma_ucm_destroy_id cmd;  // the join's id in place of a CM id
+      read_body(hdr, buf, cmd);
       return do_leave(cmd.id, cmd.response);
     }
-    case RDMA_USER_CM_CMD_MIGRATE_ID: {
-      rdma_ucm_migrate_id cmd;
-      as(cmd);
-      Ctx* c = ctx_of(cmd.id);
-      if (!c || c->channel->epfd != static_cast<int>(cmd.fd)) return ENOENT;
-      do_migrate(ch, *c);
-      rdma_ucm_migrate_resp r{c->events_reported};
-      respond(cmd.response, r, hdr.out);
-      return 0;
-    }
+    case RDMA_USER_CM_CMD_MIGRATE_ID:
+      return on_id<rdma_ucm_migrate_id>(hdr, buf, [&](Ctx& c, auto& cmd) {
+        if (c.channel->epfd != static_cast<int>(cmd.fd)) return ENOENT;
+        do_migrate(ch, c);
+        rdma_ucm_migrate_resp r{c.events_reported};
+        respond(cmd.response, r, hdr.out);
+        return 0;
+      });
     default:
       return ENOSYS;  // QUERY (AF_IB only), GET_OPTION: librdmacm then keeps to the IP commands
   }

@@ -11,6 +11,7 @@
 #include <cerrno>
 #include <cstring>
 #include <random>
+#include <utility>
 
 #include "cm_addr.h"
 #include "cm_knobs.h"
@@ -28,6 +29,27 @@ constexpr uint8_t kReqPrivate = 56, kRepPrivate = 196, kRejPrivate = 148, kSidrR
 void copy_private(rdma_ucm_conn_param& p, const Msg& m, uint8_t len) {
   std::memcpy(p.private_data, m.private_data, m.private_data_len);
   p.private_data_len = len;
+}
+
+// A REQ or REP as the connection parameters of an event.
+void copy_conn(rdma_ucm_conn_param& p, const Msg& m, uint8_t len) {
+  p.qp_num = m.from.qpn;
+  p.responder_resources = m.from.responder_resources;
+  p.initiator_depth = m.from.initiator_depth;
+  p.flow_control = m.from.flow_control;
+  p.retry_count = m.from.retry_count;
+  p.rnr_retry_count = m.from.rnr_retry_count;
+  p.srq = m.from.srq;
+  copy_private(p, m, len);
+}
+
+// A SIDR message as the UD parameters of an event: how to reach the sender's QP.
+void copy_ud(const Ctx& c, const Msg& m, rdma_ucm_ud_param& ud, uint8_t len) {
+  ud.qp_num = m.from.qpn;
+  ud.qkey = m.from.qkey;
+  fill_ah(c, m.from, ud.ah_attr);
+  std::memcpy(ud.private_data, m.private_data, m.private_data_len);
+  ud.private_data_len = len;
 }
 
 void enter_timewait(Ctx& c) {
@@ -76,37 +98,17 @@ void on_req(Ctx& c, const Msg& m) {
   Event& e = push_event_ref(c, kEvConnectRequest, 0);
   e.ctx_id = lis->id;  // counted on the listener, as ucma does
   e.resp.uid = lis->uid;
-  if (c.qp_type == IBV_QPT_UD) {
-    rdma_ucm_ud_param& ud = e.resp.param.ud;
-    ud.qp_num = m.from.qpn;
-    ud.qkey = m.from.qkey;
-    fill_ah(c, m.from, ud.ah_attr);
-    std::memcpy(ud.private_data, m.private_data, m.private_data_len);
-    ud.private_data_len = kSidrReqPrivate;
-    return;
-  }
-  rdma_ucm_conn_param& p = e.resp.param.conn;
-  p.qp_num = m.from.qpn;
-  p.responder_resources = m.from.initiator_depth;
-  p.initiator_depth = m.from.responder_resources;
-  p.flow_control = m.from.flow_control;
-  p.retry_count = m.from.retry_count;
-  p.rnr_retry_count = m.from.rnr_retry_count;
-  p.srq = m.from.srq;
-  copy_private(p, m, kReqPrivate);
+  if (c.qp_type == IBV_QPT_UD) return copy_ud(c, m, e.resp.param.ud, kSidrReqPrivate);
+  copy_conn(e.resp.param.conn, m, kReqPrivate);
+  // The passive side reads the requester's offer from its own end, as cma_set_req_event_data.
+  std::swap(e.resp.param.conn.responder_resources, e.resp.param.conn.initiator_depth);
 }
 
 void on_rep(Ctx& c, const Msg& m) {
   disarm_timer(c);
   c.remote = m.from;
   if (c.qp_type == IBV_QPT_UD) {  // SIDR REP: the peer's QP is known; nothing stays connected
-    Event& e = push_event_ref(c, kEvEstablished, 0);
-    rdma_ucm_ud_param& ud = e.resp.param.ud;
-    ud.qp_num = m.from.qpn;
-    ud.qkey = m.from.qkey;
-    fill_ah(c, m.from, ud.ah_attr);
-    std::memcpy(ud.private_data, m.private_data, m.private_data_len);
-    ud.private_data_len = kSidrRepPrivate;
+    copy_ud(c, m, push_event_ref(c, kEvEstablished, 0).resp.param.ud, kSidrRepPrivate);
     c.state = ConnState::kDone;
     close_conn(c);
     return;
@@ -115,15 +117,7 @@ void on_rep(Ctx& c, const Msg& m) {
   // Each side's RDMA read depth is capped by what the other offers.
   if (m.from.responder_resources < c.local.initiator_depth)
     c.local.initiator_depth = m.from.responder_resources;
-  Event& e = push_event_ref(c, kEvConnectResponse, 0);
-  rdma_ucm_conn_param& p = e.resp.param.conn;
-  p.qp_num = m.from.qpn;
-  p.responder_resources = m.from.responder_resources;
-  p.initiator_depth = m.from.initiator_depth;
-  p.flow_control = m.from.flow_control;
-  p.rnr_retry_count = m.from.rnr_retry_count;
-  p.srq = m.from.srq;
-  copy_private(p, m, kRepPrivate);
+  copy_conn(push_event_ref(c, kEvConnectResponse, 0).resp.param.conn, m, kRepPrivate);
 }
 
 void on_rej(Ctx& c, const Msg& m) {

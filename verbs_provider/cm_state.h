@@ -18,26 +18,12 @@
 
 namespace emu::prov::cm {
 
-// The events' numbers (the kernel's enum rdma_cm_event_type, which librdmacm's rdma_cma.h repeats;
-// that header cannot be included beside rdma_user_cm.h).
-enum CmEvent : uint32_t {
-  kEvAddrResolved = 0,
-  kEvAddrError = 1,
-  kEvRouteResolved = 2,
-  kEvRouteError = 3,
-  kEvConnectRequest = 4,
-  kEvConnectResponse = 5,
-  kEvConnectError = 6,
-  kEvUnreachable = 7,
-  kEvRejected = 8,
-  kEvEstablished = 9,
-  kEvDisconnected = 10,
-  kEvDeviceRemoval = 11,
-  kEvMulticastJoin = 12,
-  kEvMulticastError = 13,
-  kEvAddrChange = 14,
-  kEvTimewaitExit = 15,
-};
+// The numbers of the events reported (the kernel's enum rdma_cm_event_type, which librdmacm's
+// rdma_cma.h repeats; that header cannot be included beside rdma_user_cm.h).
+constexpr uint32_t kEvAddrResolved = 0, kEvAddrError = 1, kEvRouteResolved = 2,
+                   kEvConnectRequest = 4, kEvConnectResponse = 5, kEvUnreachable = 7,
+                   kEvRejected = 8, kEvEstablished = 9, kEvDisconnected = 10, kEvMulticastJoin = 12,
+                   kEvTimewaitExit = 15;
 
 // Where an id's address lives on the emulated fabric: a port of an emu device.
 struct PortRef {

@@ -15,6 +15,7 @@ and kills it once the client's connection waits in its listener's backlog (ss -x
 Afterwards the census of the fabric must hold no object and no rendezvous socket may be left.
 """
 import argparse
+import contextlib
 import json
 import os
 import re
@@ -24,6 +25,9 @@ import subprocess
 import sys
 import threading
 import time
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "acceptance"))
+from pair import check  # noqa: E402  (the same exit-code and output checks as pair.py)
 
 
 class Proc:
@@ -118,22 +122,6 @@ def wait_until(cond, timeout, proc=None):
             return False
         time.sleep(0.01)  # polling a condition with a bounded deadline
     return True
-
-
-def check(label, text, rc, want_rc, patterns, absent):
-    ok = True
-    if want_rc is not None and rc != want_rc:
-        print(f"FAIL {label}: exit code {rc}, expected {want_rc}")
-        ok = False
-    for p in patterns:
-        if not re.search(p, text, re.M):
-            print(f"FAIL {label}: output lacks /{p}/")
-            ok = False
-    for p in absent:
-        if re.search(p, text, re.M):
-            print(f"FAIL {label}: output has /{p}/")
-            ok = False
-    return ok
 
 
 def census_clean(emu_ctl, env):
@@ -236,19 +224,17 @@ def main():
             if rc is None:
                 print(f"FAIL {label} timed out")
                 ok = False
-            ok &= check(label, proc.text(), rc, want, patterns, a.absent)
+            ok &= check(label, proc.text(), rc, rc if want is None else want, patterns, a.absent)
         left = unix_names(env["EMU_FABRIC"])
         if left:
             print("FAIL rendezvous sockets left:", left)
             ok = False
         ok &= census_clean(a.emu_ctl, env)
     finally:
-        try:
-            os.unlink(seg)
-        except OSError:
-            pass
-    print("PASS" if ok else "FAIL", a.name)
-    return 0 if ok else 1
+        with contextlib.suppress(OSError):
+            os.unlink(seg)  # the fabric's segment file
+    print(("PASS " if ok else "FAIL ") + a.name)
+    return int(not ok)
 
 
 if __name__ == "__main__":
