@@ -110,6 +110,8 @@ int cm_cdev_open(int flags) {
   cm::Channel& ch = cm::channels()[epfd];
   ch.epfd = epfd;
   ch.eventfd = efd;
+  static uint64_t next_serial = 1;
+  ch.serial = next_serial++;
   g_is_channel[epfd].store(1, std::memory_order_relaxed);
   return epfd;
 }

@@ -263,10 +263,18 @@ void drain_sources(Channel& ch) {
 
 int get_event(int fd, rdma_ucm_event_resp* out, bool nonblock) {
   std::unique_lock<std::mutex> lk(cm_mutex());
+  uint64_t serial = 0;
   for (;;) {
     auto it = channels().find(fd);
-    if (it == channels().end()) return EBADF;
+    if (it == channels().end() || (serial && it->second.serial != serial)) {
+      if (!serial) return EBADF;
+      // Closed while this thread waited in it: the kernel's file lives on in the blocked
+      // write(), which never returns, and the program is tearing down. Wait as it would.
+      lk.unlock();
+      for (;;) pause();
+    }
     Channel& ch = it->second;
+    serial = ch.serial;
     drain_sources(ch);
     if (!ch.queue.empty()) {
       Event e = ch.queue.front();

@@ -91,8 +91,9 @@ struct Ctx {
 };
 
 struct Channel {
-  int epfd;     // the fd the program holds: an epoll set, so poll/epoll/O_NONBLOCK are native
-  int eventfd;  // in epfd, readable while `queue` is not empty
+  int epfd;         // the fd the program holds: an epoll set, so poll/epoll/O_NONBLOCK are native
+  int eventfd;      // in epfd, readable while `queue` is not empty
+  uint64_t serial;  // tells this channel from a later one that reuses the fd number
   std::deque<Event> queue;
 };
 
