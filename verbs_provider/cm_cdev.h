@@ -1,7 +1,6 @@
 // The RDMA CM character device of emu fabrics: what /dev/infiniband/rdma_cm opens to under emu-run.
-// The file-view interposer (the device-presence side) routes an open of that path here; the RDMA CM
-// emulation implements it. Until it exists, the stub (cm_cdev_stub.cpp) answers ENODEV, which
-// librdmacm reports as "failed to create RDMA CM event channel", as on a host without rdma_ucm.
+// The file-view interposer (file_view.cpp) routes an open of that path here; the RDMA CM emulation
+// (cm_cdev.cpp) implements it.
 #pragma once
 
 namespace emu::prov {
@@ -9,5 +8,9 @@ namespace emu::prov {
 // Opens one RDMA CM event channel for this process; `flags` are open(2)'s (O_CLOEXEC, O_NONBLOCK).
 // Returns a file descriptor, or -1 with errno set.
 int cm_cdev_open(int flags);
+
+// Whether fd is an open channel (an epoll fd: all of those share one inode, so the file view's
+// fstat asks here rather than trusting the file's identity alone).
+bool cm_cdev_is_channel(int fd);
 
 }  // namespace emu::prov

@@ -80,7 +80,7 @@ void patch_cdev(int fd, struct stat* st) {
   if (g_cdev_count.load(std::memory_order_relaxed) == 0) return;  // the common case: none opened
   for (const CdevFd& c : g_cdev_fds)
     if (c.state.load(std::memory_order_acquire) == CdevFd::kReady && c.fd == fd &&
-        same_file(c, *st)) {
+        same_file(c, *st) && cm_cdev_is_channel(fd)) {
       st->st_mode = S_IFCHR | 0666;
       st->st_rdev = c.rdev;
       return;

@@ -79,6 +79,18 @@ const KnobDoc kKnobs[] = {
      "by the process that creates the segment; later address changes are not followed (use a new "
      "fabric). A RoCE port whose interface is down is DOWN; one whose interface cannot be read is "
      "DOWN with an empty GID table."},
+    {"EMU_CM_IB_ADDRS", "",
+     "IPoIB-style IPv4 addresses of InfiniBand ports for the RDMA CM (librdmacm programs under "
+     "emu-run): `emuD:P=ADDR,...`. A port not listed answers to 127.0.D.P, so emu0 port 1 is "
+     "127.0.0.1 and `rping -a 127.0.0.1` works out of the box. RoCE ports answer to their "
+     "interface's addresses (their GID table)."},
+    {"EMU_CM_TIMEOUT_MS", "10000",
+     "RDMA CM: how long a connection request waits for any answer (a listener that does not "
+     "run, or never reads its requests) before RDMA_CM_EVENT_UNREACHABLE with -ETIMEDOUT, as "
+     "the kernel's CM reports a REQ that exhausted its retries."},
+    {"EMU_CM_TIMEWAIT_MS", "1000",
+     "RDMA CM: how long after DISCONNECTED an id reports RDMA_CM_EVENT_TIMEWAIT_EXIT (the IB "
+     "CM's time-wait)."},
     {"EMU_XRC_POLICY", "kernel",
      "Lifetime rule of the TGT QPs of an XRC domain, fixed when the domain is created (read then, "
      "so one process can create domains under different rules): `kernel` (today's Linux: a TGT "

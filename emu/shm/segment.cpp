@@ -109,33 +109,49 @@ const char* status_name(Status s) {
   return "?";
 }
 
-uint64_t proc_start_time(int pid) {
+// Fields 3 (state) and 22 (start time) of /proc/<pid>/stat; false if the process is gone.
+bool proc_stat(int pid, char* state, uint64_t* start_time) {
   char path[64];
   std::snprintf(path, sizeof path, "/proc/%d/stat", pid);
   FILE* f = std::fopen(path, "r");
-  if (!f) return 0;
+  if (!f) return false;
   char buf[1024];
   size_t n = std::fread(buf, 1, sizeof buf - 1, f);
   std::fclose(f);
   buf[n] = 0;
   // Field 2 (comm) may contain spaces: count fields after its closing parenthesis.
   char* p = std::strrchr(buf, ')');
-  if (!p) return 0;
+  if (!p) return false;
   int field = 2;
-  unsigned long long v = 0;
+  *state = '?';
+  *start_time = 0;
   for (char* tok = std::strtok(p + 1, " "); tok; tok = std::strtok(nullptr, " ")) {
-    if (++field == 22) {
-      v = std::strtoull(tok, nullptr, 10);
+    ++field;
+    if (field == 3) *state = tok[0];
+    if (field == 22) {
+      *start_time = std::strtoull(tok, nullptr, 10);
       break;
     }
   }
-  return v;
+  return true;
 }
 
+uint64_t proc_start_time(int pid) {
+  char state;
+  uint64_t start = 0;
+  return proc_stat(pid, &state, &start) ? start : 0;
+}
+
+// A killed process that its parent has not reaped yet (a zombie) has already lost its memory and
+// its locks' critical sections: it counts as dead, or a lock it held would never be taken over
+// while the parent waits on something else (a test harness waiting for the survivor first).
 bool pid_matches(int pid, uint64_t start_time) {
   if (pid <= 0) return false;
   if (kill(pid, 0) != 0 && errno == ESRCH) return false;
-  return proc_start_time(pid) == start_time;
+  char state;
+  uint64_t start;
+  if (!proc_stat(pid, &state, &start)) return false;
+  return state != 'Z' && state != 'X' && start == start_time;
 }
 
 // A lock holder's liveness. Called from ShmLock while attach() may still be running inside
