@@ -35,8 +35,6 @@ bool cm_cdev_is_channel(int fd) {
 
 namespace {
 
-bool is_channel(int fd) { return cm_cdev_is_channel(fd); }
-
 using WriteFn = ssize_t (*)(int, const void*, size_t);
 using CloseFn = int (*)(int);
 WriteFn real_write() {
@@ -126,11 +124,11 @@ int cm_cdev_open(int flags) {
 
 // librdmacm speaks to the CM device with write(); every other fd goes straight to libc.
 extern "C" ssize_t write(int fd, const void* buf, size_t len) {
-  if (emu::prov::is_channel(fd)) return emu::prov::channel_write(fd, buf, len);
+  if (emu::prov::cm_cdev_is_channel(fd)) return emu::prov::channel_write(fd, buf, len);
   return emu::prov::real_write()(fd, buf, len);
 }
 
 extern "C" int close(int fd) {
-  if (emu::prov::is_channel(fd)) emu::prov::channel_close(fd);
+  if (emu::prov::cm_cdev_is_channel(fd)) emu::prov::channel_close(fd);
   return emu::prov::real_close()(fd);
 }
