@@ -36,7 +36,7 @@ std::atomic<Segment*> g_segment_ready{nullptr};  // g_segment, once attached
 std::atomic<Header*> g_header{nullptr};
 std::once_flag g_once;
 // A child made by fork() that used the segment before is not its parent: Segment::get() gives it a
-// process record of its own on its first call (fork.md's story, docs/architecture.md "Fork").
+// process record of its own on its first call (docs/architecture.md, "Fork").
 std::atomic<bool> g_rejoining{false};
 
 // The allocator's lock (shm/shm_heap.h). Between processes: flock on the segment file, which the
