@@ -66,8 +66,11 @@ static void recv_all(ucp_worker_h w, int dir, ucp_tag_t tag) {
 
 static void on_conn(ucp_conn_request_h req, void *arg) { *(ucp_conn_request_h *)arg = req; }
 
-/* The peer's close, seen after the exchange: nothing to do (the close below finishes it). */
-static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t st) { (void)arg, (void)ep, (void)st; }
+/* The client's end: the server's disconnect after the exchange. */
+static void on_ep_error(void *arg, ucp_ep_h ep, ucs_status_t st) {
+  (void)ep, (void)st;
+  *(int *)arg = 1;
+}
 
 int main(int argc, char **argv) {
   if (argc != 4) {
@@ -110,9 +113,13 @@ int main(int argc, char **argv) {
   }
   ep_params.field_mask |= UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE | UCP_EP_PARAM_FIELD_ERR_HANDLER;
   ep_params.err_mode = UCP_ERR_HANDLING_MODE_PEER;
+  int peer_gone = 0;
   ep_params.err_handler.cb = on_ep_error;
+  ep_params.err_handler.arg = &peer_gone;
   if ((st = ucp_ep_create(w, &ep_params, &ep)) != UCS_OK) die("ucp_ep_create", st);
 
+  ucp_request_param_t p = {0};
+  char bye = 'b';
   if (server) {
     recv_all(w, 0, kTagToServer);
     send_all(w, ep, 1, kTagToClient);
@@ -121,11 +128,21 @@ int main(int argc, char **argv) {
     recv_all(w, 1, kTagToClient);
   }
   ucp_ep_print_info(ep, stdout);
-  /* Both flush and disconnect; the one that closes second may find the peer gone already. */
+  /* An ordered end: the client says bye once it has everything, the server then flushes and
+   * disconnects, and the client, told so by its error handler, closes its side without a flush. */
   ucp_request_param_t cp = {0};
+  if (server) {
+    if ((st = wait_req(w, ucp_tag_recv_nbx(w, &bye, 1, kTagToServer, (ucp_tag_t)-1, &p))) != UCS_OK)
+      die("receive bye", st);
+  } else {
+    if ((st = wait_req(w, ucp_tag_send_nbx(ep, &bye, 1, kTagToServer, &p))) != UCS_OK)
+      die("send bye", st);
+    while (!peer_gone) ucp_worker_progress(w);
+    cp.op_attr_mask = UCP_OP_ATTR_FIELD_FLAGS;
+    cp.flags = UCP_EP_CLOSE_FLAG_FORCE;
+  }
   st = wait_req(w, ucp_ep_close_nbx(ep, &cp));
-  if (st != UCS_OK && st != UCS_ERR_CANCELED && st != UCS_ERR_CONNECTION_RESET)
-    die("ucp_ep_close_nbx", st);
+  if (st != UCS_OK && !(st == UCS_ERR_CONNECTION_RESET && !server)) die("ucp_ep_close_nbx", st);
   if (listener) ucp_listener_destroy(listener);
   ucp_worker_destroy(w);
   ucp_cleanup(ctx);
