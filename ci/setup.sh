@@ -4,7 +4,7 @@
 set -euo pipefail
 PKGS=(build-essential cmake g++ python3 procps
       libibverbs-dev ibverbs-utils perftest ucx-utils openmpi-bin libopenmpi-dev
-      librdmacm-dev rdmacm-utils
+      librdmacm-dev rdmacm-utils libucx-dev
       pkg-config libnl-3-dev libnl-route-3-dev
       googletest libgtest-dev clang-format
       python3-pyverbs python3-dev pybind11-dev python3-pytest python3-pytest-xdist)

@@ -253,7 +253,7 @@ int fill_qp_attr(const Ctx& c, uint32_t qp_state, ib_uverbs_qp_attr& qa) {
         return EINVAL;
       qa.qp_attr_mask |= IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_SQ_PSN |
                          IBV_QP_MAX_QP_RD_ATOMIC;
-      qa.timeout = 14;
+      qa.timeout = c.ack_timeout >= 0 ? static_cast<uint8_t>(c.ack_timeout) : 14;
       qa.retry_cnt = c.local.retry_count;
       qa.rnr_retry = c.remote.rnr_retry_count;  // each side retries as long as its peer asked
       qa.sq_psn = c.local.psn;

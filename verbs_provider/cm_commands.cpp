@@ -194,7 +194,12 @@ int do_set_option(Ctx& c, const rdma_ucm_set_option& cmd) {
     c.tos = *static_cast<const uint8_t*>(val);
     return 0;
   }
-  if (cmd.level == RDMA_OPTION_ID) return 0;  // REUSEADDR, AFONLY, ACK_TIMEOUT: accepted
+  // As rdma_set_ack_timeout: the local ACK timeout the RTS transition gets.
+  if (cmd.level == RDMA_OPTION_ID && cmd.optname == RDMA_OPTION_ID_ACK_TIMEOUT && cmd.optlen >= 1) {
+    c.ack_timeout = *static_cast<const uint8_t*>(val);
+    return 0;
+  }
+  if (cmd.level == RDMA_OPTION_ID) return 0;  // REUSEADDR, AFONLY: accepted
   if (cmd.level == RDMA_OPTION_IB && cmd.optname == RDMA_OPTION_IB_PATH) {
     if (c.dst.ss_family == 0) return EINVAL;
     c.route_resolved = true;

@@ -76,6 +76,7 @@ struct Ctx {
   bool route_resolved = false;
   bool ever_connected = false;  // CONNECT or a CONNECT_REQUEST: DISCONNECT is allowed
   uint8_t tos = 0;
+  int ack_timeout = -1;  // RDMA_OPTION_ID_ACK_TIMEOUT (-1: the CM's default for RTS)
   bool reuseaddr = false;
   int bind_fd = -1;  // the rendezvous socket naming src:port (listens after LISTEN)
   int conn_fd = -1;  // the connection to the peer's process

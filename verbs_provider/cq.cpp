@@ -283,6 +283,7 @@ void maybe_progress(EmuCq* cq) {
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   if (attr->comp_mask) return EINVAL;
   EmuCq* cq = to_cq(cqx);
+  if (inherited(cq)) return EPERM;
   if (!cq->poll_ex_lockless) pthread_spin_lock(&cq->lock.spin);
   maybe_progress(cq);
   if (!next_cqe(cq, &cq->cur_wc, &cq->cur_ts)) {
@@ -385,6 +386,10 @@ void cq_progress(EmuCq* cq) {
 int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   EmuCq* cq = to_cq(ibcq);
   if (n < 0) return -1;
+  if (inherited(cq)) {
+    errno = EPERM;
+    return -1;
+  }
   cq->lock.lock();
   maybe_progress(cq);
   int i = 0;
@@ -401,6 +406,7 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
 
 int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   EmuCq* cq = to_cq(ibcq);
+  if (inherited(cq)) return EPERM;
   CqSlot& cs = *cq->shm;
   cs.arm.store(solicited_only ? kCqArmSolicited : kCqArmNext, std::memory_order_seq_cst);
   std::atomic_thread_fence(
@@ -533,6 +539,7 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
     return fn ? fn(ibcq) : EINVAL;
   }
   EmuCq* cq = to_cq(ibcq);
+  if (inherited(cq)) return EPERM;
   {
     std::lock_guard<std::mutex> g(cq->qps_mu);
     if (!cq->qps.empty()) return EBUSY;  // QPs still complete here

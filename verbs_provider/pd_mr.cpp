@@ -182,6 +182,7 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
     return IBV_REREG_MR_ERR_INPUT;
   };
   if (!flags || (flags & ~kKnownFlags)) return input_error(EINVAL);
+  if (inherited(to_mr(mr))) return input_error(EPERM);
   Segment* seg = segment();
   MrSlot& ms = seg->hdr()->mrs[to_mr(mr)->slot];
   MrSpec spec{ms.pd, ms.access, ms.addr, ms.length, ms.iova};
@@ -215,6 +216,7 @@ int ibv_dereg_mr(ibv_mr* mr) {
     auto fn = REAL(ibv_dereg_mr, "IBVERBS_1.1");
     return fn ? fn(mr) : EINVAL;
   }
+  if (inherited(to_mr(mr))) return EPERM;
   // As hardware guarantees: once dereg returns, no DMA touches the memory any more.
   retire_mr(segment(), segment()->hdr()->mrs[to_mr(mr)->slot]);
   if (to_mr(mr)->dm_refs) to_mr(mr)->dm_refs->fetch_sub(1);

@@ -203,6 +203,10 @@ void sq_publish(EmuQp* qp, uint32_t last_block, uint32_t last_bbs, uint32_t nreq
 
 int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   EmuQp* qp = to_qp(ibqp);
+  if (inherited(qp)) {
+    *bad = wr;
+    return EPERM;
+  }
   bool owned = queue_enter(qp, kOwnerSend);
   uint32_t state = qp->shm->qp_state.load(std::memory_order_relaxed);
   int err = 0;
@@ -301,6 +305,10 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
 
 int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   EmuQp* qp = to_qp(ibqp);
+  if (inherited(qp)) {
+    *bad = wr;
+    return EPERM;
+  }
   bool owned = queue_enter(qp, kOwnerRecv);
   int err = 0;
   uint32_t nreq = 0;

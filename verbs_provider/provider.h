@@ -21,6 +21,16 @@
 
 namespace emu::prov {
 
+// fork() (fork.cpp): how many forks lie between this process and the one it started as. Each
+// QP, CQ, SRQ and MR records the value it was made under; in a child of fork() the ones made
+// before are the parent's (the engine reaches their memory in the parent), and every verb on them
+// fails with EPERM without touching them (a load and a compare on the fast path).
+extern uint32_t g_fork_generation;
+template <class Obj>
+inline bool inherited(const Obj* o) {
+  return __builtin_expect(o->generation != g_fork_generation, 0);
+}
+
 struct EmuDevice {
   ibv_device dev;
   uint32_t index;
@@ -119,6 +129,7 @@ struct EmuPd {
 struct EmuMr {
   ibv_mr mr;
   uint32_t slot;
+  uint32_t generation = g_fork_generation;   // inherited() tells
   std::atomic<uint32_t>* dm_refs = nullptr;  // an MR on device memory: its block's MR count
 };
 
@@ -131,6 +142,7 @@ struct EmuChannel {
 struct EmuCq {
   ibv_cq_ex cqx;  // first: ibv_cq and ibv_cq_ex share their leading fields
   uint32_t slot;
+  uint32_t generation = g_fork_generation;  // inherited() tells
   CqSlot* shm;
   Cqe64* ring;
   uint32_t ci;                     // consumer index (driver copy; published to shm->ci)
@@ -154,6 +166,7 @@ struct EmuCq {
 struct EmuSrq {
   ibv_srq srq;  // first: the pointer the user holds
   uint32_t slot;
+  uint32_t generation = g_fork_generation;  // inherited() tells
   SrqSlot* shm;
   EmuContext* ctx;
   uint8_t* buf;
@@ -195,6 +208,7 @@ struct EmuAh {
 struct EmuQp {
   ibv_qp_ex qpx;  // first: &qpx.qp_base is the ibv_qp the user holds
   uint32_t slot;
+  uint32_t generation = g_fork_generation;  // inherited() tells
   QpSlot* shm;
   EmuContext* ctx;
   uint32_t* dbrec;    // [0] receive, [1] send (big-endian counters)

@@ -285,6 +285,10 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
       attr->recv_cq->context != context)
     return fail_null<ibv_qp>(EINVAL);
   if (attr->srq && attr->srq->context != context) return fail_null<ibv_qp>(EINVAL);
+  // A child of fork() cannot hang a QP of its own on its parent's queues.
+  if (inherited(to_cq(attr->send_cq)) || inherited(to_cq(attr->recv_cq)) ||
+      (attr->srq && inherited(to_srq(attr->srq))))
+    return fail_null<ibv_qp>(EPERM);
   // What each transport can send (as mlx5 refuses the rest).
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
       (attr->send_ops_flags & ~send_ops_of(attr->qp_type)))
@@ -455,6 +459,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     return fn ? fn(ibqp, attr, mask) : EINVAL;
   }
   EmuQp* qp = to_qp(ibqp);
+  if (inherited(qp)) return EPERM;
   QpSlot& s = *qp->shm;
   if (mask & ~kQpAttrAll) return EINVAL;
   uint32_t cur = s.qp_state.load();
@@ -569,6 +574,7 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
     auto fn = REAL(ibv_destroy_qp, "IBVERBS_1.1");
     return fn ? fn(ibqp) : EINVAL;
   }
+  if (inherited(to_qp(ibqp))) return EPERM;
   if (ibqp->qp_type == IBV_QPT_XRC_RECV) return destroy_tgt_qp_handle(to_qp(ibqp));
   EmuQp* qp = to_qp(ibqp);
   QpSlot& s = *qp->shm;

@@ -52,6 +52,7 @@ void wr_start(ibv_qp_ex* x) {
   queue_enter(qp, kOwnerSend);
   uint32_t state = qp->shm->qp_state.load(std::memory_order_relaxed);
   qp->wr_error = (state == kQpsReset || state == kQpsInit || state == kQpsRtr) ? EINVAL : 0;
+  if (inherited(qp)) qp->wr_error = EPERM;
   qp->wr_start_head = qp->sq_head;
   qp->wr_start_posted = qp->sq_posted;
   qp->wr_count = 0;

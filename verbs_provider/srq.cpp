@@ -77,6 +77,10 @@ const uint8_t* srq_shadow_wqe(EmuSrq* s, uint16_t idx) {
 
 int emu_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   EmuSrq* s = to_srq(ibsrq);
+  if (inherited(s)) {
+    *bad = wr;
+    return EPERM;
+  }
   uint32_t seg_bytes = s->stride - sizeof(SrqNextSeg);
   bool owned = srq_enter(s);
   int err = 0;
@@ -237,6 +241,7 @@ int ibv_modify_srq(ibv_srq* srq, ibv_srq_attr* attr, int mask) {
     return fn ? fn(srq, attr, mask) : EINVAL;
   }
   EmuSrq* s = to_srq(srq);
+  if (inherited(s)) return EPERM;
   if (mask & ~(IBV_SRQ_MAX_WR | IBV_SRQ_LIMIT)) return EINVAL;
   // Resizing is not supported (emu0 does not advertise IBV_DEVICE_SRQ_RESIZE): EINVAL, which is
   // also mlx5's answer.
@@ -266,6 +271,7 @@ int ibv_destroy_srq(ibv_srq* srq) {
     return fn ? fn(srq) : EINVAL;
   }
   EmuSrq* s = to_srq(srq);
+  if (inherited(s)) return EPERM;
   SrqSlot& ss = *s->shm;
   if (ss.attached_qps.load()) return EBUSY;  // as the kernel: QPs still receive from it
   Segment* seg = segment();

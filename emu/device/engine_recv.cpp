@@ -124,6 +124,9 @@ bool Engine::recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_byt
 
 namespace {
 
+// A UD receive's L3 header type on a RoCE port (the CQE's SL field there).
+constexpr uint8_t kRoceL3Grh = 0, kRoceL3Ipv6 = 1, kRoceL3Ipv4 = 2;
+
 bool ipv4_mapped(const uint8_t gid[16]) {
   static const uint8_t prefix[12] = {0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff};
   return std::memcmp(gid, prefix, 12) == 0;
@@ -229,8 +232,13 @@ ExecOutcome Engine::exec_ud(QpSlot& qp, const ParsedWqe& w, int local_pid, CqeIn
     g.hop_limit = av.hop_limit;
     std::memcpy(g.sgid, port.gid[sgid_index], 16);
     std::memcpy(g.dgid, av.rgid, 16);
-    if (sgid_type == kGidTypeRoceV2 && ipv4_mapped(g.sgid) && ipv4_mapped(g.dgid))
-      ipv4_header_in_grh(&g, av.tclass, av.hop_limit, 8 + ib_bytes);
+    bool ipv4 = sgid_type == kGidTypeRoceV2 && ipv4_mapped(g.sgid) && ipv4_mapped(g.dgid);
+    if (ipv4) ipv4_header_in_grh(&g, av.tclass, av.hop_limit, 8 + ib_bytes);
+    // On Ethernet the receive CQE's SL field is the packet's L3 header type, as mlx5 reports it
+    // (its PRM; UCX's UD reads it there to find the destination address in the 40 bytes ahead
+    // of the payload): 0 a RoCE v1 GRH, 1 IPv6, 2 IPv4.
+    if (port.link_layer == kLinkLayerEthernet)
+      pkt.sl = sgid_type != kGidTypeRoceV2 ? kRoceL3Grh : ipv4 ? kRoceL3Ipv4 : kRoceL3Ipv6;
   }
   uint32_t dqpn = be32(av.dqp) & 0xffffff;
   uint16_t dlid = be16(av.rlid);

@@ -1,6 +1,7 @@
 #include "device/progress.h"
 
 #include <linux/futex.h>
+#include <pthread.h>
 #include <sched.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -23,16 +24,25 @@ void futex_wake(std::atomic<uint32_t>* w) {
   syscall(SYS_futex, reinterpret_cast<uint32_t*>(w), FUTEX_WAKE_PRIVATE, 1, nullptr, nullptr, 0);
 }
 
+// The process's device thread. A child of fork() has no copy of the thread, only of its queue:
+// it starts a thread of its own on its first doorbell (the parent's queued doorbells are the
+// parent's thread's to run).
+std::atomic<ProgressThread*> g_progress{nullptr};
+const int g_progress_fork_hook =
+    pthread_atfork(nullptr, nullptr, [] { g_progress.store(nullptr); });
+
 }  // namespace
 
 ProgressThread* ProgressThread::get(Engine* engine) {
-  static ProgressThread* p = nullptr;
-  static std::once_flag once;
-  std::call_once(once, [engine] {
-    p = new ProgressThread(engine);  // lives as long as the process
-    std::thread([] { p->run(); }).detach();
-  });
-  return p;
+  if (ProgressThread* p = g_progress.load(std::memory_order_acquire)) return p;
+  auto* fresh = new ProgressThread(engine);  // lives as long as the process
+  ProgressThread* none = nullptr;
+  if (!g_progress.compare_exchange_strong(none, fresh, std::memory_order_acq_rel)) {
+    delete fresh;  // another thread's won (its thread is not started yet: nothing to stop)
+    return none;
+  }
+  std::thread([fresh] { fresh->run(); }).detach();
+  return fresh;
 }
 
 ProgressThread::ProgressThread(Engine* engine) : engine_(engine) {

@@ -1,5 +1,6 @@
 #include "shm/memory.h"
 
+#include <pthread.h>
 #include <sys/uio.h>
 #include <unistd.h>
 
@@ -13,10 +14,14 @@ namespace {
 constexpr int kMaxIov = 256;  // per system call (IOV_MAX is 1024)
 constexpr uint64_t kBounce = 64 * 1024;
 
-bool is_self(int pid) {
-  static const int self = getpid();
-  return pid == 0 || pid == self;
-}
+// This process's pid, read once, and again in a child of fork() (its copies go to itself, and to
+// its parent through the parent's pid).
+int g_self_pid = [] {
+  pthread_atfork(nullptr, nullptr, [] { g_self_pid = getpid(); });
+  return getpid();
+}();
+
+bool is_self(int pid) { return pid == 0 || pid == g_self_pid; }
 
 CopyResult fault_of(bool remote_is_dst) {
   if (errno == ESRCH) return remote_is_dst ? CopyResult::dst_gone : CopyResult::src_gone;

@@ -28,6 +28,11 @@ uint32_t my_slot(EngineSlots& es) {
 
 }  // namespace
 
+void forget_engine_slot() {
+  t_slot = ~0u;
+  t_depth = 0;
+}
+
 EngineSection::EngineSection(Segment* seg) : seg_(seg), outermost_(t_depth++ == 0) {
   if (!outermost_) return;
   EngineSlots& es = seg_->hdr()->engines[seg_->self()];

@@ -1,6 +1,8 @@
 #include "emu/segment.h"
 
 #include <fcntl.h>
+#include <pthread.h>
+#include <sched.h>
 #include <sys/file.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
@@ -33,6 +35,9 @@ Segment* g_segment = nullptr;
 std::atomic<Segment*> g_segment_ready{nullptr};  // g_segment, once attached
 std::atomic<Header*> g_header{nullptr};
 std::once_flag g_once;
+// A child made by fork() that used the segment before is not its parent: Segment::get() gives it a
+// process record of its own on its first call (docs/architecture.md, "Fork").
+std::atomic<bool> g_rejoining{false};
 
 // The allocator's lock (shm/shm_heap.h). Between processes: flock on the segment file, which the
 // kernel drops if the holder dies (and the heap is left with at most a leaked block). Between this
@@ -51,6 +56,16 @@ class AllocLock {
   int fd_;
   std::lock_guard<std::mutex> g_;
 };
+
+// fork(): no other thread may hold the allocator's mutex in the child's copy, and the child is
+// not its parent's process record (Segment::get() registers it anew).
+void fork_prepare() { g_alloc_mu.lock(); }
+void fork_parent() { g_alloc_mu.unlock(); }
+void fork_child() {
+  g_alloc_mu.unlock();
+  forget_engine_slot();
+  if (g_segment) g_segment_ready.store(nullptr, std::memory_order_release);
+}
 
 // init: fields other processes may read as soon as the slot is live, set before it is.
 // first: the lowest slot index handed out.
@@ -174,6 +189,7 @@ Segment* Segment::get() {
   // Called on the post path: once attached, one load (call_once costs a TLS lookup per call in a
   // shared library).
   if (Segment* s = g_segment_ready.load(std::memory_order_acquire)) return s;
+  if (g_segment) return g_segment->rejoin_after_fork();
   std::call_once(g_once, [] {
     auto* s = new Segment();
     Status st = s->attach(config());
@@ -184,8 +200,29 @@ Segment* Segment::get() {
     }
     g_segment = s;
     g_segment_ready.store(s, std::memory_order_release);
+    pthread_atfork(fork_prepare, fork_parent, fork_child);
   });
   return g_segment;
+}
+
+// The first call in a child of fork(): a process record of its own, so that what it creates is
+// its own (DMA to it reaches it, not the parent) and its death releases only that. The parent's
+// objects keep the parent's record. Threads of the child that race here wait for the first.
+Segment* Segment::rejoin_after_fork() {
+  bool expected = false;
+  if (!g_rejoining.compare_exchange_strong(expected, true)) {
+    while (!g_segment_ready.load(std::memory_order_acquire)) sched_yield();
+    return this;
+  }
+  pid_ = getpid();
+  Status st = register_self(config().segment_path());
+  g_rejoining.store(false);
+  if (st != Status::ok) {
+    std::fprintf(stderr, "rdmaemu: %s\n", g_error.c_str());
+    return nullptr;
+  }
+  g_segment_ready.store(this, std::memory_order_release);
+  return this;
 }
 
 const std::string& Segment::last_error() { return g_error; }
@@ -245,9 +282,6 @@ Status Segment::attach(const Config& cfg) {
     }
   }
   g_header.store(hdr_, std::memory_order_release);
-  // Until it has a process record, this process holds locks under its pid (so a waiter can tell
-  // whether it died).
-  const uint32_t attaching = kMaxProcs + static_cast<uint32_t>(pid_);
   if (hdr_->magic != kMagic || hdr_->layout_version != kLayoutVersion ||
       hdr_->header_size != sizeof(Header)) {
     g_error = "shared segment " + path + " has layout version " +
@@ -259,7 +293,13 @@ Status Segment::attach(const Config& cfg) {
     return Status::layout_mismatch;
   }
   sweep_dead();
-  // Register this process.
+  return register_self(path);
+}
+
+Status Segment::register_self(const std::string& path) {
+  // Until it has a process record, this process holds locks under its pid (so a waiter can tell
+  // whether it died).
+  const uint32_t attaching = kMaxProcs + static_cast<uint32_t>(pid_);
   {
     ShmLockGuard g(hdr_->table_lock, attaching);
     uint32_t i = 0;
@@ -271,11 +311,13 @@ Status Segment::attach(const Config& cfg) {
     }
     hdr_->procs[i].pid = pid_;
     hdr_->procs[i].start_time = proc_start_time(pid_);
+    hdr_->procs[i].stalled_qps.store(0);
     hdr_->procs[i].state.store(kProcAlive);
     self_ = i;
   }
   // Peers read and write our registered memory with process_vm_readv/writev, as a NIC would DMA:
-  // allow them where Yama restricts ptrace to descendants.
+  // allow them where Yama restricts ptrace to descendants (a child of fork() is not covered by its
+  // parent's permission).
   prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   return Status::ok;
 }

@@ -21,6 +21,10 @@ class EngineSection {
 // Returns once every engine section open at the call (in any live process) has closed.
 void wait_for_engines(Segment* seg);
 
+// In a child of fork(): the calling thread's engine slot was its parent's (the child starts with a
+// process record and slots of its own).
+void forget_engine_slot();
+
 // A dead process's sections never close: forget them (with its slot) before the slot is reused.
 void reset_engine_slots(Segment* seg, uint32_t proc);
 

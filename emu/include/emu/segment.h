@@ -63,6 +63,8 @@ class Segment {
  private:
   Segment() = default;
   Status attach(const Config& cfg);
+  Status register_self(const std::string& path);
+  Segment* rejoin_after_fork();
   void init_devices(const Config& cfg);
   void init_roce_port_from(const Config& cfg, uint32_t dev, uint32_t port);
   void release_proc_objects(uint32_t proc);
