@@ -49,10 +49,12 @@ void init_devices() {
     std::snprintf(d.dev.name, sizeof d.dev.name, "%s", h->devices[i].name);
     std::snprintf(d.dev.dev_name, sizeof d.dev.dev_name, "uverbs-%s", h->devices[i].name);
     // Where the kernel's sysfs has them; the file view (sysfs_view.h) answers both.
-    std::snprintf(d.dev.dev_path, sizeof d.dev.dev_path, "/sys/class/infiniband_verbs/%s",
-                  d.dev.dev_name);
+    // Formatted from the segment's name, not from d.dev's own fields: a source inside the
+    // destination object is what -Wrestrict (sanitizer builds) rightly refuses.
+    std::snprintf(d.dev.dev_path, sizeof d.dev.dev_path, "/sys/class/infiniband_verbs/uverbs-%s",
+                  h->devices[i].name);
     std::snprintf(d.dev.ibdev_path, sizeof d.dev.ibdev_path, "/sys/class/infiniband/%s",
-                  d.dev.name);
+                  h->devices[i].name);
   }
 }
 
