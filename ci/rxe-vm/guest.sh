@@ -13,6 +13,7 @@ fi
 echo "@@rxevm ready uptime=$(cut -d' ' -f1 /proc/uptime)"
 # shellcheck disable=SC1091
 . "$io/env"
+[ -z "$EMU_SHM_DIR" ] || mkdir -p "$EMU_SHM_DIR"
 for ((i = 0; ; i++)); do
   [ -f "$io/cmd.$i" ] || break
   echo "@@rxevm begin $i"

@@ -31,6 +31,8 @@ import kernel  # noqa: E402
 HERE = os.path.dirname(os.path.abspath(__file__))
 KVM_GET_API_VERSION = 0xAE00
 KVM_API_VERSION = 12
+KVM_BOOT_BOUND = 30  # s: KVM boots to rxe0 in a few seconds; past this it is not going to
+NOT_UP = 3
 
 
 def kvm_usable() -> bool:
@@ -52,7 +54,7 @@ def _die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
 
 
-def qemu_argv(qemu, accel, kdir, initrd, io):
+def qemu_argv(qemu, accel, kdir, initrd, io, writable):
     kvm = accel == "kvm"
     return [qemu, "-nodefaults", "-no-user-config", "-display", "none", "-nic", "none",
             "-serial", "stdio", "-no-reboot", "-m", "1024", "-smp", "2",
@@ -62,14 +64,16 @@ def qemu_argv(qemu, accel, kdir, initrd, io):
             "-fsdev", "local,id=hostroot,path=/,security_model=none,readonly=on,multidevs=remap",
             "-device", "virtio-9p-pci,fsdev=hostroot,mount_tag=hostroot",
             "-fsdev", f"local,id=io,path={io},security_model=none",
-            "-device", "virtio-9p-pci,fsdev=io,mount_tag=io"]
+            "-device", "virtio-9p-pci,fsdev=io,mount_tag=io",
+            "-fsdev", f"local,id=out,path={writable or io},security_model=none",
+            "-device", "virtio-9p-pci,fsdev=out,mount_tag=out"]
 
 
 class Console:
     """The guest's serial console, read line by line against deadlines."""
 
     def __init__(self, proc, echo):
-        self.proc, self.echo, self.buf, self.log = proc, echo, b"", []
+        self.proc, self.echo, self.buf, self.log, self.eof = proc, echo, b"", [], False
 
     def next_marker(self, deadline):
         """The next "@@rxevm ..." line, or None at the deadline or when qemu has exited."""
@@ -90,25 +94,45 @@ class Console:
             if ready:
                 chunk = os.read(fd, 65536)
                 if not chunk:
+                    self.eof = True
                     return None
                 self.buf += chunk
 
 
 def prepare(args):
     """(qemu, kernel dir, module list): what a boot needs, or kernel.Unusable saying what lacks."""
+    kdir = args.kernel_dir or kernel.fetch(args.cache)
+    mods = kernel.modules(kdir)
     qemu = shutil.which("qemu-system-x86_64")
     if not qemu:
         raise kernel.Unusable("no qemu-system-x86_64 on PATH (install qemu-system-x86)")
-    kdir = args.kernel_dir or kernel.fetch(args.cache)
-    return qemu, kdir, kernel.modules(kdir)
+    return qemu, kdir, mods
+
+
+def kvm_verdict_file(cache):
+    # KVM can open and answer its API yet not boot a guest (nested virtualisation without the
+    # CPU features qemu asks for): the first such boot leaves this note, and later runs on the same
+    # host kernel go straight to TCG.
+    return os.path.join(cache, f"kvm-does-not-boot-{os.uname().release}")
+
+
+def choose_accel(args):
+    if args.accel != "auto":
+        return args.accel
+    if kvm_usable() and not os.path.exists(kvm_verdict_file(args.cache)):
+        return "kvm"
+    return "tcg"
 
 
 def write_io(io, commands, args):
     with open(os.path.join(io, "path"), "w") as f:
         f.write(io)
+    with open(os.path.join(io, "writable"), "w") as f:
+        f.write(os.path.abspath(args.writable) if args.writable else "")
     with open(os.path.join(io, "cwd"), "w") as f:
         f.write(os.getcwd())
-    env = dict(kv.split("=", 1) for kv in args.env)
+    env = {k: v for k, v in os.environ.items() if k.startswith("EMU_")}
+    env.update(kv.split("=", 1) for kv in args.env)
     env["RXEVM_COMMAND_TIMEOUT"] = str(args.command_timeout)
     with open(os.path.join(io, "env"), "w") as f:
         f.writelines(f"export {k}={shlex.quote(v)}\n" for k, v in env.items())
@@ -119,16 +143,29 @@ def write_io(io, commands, args):
 
 
 def boot_and_run(args, qemu, kdir, mods, commands) -> int:
-    accel = args.accel if args.accel != "auto" else ("kvm" if kvm_usable() else "tcg")
+    accel = choose_accel(args)
+    rc = boot_once(args, qemu, kdir, mods, commands, accel)
+    if rc == NOT_UP and accel == "kvm" and args.accel == "auto":
+        os.makedirs(args.cache, exist_ok=True)
+        open(kvm_verdict_file(args.cache), "w").close()
+        print("rxe-vm: KVM did not boot the guest; again with TCG (and TCG from now on: "
+              f"{kvm_verdict_file(args.cache)})", flush=True)
+        rc = boot_once(args, qemu, kdir, mods, commands, "tcg")
+    return rc
+
+
+def boot_once(args, qemu, kdir, mods, commands, accel) -> int:
     with tempfile.TemporaryDirectory(prefix="rxe-vm-", dir="/tmp") as io:
         initrd = os.path.join(io, "initramfs.cpio")
         initramfs.build(initrd, os.path.join(HERE, "init"), mods)
         write_io(io, commands, args)
         start = time.monotonic()
         total_deadline = start + args.total_timeout
-        proc = subprocess.Popen(qemu_argv(qemu, accel, kdir, initrd, io), stdin=subprocess.DEVNULL,
+        argv = qemu_argv(qemu, accel, kdir, initrd, io, args.writable)
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 preexec_fn=_die_with_parent)
+        print(f"rxe-vm: qemu pid {proc.pid} ({accel})", flush=True)
         try:
             return _drive(args, Console(proc, args.verbose), io, accel, start, total_deadline,
                           len(commands))
@@ -139,15 +176,17 @@ def boot_and_run(args, qemu, kdir, mods, commands) -> int:
 
 
 def _drive(args, con, io, accel, start, total_deadline, count) -> int:
-    marker = con.next_marker(min(start + args.boot_timeout, total_deadline))
+    boot_timeout = args.boot_timeout if accel == "tcg" else min(args.boot_timeout, KVM_BOOT_BOUND)
+    marker = con.next_marker(min(start + boot_timeout, total_deadline))
     while marker and marker.startswith("@@rxevm fail"):
         print(f"rxe-vm: {marker[len('@@rxevm '):]}")
-        marker = con.next_marker(min(start + args.boot_timeout, total_deadline))
+        marker = con.next_marker(min(start + boot_timeout, total_deadline))
     if not marker or not marker.startswith("@@rxevm ready"):
         tail = "\n  ".join(con.log[-15:]) or "(no console output)"
-        print(f"rxe-vm: the VM was not up with rxe0 within {args.boot_timeout}s ({accel}); "
-              f"console's last lines:\n  {tail}")
-        return 3
+        why = ("the VM stopped before rxe0 was up" if con.eof or marker else
+               f"the VM was not up with rxe0 within {boot_timeout:g}s")
+        print(f"rxe-vm: {why} ({accel}); console's last lines:\n  {tail}")
+        return NOT_UP
     uptime = marker.split("uptime=")[1]
     print(f"rxe-vm: rxe0 ready after {time.monotonic() - start:.1f}s wall, "
           f"{uptime}s guest uptime ({accel})", flush=True)
@@ -182,12 +221,16 @@ def main(argv=None) -> int:
     ap.add_argument("--boot-timeout", type=float, default=90)
     ap.add_argument("--command-timeout", type=int, default=300)
     ap.add_argument("--total-timeout", type=float, default=900)
+    ap.add_argument("--writable", metavar="DIR",
+                    help="a host directory the guest may write, at the same path")
     ap.add_argument("--env", action="append", default=[], metavar="K=V",
                     help="set in the guest's environment")
     ap.add_argument("--check", action="store_true",
                     help="only say whether the VM can run here (exit 0, or 77 with the reason)")
     ap.add_argument("--verbose", action="store_true", help="echo the guest's console")
     args = ap.parse_args(argv)
+    if args.writable:
+        args.writable = os.path.abspath(args.writable)
     try:
         qemu, kdir, mods = prepare(args)
     except kernel.Unusable as e:
@@ -195,7 +238,7 @@ def main(argv=None) -> int:
         return 77
     if args.check:
         print(f"rxe-vm: usable ({qemu}, kernel {kernel.release_of(kdir)}, "
-              f"{'kvm' if kvm_usable() else 'tcg'})")
+              f"{choose_accel(args)})")
         return 0
     try:
         return boot_and_run(args, qemu, kdir, mods, args.commands)
