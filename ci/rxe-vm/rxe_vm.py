@@ -218,7 +218,7 @@ def main(argv=None) -> int:
                     help="where the kernel package is downloaded and unpacked")
     ap.add_argument("--kernel-dir", help="an unpacked kernel package to use instead")
     ap.add_argument("--accel", choices=["auto", "kvm", "tcg"], default="auto")
-    ap.add_argument("--boot-timeout", type=float, default=90)
+    ap.add_argument("--boot-timeout", type=float, default=240)
     ap.add_argument("--command-timeout", type=int, default=300)
     ap.add_argument("--total-timeout", type=float, default=900)
     ap.add_argument("--writable", metavar="DIR",
