@@ -339,7 +339,11 @@ int Objects::poll(int cq_h, int max, int ms, Values* out) {
   out->push_back({"n", static_cast<long>(got.size())});
   for (size_t i = 0; i < got.size(); ++i) {
     out->push_back({"status" + std::to_string(i), got[i].status});
-    long imm = (got[i].wc_flags & IBV_WC_WITH_IMM) ? ntohl(got[i].imm_data) : -1;
+    // An error completion's fields other than wr_id, status, qp_num and vendor_err are undefined
+    // (ibv_poll_cq(3)): devices differ there (emu0 and mlx5 keep WITH_IMM, rxe clears it), so no
+    // immediate is reported for one.
+    const bool has_imm = got[i].status == IBV_WC_SUCCESS && (got[i].wc_flags & IBV_WC_WITH_IMM);
+    long imm = has_imm ? long(ntohl(got[i].imm_data)) : -1L;
     out->push_back({"imm" + std::to_string(i), imm});
   }
   return 0;

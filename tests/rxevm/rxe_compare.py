@@ -11,6 +11,7 @@ Exit 77 (skip, with the reason) where the VM cannot run.
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -42,10 +43,12 @@ def run_emu(build, out):
 
 
 def run_rxe(build, out, versions):
-    pyt = " ".join(pytest_argv("rxe0", out))
+    pyt = shlex.join(pytest_argv("rxe0", out))
     cmds = [f"uname -r > {versions}/kernel; dpkg-query -W -f '${{Version}}' rdma-core > "
             f"{versions}/rdma-core",
-            f"PYTHONDONTWRITEBYTECODE=1 PYTHONPATH={build}/pyharness python3 {pyt}"]
+            # emu-python as on emu0: the module's provider library must be preloaded (its TLS);
+            # the players on rxe0 run emu-player without emu-run.
+            f"PYTHONDONTWRITEBYTECODE=1 {build}/bin/emu-python {pyt}"]
     p = subprocess.run([sys.executable, RXE_VM, "--writable", os.path.dirname(out), "--", *cmds],
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=1200)
     print(p.stdout)
@@ -91,6 +94,17 @@ def judge(emu, rxe):
     return undeclared, stale, seen
 
 
+WC_STATUS = {0: "SUCCESS", 1: "LOC_LEN_ERR", 2: "LOC_QP_OP_ERR", 4: "LOC_PROT_ERR",
+             5: "WR_FLUSH_ERR", 9: "REM_INV_REQ_ERR", 10: "REM_ACCESS_ERR", 11: "REM_OP_ERR",
+             12: "RETRY_EXC_ERR", 13: "RNR_RETRY_EXC_ERR"}
+QP_STATE = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
+
+
+def named(field, value):
+    names = WC_STATUS if field.startswith("status") else QP_STATE if "state" in field else {}
+    return names.get(value, value)
+
+
 def table(emu, rxe, seen, versions):
     lines = [BEGIN, "",
              f"Taken on Linux {versions.get('kernel', '?')} (Debian 12's linux-image-amd64) with "
@@ -99,13 +113,15 @@ def table(emu, rxe, seen, versions):
              "| Scenario | emu0 (RoCE) vs rxe0 |", "|---|---|"]
     for s in sorted(set(emu) | set(rxe)):
         rows = [d for d in seen if d.scenario == s]
-        what = "; ".join(f"{d.player} {d.step} {d.field}: emu0 {d.emu}, rxe0 {d.rxe} (declared)"
+        what = "; ".join(f"{d.player} {d.step} {d.field}: emu0 {named(d.field, d.emu)}, "
+                         f"rxe0 {named(d.field, d.rxe)} (declared)"
                          for d in rows) or f"match ({len(emu.get(s, []))} records)"
         lines.append(f"| {s} | {what} |")
     lines += ["", "Declared differences (tests/rxevm/declared.py):", "",
               "| Scenario | Where | emu0 | rxe0 | Why rxe differs | The specification |",
               "|---|---|---|---|---|---|"]
-    lines += [f"| {d.scenario} | {d.player} {d.step} {d.field} | {d.emu} | {d.rxe} | {d.reason} "
+    lines += [f"| {d.scenario} | {d.player} {d.step} {d.field} | {named(d.field, d.emu)} "
+              f"| {named(d.field, d.rxe)} | {d.reason} "
               f"| {d.spec} |" for d in DECLARED]
     return "\n".join(lines + ["", END])
 
@@ -145,8 +161,8 @@ def main():
         emu, rxe = load(emu_dir), load(rxe_dir)
         versions = {n: open(os.path.join(ver, n)).read().strip() for n in os.listdir(ver)}
         # The harness's own summary first (which scenarios differ, and where they first part).
-        subprocess.run([sys.executable, "-m", "rdmaemu.compare", emu_dir, rxe_dir],
-                       env=dict(os.environ, PYTHONPATH=os.path.join(build, "pyharness")))
+        subprocess.run([os.path.join(build, "bin/emu-python"), "-m", "rdmaemu.compare", emu_dir,
+                        rxe_dir])
     undeclared, stale, seen = judge(emu, rxe)
     print(f"{len(emu)} scenarios on emu0, {len(rxe)} on rxe0; {len(seen)} declared differences seen")
     for d in undeclared:
