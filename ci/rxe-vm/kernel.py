@@ -1,6 +1,7 @@
 """Debian 12's own kernel for the soft-RoCE VM: fetched with `apt-get download` into a cache
 directory (never installed on the host), unpacked with `dpkg-deb -x`, indexed with `depmod -b`, and
 the modules rdma_rxe and the VM's plumbing need, in load order, from that modules.dep."""
+import fcntl
 import glob
 import os
 import shutil
@@ -34,6 +35,14 @@ def fetch(cache: str) -> str:
     if not image:
         raise Unusable(f"apt-cache depends {META} names no linux-image package")
     root = os.path.join(cache, image)
+    os.makedirs(cache, exist_ok=True)
+    with open(os.path.join(cache, ".lock"), "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # runs in parallel (ctest -j) fetch and unpack once
+        _unpack(cache, image, root)
+    return root
+
+
+def _unpack(cache: str, image: str, root: str) -> None:
     if not os.path.exists(os.path.join(root, ".complete")):
         debs = os.path.join(cache, "debs")
         os.makedirs(debs, exist_ok=True)
@@ -41,8 +50,8 @@ def fetch(cache: str) -> str:
             _run(["apt-get", "download", "-q", image], cwd=debs)
         shutil.rmtree(root, ignore_errors=True)
         _run(["dpkg-deb", "-x", glob.glob(os.path.join(debs, image + "_*.deb"))[0], root])
+        _run(["depmod", "-b", root, release_of(root)])
         open(os.path.join(root, ".complete"), "w").close()
-    return root
 
 
 def release_of(root: str) -> str:
