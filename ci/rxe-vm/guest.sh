@@ -4,7 +4,9 @@
 # own timeout, output in out.N and exit status in rc.N. "@@rxevm" lines are for rxe_vm.py.
 io=$1
 export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HOME=/tmp
-{ ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy; } && ip addr add 192.0.2.1/24 dev dummy0 && ip link set dummy0 up &&
+# The dummy module makes dummy0 itself (numdummies=1); add it only where it did not.
+{ ip link show dummy0 >/dev/null 2>&1 || ip link add dummy0 type dummy; } &&
+  ip addr add 192.0.2.1/24 dev dummy0 && ip link set dummy0 up &&
   rdma link add rxe0 type rxe netdev dummy0
 if ! ibv_devices | grep -qw rxe0; then
   echo "@@rxevm fail rxe0 did not appear: $(rdma link 2>&1 | head -3)"

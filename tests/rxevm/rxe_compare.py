@@ -164,7 +164,8 @@ def main():
         subprocess.run([os.path.join(build, "bin/emu-python"), "-m", "rdmaemu.compare", emu_dir,
                         rxe_dir])
     undeclared, stale, seen = judge(emu, rxe)
-    print(f"{len(emu)} scenarios on emu0, {len(rxe)} on rxe0; {len(seen)} declared differences seen")
+    print(f"{len(emu)} scenarios on emu0, {len(rxe)} on rxe0; "
+          f"{len(seen)} declared differences seen")
     for d in undeclared:
         print("UNDECLARED: scenario %s, %s %s %s: emu0 %s, rxe0 %s" % d)
     for d in stale:
