@@ -202,9 +202,10 @@ def _drive(args, con, io, accel, start, total_deadline, count) -> int:
                 sys.stdout.write(f.read())
         if not end or not end.startswith(f"@@rxevm end {i} rc="):
             late = time.monotonic() >= total_deadline
-            print(f"rxe-vm: command {i} did not finish"
-                  + (f" within the total {args.total_timeout}s" if late else " (the VM stopped)"))
-            return 124 if late else 1
+            how = (" (the VM stopped)" if con.eof else f" within the total {args.total_timeout:g}s"
+                   if late else f" within {args.command_timeout}s and the guest's grace")
+            print(f"rxe-vm: command {i} did not finish{how}")
+            return 1 if con.eof else 124
         rc = int(end.split("rc=")[1])
         print(f"rxe-vm: exit status {rc}" + (" (timed out)" if rc == 124 else ""), flush=True)
         first_bad = first_bad or rc
