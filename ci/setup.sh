@@ -7,7 +7,9 @@ PKGS=(build-essential cmake g++ python3 procps
       librdmacm-dev rdmacm-utils libucx-dev
       pkg-config libnl-3-dev libnl-route-3-dev
       googletest libgtest-dev clang-format
-      python3-pyverbs python3-dev pybind11-dev python3-pytest python3-pytest-xdist)
+      python3-pyverbs python3-dev pybind11-dev python3-pytest python3-pytest-xdist
+      # the soft-RoCE VM (ci/rxe-vm; its kernel is fetched, never installed)
+      qemu-system-x86 busybox-static kmod iproute2 ibverbs-providers)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -5,7 +5,8 @@
 // Commands (handles are the numbers earlier replies gave):
 //   open DEV | pd | mr PD LEN | cq DEPTH | srq PD DEPTH | xrc_srq XRCD PD CQ MR RECVS
 //   qp TYPE PD|XRCD SEND_CQ RECV_CQ SRQ|-1 | xrcd PATH OFLAGS | open_qp XRCD QPN
-//   rts QP LID QPN TIMEOUT RETRY | send QP MR SRQN TAG | recv QP MR COUNT | poll CQ MAX MS
+//   rts QP LID QPN TIMEOUT RETRY | send QP MR SRQN TAG [LEN [LKEY_DELTA]] | recv QP MR COUNT
+//   poll CQ MAX MS | query_qp QP
 //   destroy HANDLE | pid | exit
 // "exit" answers, then exits without releasing anything (the exit path a crash-free program takes
 // when it forgets its objects). End of input exits the same way.
@@ -36,7 +37,13 @@ int dispatch(player::Objects& o, const std::string& cmd, std::istringstream& in,
   if (cmd == "xrcd") return in >> s >> a ? o.open_xrcd(s, a, out) : EINVAL;
   if (cmd == "open_qp") return in >> a >> b ? o.open_qp(a, b, out) : EINVAL;
   if (cmd == "rts") return in >> a >> b >> c >> d >> e ? o.to_rts(a, b, c, d, e) : EINVAL;
-  if (cmd == "send") return in >> a >> b >> c >> d ? o.post_send(a, b, c, d) : EINVAL;
+  if (cmd == "send") {
+    long len = 16, lkey_delta = 0;  // optional: LEN [LKEY_DELTA]
+    if (!(in >> a >> b >> c >> d)) return EINVAL;
+    if (in >> len) in >> lkey_delta;
+    return o.post_send(a, b, c, d, len, lkey_delta);
+  }
+  if (cmd == "query_qp") return in >> a ? o.query_qp(a, out) : EINVAL;
   if (cmd == "recv") return in >> a >> b >> c ? o.post_recv(a, b, c) : EINVAL;
   if (cmd == "poll") return in >> a >> b >> c ? o.poll(a, b, c, out) : EINVAL;
   if (cmd == "destroy") return in >> a ? o.destroy(a) : EINVAL;

@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
 
 namespace player {
 
@@ -34,6 +35,25 @@ ibv_qp_type type_of(const std::string& t, bool* ok) {
   return IBV_QPT_RC;
 }
 
+// On a RoCE port the address vector must carry a GRH. Players of one comparison run share one
+// device (rxe0 in the soft-RoCE VM, emu0 here), so the peer's GID is this port's first RoCE v2
+// GID, which the peer, on the same netdev, has too.
+int set_roce_path(ibv_qp* qp, ibv_ah_attr* ah) {
+  ibv_port_attr pa{};
+  if (int rc = ibv_query_port(qp->context, 1, &pa)) return rc;
+  if (pa.link_layer != IBV_LINK_LAYER_ETHERNET) return 0;
+  for (int i = 0; i < pa.gid_tbl_len; ++i) {
+    ibv_gid_entry e{};
+    if (ibv_query_gid_ex(qp->context, 1, i, &e, 0) || e.gid_type != IBV_GID_TYPE_ROCE_V2) continue;
+    ah->is_global = 1;
+    ah->grh.sgid_index = i;
+    ah->grh.hop_limit = 64;
+    memcpy(&ah->grh.dgid, e.gid.raw, sizeof e.gid.raw);
+    return 0;
+  }
+  return ENODEV;
+}
+
 // RESET -> INIT -> RTR -> RTS of a connected QP; each attribute set the type needs.
 int connect(ibv_qp* qp, uint16_t lid, uint32_t qpn, uint8_t timeout, uint8_t retry) {
   const bool rc_like = qp->qp_type != IBV_QPT_UC;
@@ -49,6 +69,7 @@ int connect(ibv_qp* qp, uint16_t lid, uint32_t qpn, uint8_t timeout, uint8_t ret
   a.dest_qp_num = qpn;
   a.ah_attr.dlid = lid;
   a.ah_attr.port_num = 1;
+  if (int rc = set_roce_path(qp, &a.ah_attr)) return rc;
   mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
   if (rc_like) {
     a.max_dest_rd_atomic = 1;
@@ -258,12 +279,13 @@ int Objects::to_rts(int qp_h, uint16_t lid, uint32_t qpn, uint8_t timeout, uint8
   return qp->qp_type == IBV_QPT_UD ? ud_to_rts(qp) : connect(qp, lid, qpn, timeout, retry);
 }
 
-int Objects::post_send(int qp_h, int mr_h, uint32_t srqn, uint32_t tag) {
+int Objects::post_send(int qp_h, int mr_h, uint32_t srqn, uint32_t tag, uint32_t len,
+                       uint32_t lkey_delta) {
   ibv_qp* qp = get<ibv_qp>(qp_h, Kind::kQp);
   auto* mr = get<ibv_mr>(mr_h, Kind::kMr);
   if (!qp || !mr) return EBADF;
   if (qp->qp_type == IBV_QPT_UD) return EOPNOTSUPP;
-  ibv_sge sg{reinterpret_cast<uintptr_t>(mr->addr), 16, mr->lkey};
+  ibv_sge sg{reinterpret_cast<uintptr_t>(mr->addr), len, mr->lkey + lkey_delta};
   ibv_send_wr wr{};
   wr.wr_id = tag;
   wr.opcode = IBV_WR_SEND_WITH_IMM;
@@ -274,6 +296,19 @@ int Objects::post_send(int qp_h, int mr_h, uint32_t srqn, uint32_t tag) {
   wr.qp_type.xrc.remote_srqn = srqn;
   ibv_send_wr* bad = nullptr;
   return ibv_post_send(qp, &wr, &bad);
+}
+
+int Objects::query_qp(int qp_h, Values* out) {
+  ibv_qp* qp = get<ibv_qp>(qp_h, Kind::kQp);
+  if (!qp) return EBADF;
+  ibv_qp_attr a{};
+  ibv_qp_init_attr init{};
+  if (int rc = ibv_query_qp(qp, &a, IBV_QP_STATE | IBV_QP_CUR_STATE | IBV_QP_CAP, &init)) return rc;
+  out->push_back({"state", a.qp_state});
+  out->push_back({"cur_state", a.cur_qp_state});
+  out->push_back({"cap_send_wr", a.cap.max_send_wr});
+  out->push_back({"cap_recv_wr", a.cap.max_recv_wr});
+  return 0;
 }
 
 int Objects::post_recv(int qp_h, int mr_h, int count) {
@@ -304,7 +339,11 @@ int Objects::poll(int cq_h, int max, int ms, Values* out) {
   out->push_back({"n", static_cast<long>(got.size())});
   for (size_t i = 0; i < got.size(); ++i) {
     out->push_back({"status" + std::to_string(i), got[i].status});
-    long imm = (got[i].wc_flags & IBV_WC_WITH_IMM) ? ntohl(got[i].imm_data) : -1;
+    // An error completion's fields other than wr_id, status, qp_num and vendor_err are undefined
+    // (ibv_poll_cq(3)): devices differ there (emu0 and mlx5 keep WITH_IMM, rxe clears it), so no
+    // immediate is reported for one.
+    const bool has_imm = got[i].status == IBV_WC_SUCCESS && (got[i].wc_flags & IBV_WC_WITH_IMM);
+    long imm = has_imm ? long(ntohl(got[i].imm_data)) : -1L;
     out->push_back({"imm" + std::to_string(i), imm});
   }
   return 0;

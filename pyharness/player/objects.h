@@ -38,8 +38,11 @@ class Objects {
   int open_qp(int xrcd, uint32_t qpn, Values* out);
   // RESET to RTS with the peer (lid, qpn); UD ignores the peer. timeout/retry: the RC requester's.
   int to_rts(int qp, uint16_t lid, uint32_t qpn, uint8_t timeout, uint8_t retry);
-  // One SEND of 16 bytes from mr with immediate `tag` (XRC INI: to SRQ srqn; UD: unsupported).
-  int post_send(int qp, int mr, uint32_t srqn, uint32_t tag);
+  // One SEND of `len` bytes from mr with immediate `tag` (XRC INI: to SRQ srqn; UD: unsupported);
+  // lkey_delta != 0 sends with an lkey that names no MR (a probe of the error path).
+  int post_send(int qp, int mr, uint32_t srqn, uint32_t tag, uint32_t len, uint32_t lkey_delta);
+  // The QP's state, the state it reports as current, and the queue sizes it reports.
+  int query_qp(int qp, Values* out);
   int post_recv(int qp, int mr, int count);
   // Up to max completions within ms milliseconds: n, then status_i and imm_i of each.
   int poll(int cq, int max, int ms, Values* out);

@@ -13,8 +13,11 @@ from ._paths import BIN_DIR
 from ._rdmaemu import VerbsError
 
 IBV_WC_SUCCESS = 0
+IBV_WC_LOC_LEN_ERR = 1
+IBV_WC_LOC_PROT_ERR = 4
 IBV_WC_REM_INV_REQ_ERR = 9
 IBV_WC_RETRY_EXC_ERR = 12
+IBV_WC_RNR_RETRY_EXC_ERR = 13
 
 
 class PlayerGone(RuntimeError):
@@ -87,7 +90,8 @@ class Player:
         # What two runs can compare: the step, its errno and its completions (per WR: status and
         # immediate, in order); not handles, numbers or pids, which differ between runs.
         if self.stream is not None:
-            kept = {k: v for k, v in values.items() if k == "n" or k.startswith(("status", "imm"))}
+            kept = {k: v for k, v in values.items()
+                    if k == "n" or k.startswith(("status", "imm", "state", "cur_state", "cap_"))}
             self.stream.append({"player": self.name, "step": step, "errno": err, **kept})
 
     # ---- verbs steps ----
@@ -124,9 +128,15 @@ class Player:
         """RESET to RTS with the peer (lid, qpn); a UD QP ignores the peer."""
         self.call("rts", qp, lid, qpn, timeout, retry)
 
-    def send(self, qp: int, mr: int, srqn: int = 0, tag: int = 0) -> None:
-        """One signalled SEND with immediate `tag` (XRC: to SRQ `srqn`)."""
-        self.call("send", qp, mr, srqn, tag)
+    def send(self, qp: int, mr: int, srqn: int = 0, tag: int = 0, length: int = 16,
+             lkey_delta: int = 0) -> None:
+        """One signalled SEND of `length` bytes with immediate `tag` (XRC: to SRQ `srqn`);
+        lkey_delta != 0: with an lkey that names no MR."""
+        self.call("send", qp, mr, srqn, tag, length, lkey_delta)
+
+    def query_qp(self, qp: int) -> Dict[str, int]:
+        """state, cur_state (enum ibv_qp_state), cap_send_wr, cap_recv_wr as ibv_query_qp says."""
+        return self.call("query_qp", qp)
 
     def recv(self, qp: int, mr: int, count: int = 1) -> None:
         self.call("recv", qp, mr, count)
