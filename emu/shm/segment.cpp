@@ -2,9 +2,6 @@
 
 #include <fcntl.h>
 #include <sys/file.h>
-#include <sys/mman.h>
-#include <sys/prctl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +20,7 @@
 #include "emu/wqe.h"
 #include "emu/xrc.h"
 #include "ports/link_layer.h"
+#include "shm/segment_file.h"
 #include "shm/shm_heap.h"
 
 namespace emu {
@@ -184,101 +182,15 @@ Segment* Segment::get() {
     }
     g_segment = s;
     g_segment_ready.store(s, std::memory_order_release);
+    std::atexit([] { g_segment->detach_at_exit(); });
   });
   return g_segment;
 }
 
 const std::string& Segment::last_error() { return g_error; }
 
-Status Segment::attach(const Config& cfg) {
-  std::string path = cfg.segment_path();
-  pid_ = getpid();
-  lock_fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd_ < 0) {
-    g_error = "cannot open shared segment " + path + ": " + std::strerror(errno) +
-              " (set EMU_SHM_DIR to a writable tmpfs)";
-    return Status::io;
-  }
-  uint64_t size = 0;
-  {
-    // The first attacher sizes and lays out the file, holding the allocator's lock: a creator
-    // that dies part way leaves the magic 0, and the next attacher lays it out again.
-    AllocLock lock(lock_fd_);
-    struct stat st;
-    if (fstat(lock_fd_, &st) != 0) {
-      g_error = "cannot stat shared segment " + path + ": " + std::strerror(errno);
-      return Status::io;
-    }
-    size = static_cast<uint64_t>(st.st_size);
-    if (size == 0) {
-      // Reserved now, so that a full tmpfs is this message and not a bus error later.
-      int e = posix_fallocate(lock_fd_, 0, static_cast<off_t>(cfg.shm_size));
-      if (e != 0) {
-        ftruncate(lock_fd_, 0);
-        g_error = "cannot reserve " + std::to_string(cfg.shm_size >> 20) + " MiB for " + path +
-                  " in " + cfg.shm_dir + " (" + std::strerror(e) +
-                  "): give it more room or set EMU_SHM_DIR / EMU_SHM_SIZE";
-        return Status::no_memory;
-      }
-      size = cfg.shm_size;
-    }
-    if (size < sizeof(Header) + (1u << 20)) {
-      g_error = "shared segment " + path + " is too small (" + std::to_string(size) +
-                " bytes): remove it once no process uses it";
-      return Status::layout_mismatch;
-    }
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, lock_fd_, 0);
-    if (p == MAP_FAILED) {
-      g_error = "cannot map shared segment " + path + ": " + std::strerror(errno);
-      return Status::io;
-    }
-    base_ = static_cast<char*>(p);
-    hdr_ = reinterpret_cast<Header*>(base_);
-    if (hdr_->magic == 0) {
-      hdr_->layout_version = kLayoutVersion;
-      hdr_->header_size = sizeof(Header);
-      hdr_->segment_size = size;
-      hdr_->next_uid.store(1);
-      ShmHeap::init(base_, &hdr_->heap, (sizeof(Header) + 4095) & ~uint64_t(4095), size);
-      init_devices(cfg);
-      hdr_->magic = kMagic;
-    }
-  }
-  g_header.store(hdr_, std::memory_order_release);
-  // Until it has a process record, this process holds locks under its pid (so a waiter can tell
-  // whether it died).
-  const uint32_t attaching = kMaxProcs + static_cast<uint32_t>(pid_);
-  if (hdr_->magic != kMagic || hdr_->layout_version != kLayoutVersion ||
-      hdr_->header_size != sizeof(Header)) {
-    g_error = "shared segment " + path + " has layout version " +
-              std::to_string(hdr_->layout_version) + " (header " +
-              std::to_string(hdr_->header_size) + " bytes) but this build uses version " +
-              std::to_string(kLayoutVersion) + " (header " + std::to_string(sizeof(Header)) +
-              " bytes): it was made by another build. Remove the file once no process uses it, or "
-              "set EMU_FABRIC to another name";
-    return Status::layout_mismatch;
-  }
-  sweep_dead();
-  // Register this process.
-  {
-    ShmLockGuard g(hdr_->table_lock, attaching);
-    uint32_t i = 0;
-    for (; i < kMaxProcs; ++i)
-      if (hdr_->procs[i].state.load() == kProcFree) break;
-    if (i == kMaxProcs) {
-      g_error = "too many processes attached to " + path;
-      return Status::no_memory;
-    }
-    hdr_->procs[i].pid = pid_;
-    hdr_->procs[i].start_time = proc_start_time(pid_);
-    hdr_->procs[i].state.store(kProcAlive);
-    self_ = i;
-  }
-  // Peers read and write our registered memory with process_vm_readv/writev, as a NIC would DMA:
-  // allow them where Yama restricts ptrace to descendants.
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-  return Status::ok;
-}
+std::string& attach_error() { return g_error; }
+void publish_header(Header* h) { g_header.store(h, std::memory_order_release); }
 
 void Segment::init_devices(const Config& cfg) {
   hdr_->num_devices = cfg.num_devices;
@@ -315,14 +227,18 @@ void Segment::init_roce_port_from(const Config& cfg, uint32_t d, uint32_t port) 
 
 uint64_t Segment::alloc(size_t bytes, size_t align) {
   AllocLock lock(lock_fd_);
-  return ShmHeap(base_, &hdr_->heap).alloc(bytes, align);  // zeroed
+  SegmentBacking backing(this);
+  return ShmHeap(base_, &hdr_->heap, &backing).alloc(bytes, align);  // zeroed
 }
 
 void Segment::free(uint64_t off) {
   if (!off) return;
   AllocLock lock(lock_fd_);
-  ShmHeap(base_, &hdr_->heap).free(off);
+  SegmentBacking backing(this);
+  ShmHeap(base_, &hdr_->heap, &backing).free(off);
 }
+
+void Segment::release(uint64_t off, uint64_t len) { release_pages(lock_fd_, off, len); }
 
 Status Segment::alloc_ctx(uint32_t* idx) {
   // No pipe until the opener publishes one: a port event from another process skips the context

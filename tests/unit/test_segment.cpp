@@ -33,15 +33,17 @@ __attribute__((constructor)) void maybe_probe() {
   _exit(0);
 }
 
-// Runs this binary as an attach probe on `fabric`; returns its exit status and output.
+// Runs this binary as an attach probe on `fabric`, which it marks persistent (the file stays for
+// the test to inspect, whatever attaches in between); returns its exit status and output.
 int probe_attach(const std::string& fabric, std::string* out) {
   int p[2];
   if (pipe(p) != 0) return -1;
   posix_spawn_file_actions_t fa;
   posix_spawn_file_actions_init(&fa);
   posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  std::string e1 = "EMU_UNIT_PROBE=attach", e2 = "EMU_FABRIC=" + fabric;
-  std::vector<char*> envp = {e1.data(), e2.data(), nullptr};
+  std::string e1 = "EMU_UNIT_PROBE=attach", e2 = "EMU_FABRIC=" + fabric,
+              e3 = "EMU_FABRIC_PERSIST=1";
+  std::vector<char*> envp = {e1.data(), e2.data(), e3.data(), nullptr};
   char arg0[] = "probe";
   char* argv[] = {arg0, nullptr};
   pid_t pid;
