@@ -100,11 +100,14 @@ std::string no_room_message(const Config& cfg, uint64_t len, int err) {
          " (free space there, remove unused fabrics with emu-ctl rm, or set EMU_SHM_DIR)";
 }
 
+bool proc_uses_fabric(const ProcRecord& r) {
+  return r.state.load(std::memory_order_acquire) == kProcAlive && r.detached.load() == 0 &&
+         pid_matches(r.pid, r.start_time);
+}
+
 uint32_t live_procs(const Header& h) {
   uint32_t n = 0;
-  for (const ProcRecord& r : h.procs)
-    if (r.state.load(std::memory_order_acquire) == kProcAlive && pid_matches(r.pid, r.start_time))
-      ++n;
+  for (const ProcRecord& r : h.procs) n += proc_uses_fabric(r);
   return n;
 }
 

@@ -38,8 +38,10 @@ void release_pages(int fd, uint64_t off, uint64_t len);
 // The message of a failed reservation: names the directory, the fabric and the size.
 std::string no_room_message(const Config& cfg, uint64_t len, int err);
 
+// A process that uses the fabric: registered, not detached, its pid still the original's.
+bool proc_uses_fabric(const ProcRecord& r);
 // What a fabric's header says about its life, read without attaching (another process may be
-// changing it: a snapshot). Records of dead processes do not count as live.
+// changing it: a snapshot): the processes that use it.
 uint32_t live_procs(const Header& h);
 // XRC domains kept on purpose (a policy other than the kernel's) and TGT QPs bound to them: what
 // outlives every process, and keeps the fabric's segment.

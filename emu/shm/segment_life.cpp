@@ -178,6 +178,7 @@ Status Segment::register_self() {
   }
   hdr_->procs[i].pid = pid_;
   hdr_->procs[i].start_time = proc_start_time(pid_);
+  hdr_->procs[i].detached.store(0);
   hdr_->procs[i].state.store(kProcAlive);
   self_ = i;
   return Status::ok;
@@ -206,14 +207,13 @@ void Segment::detach_at_exit() {
   // A forked child that never attached runs its parent's exit handlers: the record is not its.
   if (getpid() != pid_ || !hdr_) return;
   life_lock(lock_fd_, true);
-  if (still_linked(lock_fd_, path_) && hdr_->persistent.load() == 0 && kept_objects(*hdr_) == 0) {
-    bool others = false;
-    for (uint32_t i = 0; i < kMaxProcs && !others; ++i) {
-      const ProcRecord& r = hdr_->procs[i];
-      others = i != self_ && r.state.load() == kProcAlive && pid_matches(r.pid, r.start_time);
-    }
+  // Two last processes exiting together each see the other's pid alive: the one that detaches
+  // first marks itself, so the second sees it gone and removes the file.
+  hdr_->procs[self_].detached.store(1);
+  if (still_linked(lock_fd_, path_) && hdr_->persistent.load() == 0 && kept_objects(*hdr_) == 0 &&
+      live_procs(*hdr_) == 0) {
     // Our objects go with the file; the mapping stays valid for the threads still running.
-    if (!others) unlink(path_.c_str());
+    unlink(path_.c_str());
   }
   life_unlock(lock_fd_);
 }

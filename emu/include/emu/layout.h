@@ -114,7 +114,9 @@ struct ProcRecord {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> stalled_qps;  // this process's QPs whose head WQE waits for a retry
   int32_t pid;
-  uint32_t rsvd;
+  // 1: the process ran its exit handler (Segment::detach_at_exit) and no longer counts as using the
+  // fabric; its objects stay until the sweep finds it gone.
+  std::atomic<uint32_t> detached;
   uint64_t start_time;  // /proc/<pid>/stat field 22: tells a recycled pid from the original
 };
 
