@@ -6,7 +6,8 @@ has exited, or was SIGKILLed and the next process (of another fabric) has attach
   shm_life.py --emu-run PATH --emu-ctl PATH [--fabrics 20] [--port P] [--timeout S]
 
 The tmpfs is a real one of 64 MiB, mounted in a user and mount namespace of this test's own
-(`unshare -rm`) where the kernel allows it; otherwise a directory of EMU_SHM_DIR with the limit
+(`unshare -rm`) where the kernel allows it (there a filled tmpfs also shows an attach with no room
+failing with the message, not a SIGBUS); otherwise a directory of EMU_SHM_DIR with the limit
 emulated (EMU_SHM_LIMIT=64M, counted over the segment files there). Every 2nd fabric leaves a
 server holding its segment alive while the next fabric works, then SIGKILLs it. `emu-ctl fabrics`,
 `rm` and `persist` are checked on the way. Every process is bounded by --timeout; every pingpong
@@ -101,6 +102,27 @@ class Run:
                          [r"^rdmaemu race:"])
 
 
+def full_tmpfs(r):
+    """A tmpfs all but 3 MiB full: the attach that cannot reserve its header is an error with the
+    message (never a SIGBUS) and leaves no file behind."""
+    filler = os.path.join(r.dir, "filler")
+    st = os.statvfs(r.dir)
+    fd = os.open(filler, os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        os.posix_fallocate(fd, 0, st.f_bavail * st.f_frsize - (3 << 20))
+        p = subprocess.run([r.a.emu_run, "ibv_devinfo", "-d", "emu0"], env=r.env("full"),
+                           stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                           timeout=r.a.timeout)
+        print(p.stdout)
+        r.expect(p.returncode > 0, f"ibv_devinfo in a full tmpfs: exit {p.returncode}")
+        r.expect("no room for" in p.stdout and f"EMU_SHM_DIR={r.dir}" in p.stdout,
+                 "the message names the room asked and EMU_SHM_DIR")
+        r.expect(r.files() == ["filler"], f"a failed attach left {r.files()}")
+    finally:
+        os.close(fd)
+        os.unlink(filler)
+
+
 def scenario(r, n, port):
     # persist / fabrics / rm on a fabric nobody uses.
     r.ctl("persist", "kept", "on")
@@ -155,6 +177,7 @@ def main():
     a = ap.parse_args()
     if a.inside:
         r = Run(a, a.inside, None)
+        full_tmpfs(r)
         scenario(r, a.fabrics, a.port)
         print("PASS" if r.ok else "FAIL", "shm_life (64 MiB tmpfs)")
         return 0 if r.ok else 1
