@@ -1,7 +1,7 @@
-// The segment file on its tmpfs (docs/architecture.md, "The shared segment"): linked only once laid
-// out, so a creator that dies first leaves nothing; its pages reserved as the fabric grows, so a
-// full tmpfs is a failed allocation and never a bus error; one lock ordering the attaches, detaches
-// and removals of a fabric.
+// The segment file on its tmpfs (docs/architecture.md, "The segment's life and size"): linked
+// once laid out, so a creator that dies first leaves nothing; its pages reserved as the fabric
+// grows, so a full tmpfs is a failed allocation and never a bus error; one lock ordering the
+// attaches, detaches and removals of a fabric.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,6 +1,6 @@
-// The segment's life (docs/architecture.md, "The shared segment"): made whole under no name and
-// linked only then, attached under the life lock with a check that the file mapped is still the
-// one linked, its pages reserved as it grows, removed by the last process to detach unless kept.
+// The segment's life (docs/architecture.md, "The segment's life and size"): made whole under no
+// name and linked only then, attached under the life lock with a check that the file mapped is
+// still the one linked, its pages reserved as it grows, removed by its last process unless kept.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>
