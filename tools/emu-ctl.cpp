@@ -172,13 +172,10 @@ int cmd_port(int argc, char** argv) {
 }
 
 // No segment file: no process is attached and nothing is kept (the last process removed it), so
-// the census and the race log are empty rather than an error.
+// the census and the race log are empty rather than an error (and say nothing else: callers parse
+// the output with stderr merged in).
 bool fabric_is_empty() {
-  const emu::Config& cfg = emu::config();
-  if (access(cfg.segment_path().c_str(), F_OK) == 0 || errno != ENOENT) return false;
-  std::fprintf(stderr, "emu-ctl: fabric '%s' has no segment in %s: no process is attached\n",
-               cfg.fabric.c_str(), cfg.shm_dir.c_str());
-  return true;
+  return access(emu::config().segment_path().c_str(), F_OK) != 0 && errno == ENOENT;
 }
 
 int cmd_census(int argc, char** argv) {
