@@ -7,6 +7,9 @@
 //   emu-ctl census [--json]         every object, its owner process, XRC domains and TGT QPs
 //   emu-ctl races [--json] [--from N]  the race events the devices recorded
 //   emu-ctl knobs [--markdown]      every EMU_* variable with its default (docs/knobs.md's table)
+//   emu-ctl fabrics                 this user's fabrics in EMU_SHM_DIR: size, processes, kept
+//   emu-ctl rm FABRIC [--force]     remove a fabric's segment
+//   emu-ctl persist FABRIC on|off   keep a fabric with no process attached, or not
 //   emu-ctl help
 #include <unistd.h>
 
@@ -20,6 +23,7 @@
 #include "emu/census.h"
 #include "emu/config.h"
 #include "emu/control.h"
+#include "emu/fabrics.h"
 #include "emu/race_log.h"
 #include "emu/segment.h"
 
@@ -39,6 +43,9 @@ int cmd_port(int argc, char** argv);
 int cmd_census(int argc, char** argv);
 int cmd_races(int argc, char** argv);
 int cmd_knobs(int argc, char** argv);
+int cmd_fabrics(int argc, char** argv);
+int cmd_rm(int argc, char** argv);
+int cmd_persist(int argc, char** argv);
 int cmd_help(int argc, char** argv);
 
 const Command kCommands[] = {
@@ -63,6 +70,21 @@ const Command kCommands[] = {
      "every EMU_* variable with its default and meaning, from the table in the code; --markdown: "
      "as the table of docs/knobs.md (tools/knobs-doc.sh checks the two are the same)",
      cmd_knobs},
+    {"fabrics", "",
+     "this user's fabrics in $EMU_SHM_DIR: the size each can grow to, the tmpfs it holds, its "
+     "live processes, the XRC objects it keeps (policy xrcd/creator) and whether it is "
+     "persistent. A fabric with none of these goes at the next attach of any fabric",
+     cmd_fabrics},
+    {"rm", "FABRIC [--force]",
+     "remove FABRIC's segment file; refused while a process is attached (or the file is another "
+     "build's) unless --force (attached processes keep their mapping; the next attach makes a "
+     "new segment)",
+     cmd_rm},
+    {"persist", "FABRIC on|off",
+     "on: FABRIC's segment stays when no process is attached (made now if absent), as "
+     "EMU_FABRIC_PERSIST=1 does; off: it goes with its last process (now, if none is attached "
+     "and no XRC domain keeps it)",
+     cmd_persist},
     {"help", "", "this text", cmd_help},
 };
 
@@ -149,15 +171,29 @@ int cmd_port(int argc, char** argv) {
   return 0;
 }
 
+// No segment file: no process is attached and nothing is kept (the last process removed it), so
+// the census and the race log are empty rather than an error (and say nothing else: callers parse
+// the output with stderr merged in).
+bool fabric_is_empty() {
+  return access(emu::config().segment_path().c_str(), F_OK) != 0 && errno == ENOENT;
+}
+
 int cmd_census(int argc, char** argv) {
   bool json = argc >= 2 && std::strcmp(argv[1], "--json") == 0;
   if (argc > 2 || (argc == 2 && !json)) {
     std::fprintf(stderr, "usage: emu-ctl census [--json]\n");
     return kExitUsage;
   }
+  emu::Census c;
+  if (fabric_is_empty()) {
+    c.fabric = emu::config().fabric;
+    c.race_counts.assign(emu::config().num_devices, std::vector<uint64_t>(emu::kRaceKinds, 0));
+    std::fputs((json ? emu::census_json(c) : emu::census_text(c)).c_str(), stdout);
+    return 0;
+  }
   emu::Segment* seg = attach();
   if (!seg) return kExitFailed;
-  emu::Census c = emu::take_census(seg);
+  c = emu::take_census(seg);
   std::fputs((json ? emu::census_json(c) : emu::census_text(c)).c_str(), stdout);
   return 0;
 }
@@ -175,9 +211,11 @@ int cmd_races(int argc, char** argv) {
       return kExitUsage;
     }
   }
-  emu::Segment* seg = attach();
-  if (!seg) return kExitFailed;
-  std::vector<emu::RaceRecord> ev = emu::read_races(seg, from ? from - 1 : 0);
+  bool empty = fabric_is_empty();
+  emu::Segment* seg = empty ? nullptr : attach();
+  if (!seg && !empty) return kExitFailed;
+  std::vector<emu::RaceRecord> ev;
+  if (seg) ev = emu::read_races(seg, from ? from - 1 : 0);
   if (json) {
     std::string o = "[";
     for (size_t i = 0; i < ev.size(); ++i) o += (i ? ",\n " : "") + emu::race_json(ev[i]);
@@ -185,7 +223,7 @@ int cmd_races(int argc, char** argv) {
     return 0;
   }
   std::printf("%llu race events recorded on fabric '%s'\n",
-              static_cast<unsigned long long>(emu::races_recorded(seg)),
+              static_cast<unsigned long long>(seg ? emu::races_recorded(seg) : 0),
               emu::config().fabric.c_str());
   for (const emu::RaceRecord& e : ev)
     std::printf(
@@ -223,6 +261,70 @@ int cmd_knobs(int argc, char** argv) {
     else
       std::printf("%s (default %s)\n    %s\n", k.name, k.default_value, k.doc);
   }
+  return 0;
+}
+
+std::string mib(uint64_t bytes) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.1fM", static_cast<double>(bytes) / (1 << 20));
+  return buf;
+}
+
+int cmd_fabrics(int argc, char**) {
+  if (argc != 1) {
+    std::fprintf(stderr, "usage: emu-ctl fabrics\n");
+    return kExitUsage;
+  }
+  const emu::Config& cfg = emu::config();
+  std::vector<emu::FabricInfo> fabrics = emu::list_fabrics(cfg);
+  std::printf("%zu fabric(s) of uid %u in %s\n", fabrics.size(), getuid(), cfg.shm_dir.c_str());
+  if (fabrics.empty()) return 0;
+  std::printf("%-24s %8s %9s %6s %5s %s\n", "FABRIC", "SIZE", "RESERVED", "PROCS", "KEPT",
+              "PERSISTENT");
+  for (const emu::FabricInfo& f : fabrics) {
+    if (!f.readable) {
+      std::printf("%-24s %8s %9s %6s %5s %s\n", f.name.c_str(), mib(f.size).c_str(),
+                  mib(f.reserved).c_str(), "?", "?", "? (another build's layout)");
+      continue;
+    }
+    std::printf("%-24s %8s %9s %6u %5u %s\n", f.name.c_str(), mib(f.size).c_str(),
+                mib(f.reserved).c_str(), f.live_procs, f.kept_objects, f.persistent ? "yes" : "no");
+  }
+  return 0;
+}
+
+int cmd_rm(int argc, char** argv) {
+  bool force = argc == 3 && std::strcmp(argv[2], "--force") == 0;
+  if (argc < 2 || argc > 3 || (argc == 3 && !force)) {
+    std::fprintf(stderr, "usage: emu-ctl rm FABRIC [--force]\n");
+    return kExitUsage;
+  }
+  std::string why;
+  if (emu::remove_fabric(emu::config(), argv[1], force, &why) != emu::Status::ok) {
+    std::fprintf(stderr, "emu-ctl: %s\n", why.c_str());
+    return kExitFailed;
+  }
+  std::printf("fabric '%s' removed\n", argv[1]);
+  return 0;
+}
+
+int cmd_persist(int argc, char** argv) {
+  bool on = argc == 3 && std::strcmp(argv[2], "on") == 0;
+  if (argc != 3 || (!on && std::strcmp(argv[2], "off") != 0)) {
+    std::fprintf(stderr, "usage: emu-ctl persist FABRIC on|off\n");
+    return kExitUsage;
+  }
+  // This process attaches as one of FABRIC's: its exit then removes the segment if off left it
+  // unused.
+  setenv("EMU_FABRIC", argv[1], 1);
+  if (!on && access(emu::config().segment_path().c_str(), F_OK) != 0) {
+    std::printf("fabric '%s': not persistent (no segment)\n", argv[1]);
+    return 0;
+  }
+  emu::Segment* seg = emu::Segment::get();  // logs why on failure
+  if (!seg) return kExitFailed;
+  emu::set_persistent(seg, on);
+  std::printf("fabric '%s': %s\n", argv[1], on ? "persistent" : "not persistent");
   return 0;
 }
 

@@ -16,8 +16,20 @@ const KnobDoc kKnobs[] = {
      "Name of the fabric: processes with the same user and fabric share devices and can connect."},
     {"EMU_SHM_DIR", "/dev/shm", "Directory of the shared segment file (a tmpfs)."},
     {"EMU_SHM_SIZE", "48M",
-     "Size of the shared segment (suffix K/M/G; at least 8M), reserved in full when the segment "
-     "file is created. Rings and tables live here; Docker's default /dev/shm is 64 MiB."},
+     "The most a fabric's shared segment can grow to (suffix K/M/G; at least 8M): the size of "
+     "its mapping. Its tmpfs pages are taken as the fabric grows (the 5.5 MiB header and 1/50 of "
+     "this size for the heap's bookkeeping when it is made, then each ring as it is allocated) "
+     "and given back as rings are freed; a full tmpfs fails the verb that needed the room with "
+     "ENOMEM and a message."},
+    {"EMU_SHM_LIMIT", "0",
+     "Emulates a tmpfs of this size (suffix K/M/G) in EMU_SHM_DIR: a reservation that would take "
+     "this user's segment files there past it fails as a full tmpfs would (ENOMEM at the verb, "
+     "with a message). 0: only the tmpfs's own size counts."},
+    {"EMU_FABRIC_PERSIST", "0",
+     "1: the process marks its fabric persistent when it attaches (as `emu-ctl persist FABRIC "
+     "on`): the segment stays when its last process detaches, until `emu-ctl persist FABRIC off` "
+     "or `emu-ctl rm FABRIC`. Otherwise the last process to detach removes it, unless an XRC "
+     "domain under policy xrcd or creator keeps it."},
     {"EMU_DEVICES", "1", "Number of emulated devices: emu0, emu1, ... (at most 8)."},
     {"EMU_PORTS", "1", "Ports per device (1 to 4)."},
     {"EMU_UARS", "16",
@@ -184,6 +196,8 @@ Config config_from_env() {
   c.shm_dir = env_or("EMU_SHM_DIR", "/dev/shm");
   c.shm_size = parse_size(env_or("EMU_SHM_SIZE", "48M"));
   if (c.shm_size < (8u << 20)) c.shm_size = 8u << 20;
+  c.shm_limit = parse_size(env_or("EMU_SHM_LIMIT", "0"));
+  c.persist = std::atoi(env_or("EMU_FABRIC_PERSIST", "0")) != 0;
   c.num_devices = parse_u32("EMU_DEVICES", "1", 0, 8);
   c.ports_per_dev = parse_u32("EMU_PORTS", "1", 1, 4);
   c.uar_regs = parse_u32("EMU_UARS", "16", 1, 64);

@@ -4,9 +4,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <sys/file.h>
-#include <sys/mman.h>
 #include <sys/prctl.h>
-#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -25,6 +23,7 @@
 #include "emu/wqe.h"
 #include "emu/xrc.h"
 #include "ports/link_layer.h"
+#include "shm/segment_file.h"
 #include "shm/shm_heap.h"
 
 namespace emu {
@@ -201,6 +200,7 @@ Segment* Segment::get() {
     g_segment = s;
     g_segment_ready.store(s, std::memory_order_release);
     pthread_atfork(fork_prepare, fork_parent, fork_child);
+    std::atexit([] { g_segment->detach_at_exit(); });
   });
   return g_segment;
 }
@@ -215,7 +215,16 @@ Segment* Segment::rejoin_after_fork() {
     return this;
   }
   pid_ = getpid();
-  Status st = register_self(config().segment_path());
+  // The life lock is a flock, which a forked child shares with its parent through the inherited
+  // descriptor: the child takes its own description so that the two exclude each other.
+  int fd = open(path_.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
+  if (fd >= 0) {
+    close(lock_fd_);
+    lock_fd_ = fd;
+  }
+  Status st = register_self();
+  // A child of fork() is not covered by its parent's ptrace permission (see attach).
+  if (st == Status::ok) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   g_rejoining.store(false);
   if (st != Status::ok) {
     std::fprintf(stderr, "rdmaemu: %s\n", g_error.c_str());
@@ -227,100 +236,8 @@ Segment* Segment::rejoin_after_fork() {
 
 const std::string& Segment::last_error() { return g_error; }
 
-Status Segment::attach(const Config& cfg) {
-  std::string path = cfg.segment_path();
-  pid_ = getpid();
-  lock_fd_ = open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC, 0600);
-  if (lock_fd_ < 0) {
-    g_error = "cannot open shared segment " + path + ": " + std::strerror(errno) +
-              " (set EMU_SHM_DIR to a writable tmpfs)";
-    return Status::io;
-  }
-  uint64_t size = 0;
-  {
-    // The first attacher sizes and lays out the file, holding the allocator's lock: a creator
-    // that dies part way leaves the magic 0, and the next attacher lays it out again.
-    AllocLock lock(lock_fd_);
-    struct stat st;
-    if (fstat(lock_fd_, &st) != 0) {
-      g_error = "cannot stat shared segment " + path + ": " + std::strerror(errno);
-      return Status::io;
-    }
-    size = static_cast<uint64_t>(st.st_size);
-    if (size == 0) {
-      // Reserved now, so that a full tmpfs is this message and not a bus error later.
-      int e = posix_fallocate(lock_fd_, 0, static_cast<off_t>(cfg.shm_size));
-      if (e != 0) {
-        ftruncate(lock_fd_, 0);
-        g_error = "cannot reserve " + std::to_string(cfg.shm_size >> 20) + " MiB for " + path +
-                  " in " + cfg.shm_dir + " (" + std::strerror(e) +
-                  "): give it more room or set EMU_SHM_DIR / EMU_SHM_SIZE";
-        return Status::no_memory;
-      }
-      size = cfg.shm_size;
-    }
-    if (size < sizeof(Header) + (1u << 20)) {
-      g_error = "shared segment " + path + " is too small (" + std::to_string(size) +
-                " bytes): remove it once no process uses it";
-      return Status::layout_mismatch;
-    }
-    void* p = mmap(nullptr, size, PROT_READ | PROT_WRITE, MAP_SHARED, lock_fd_, 0);
-    if (p == MAP_FAILED) {
-      g_error = "cannot map shared segment " + path + ": " + std::strerror(errno);
-      return Status::io;
-    }
-    base_ = static_cast<char*>(p);
-    hdr_ = reinterpret_cast<Header*>(base_);
-    if (hdr_->magic == 0) {
-      hdr_->layout_version = kLayoutVersion;
-      hdr_->header_size = sizeof(Header);
-      hdr_->segment_size = size;
-      hdr_->next_uid.store(1);
-      ShmHeap::init(base_, &hdr_->heap, (sizeof(Header) + 4095) & ~uint64_t(4095), size);
-      init_devices(cfg);
-      hdr_->magic = kMagic;
-    }
-  }
-  g_header.store(hdr_, std::memory_order_release);
-  if (hdr_->magic != kMagic || hdr_->layout_version != kLayoutVersion ||
-      hdr_->header_size != sizeof(Header)) {
-    g_error = "shared segment " + path + " has layout version " +
-              std::to_string(hdr_->layout_version) + " (header " +
-              std::to_string(hdr_->header_size) + " bytes) but this build uses version " +
-              std::to_string(kLayoutVersion) + " (header " + std::to_string(sizeof(Header)) +
-              " bytes): it was made by another build. Remove the file once no process uses it, or "
-              "set EMU_FABRIC to another name";
-    return Status::layout_mismatch;
-  }
-  sweep_dead();
-  return register_self(path);
-}
-
-Status Segment::register_self(const std::string& path) {
-  // Until it has a process record, this process holds locks under its pid (so a waiter can tell
-  // whether it died).
-  const uint32_t attaching = kMaxProcs + static_cast<uint32_t>(pid_);
-  {
-    ShmLockGuard g(hdr_->table_lock, attaching);
-    uint32_t i = 0;
-    for (; i < kMaxProcs; ++i)
-      if (hdr_->procs[i].state.load() == kProcFree) break;
-    if (i == kMaxProcs) {
-      g_error = "too many processes attached to " + path;
-      return Status::no_memory;
-    }
-    hdr_->procs[i].pid = pid_;
-    hdr_->procs[i].start_time = proc_start_time(pid_);
-    hdr_->procs[i].stalled_qps.store(0);
-    hdr_->procs[i].state.store(kProcAlive);
-    self_ = i;
-  }
-  // Peers read and write our registered memory with process_vm_readv/writev, as a NIC would DMA:
-  // allow them where Yama restricts ptrace to descendants (a child of fork() is not covered by its
-  // parent's permission).
-  prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
-  return Status::ok;
-}
+std::string& attach_error() { return g_error; }
+void publish_header(Header* h) { g_header.store(h, std::memory_order_release); }
 
 void Segment::init_devices(const Config& cfg) {
   hdr_->num_devices = cfg.num_devices;
@@ -357,14 +274,18 @@ void Segment::init_roce_port_from(const Config& cfg, uint32_t d, uint32_t port) 
 
 uint64_t Segment::alloc(size_t bytes, size_t align) {
   AllocLock lock(lock_fd_);
-  return ShmHeap(base_, &hdr_->heap).alloc(bytes, align);  // zeroed
+  SegmentBacking backing(this);
+  return ShmHeap(base_, &hdr_->heap, &backing).alloc(bytes, align);  // zeroed
 }
 
 void Segment::free(uint64_t off) {
   if (!off) return;
   AllocLock lock(lock_fd_);
-  ShmHeap(base_, &hdr_->heap).free(off);
+  SegmentBacking backing(this);
+  ShmHeap(base_, &hdr_->heap, &backing).free(off);
 }
+
+void Segment::release(uint64_t off, uint64_t len) { release_pages(lock_fd_, off, len); }
 
 Status Segment::alloc_ctx(uint32_t* idx) {
   // No pipe until the opener publishes one: a port event from another process skips the context

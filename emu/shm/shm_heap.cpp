@@ -8,6 +8,8 @@ namespace {
 
 uint64_t align_up(uint64_t v, uint64_t a) { return (v + a - 1) & ~(a - 1); }
 
+constexpr uint64_t kPageBytes = 4096;
+
 // A single store another process (or a later attacher after our death) sees whole.
 void store_word(uint64_t* w, uint64_t v) {
   reinterpret_cast<std::atomic<uint64_t>*>(w)->store(v, std::memory_order_release);
@@ -18,7 +20,8 @@ void store_byte(uint8_t* b, uint8_t v) {
 
 }  // namespace
 
-void ShmHeap::init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t size) {
+bool ShmHeap::init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t size,
+                   HeapBacking* backing) {
   std::memset(h, 0, sizeof *h);
   // Metadata first: order bytes and bitmaps for a heap of at most the remaining size.
   uint64_t rough_blocks = (size - meta_off) / kHeapMinBlock;
@@ -34,6 +37,7 @@ void ShmHeap::init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t siz
   h->heap_off = align_up(off, 4096);
   h->heap_blocks = (size - h->heap_off) / kHeapMinBlock;
   h->max_order = max_order;
+  if (backing && !backing->reserve(h->order_off, h->heap_off - h->order_off)) return false;
   std::memset(base + h->order_off, 0, h->heap_off - h->order_off);
   // The heap is rarely a power of two: cover it with the largest aligned blocks that fit.
   ShmHeap heap(base, h);
@@ -44,6 +48,7 @@ void ShmHeap::init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t siz
     heap.set(k, pos >> k, true);
     pos += 1ull << k;
   }
+  return true;
 }
 
 bool ShmHeap::test(uint32_t order, uint64_t i) const {
@@ -98,9 +103,13 @@ uint64_t ShmHeap::alloc(size_t bytes, size_t align) {
   uint64_t i;
   if (!take_block(order, &i)) return 0;
   uint64_t block = i << order;  // in min blocks
+  uint64_t off = h_->heap_off + block * kHeapMinBlock;
+  if (backing_ && !backing_->reserve(off, kHeapMinBlock << order)) {
+    give_back(order, i);
+    return 0;
+  }
   store_byte(reinterpret_cast<uint8_t*>(base_ + h_->order_off) + block,
              static_cast<uint8_t>(order + 1));
-  uint64_t off = h_->heap_off + block * kHeapMinBlock;
   std::memset(base_ + off, 0, kHeapMinBlock << order);
   return off;
 }
@@ -113,6 +122,10 @@ void ShmHeap::free(uint64_t off) {
   if (*ob == 0) return;  // not a block's head (or freed already): nothing to do
   uint32_t order = *ob - 1;
   store_byte(ob, 0);  // death here leaks the block
+  // Its pages go back before the block is free: nobody can have been handed it yet. A block
+  // smaller than a page shares its page with others (heap_off is page aligned).
+  uint64_t bytes = kHeapMinBlock << order;
+  if (backing_ && bytes >= kPageBytes) backing_->release(off, bytes);
   give_back(order, block >> order);
 }
 

@@ -12,14 +12,28 @@
 
 namespace emu {
 
+// What holds the heap's pages. A segment file on tmpfs reserves a block's pages before the heap
+// writes them (so a full tmpfs is a failed allocation, not a bus error) and gives a free block's
+// whole pages back. Without one (plain memory) every page is there already.
+class HeapBacking {
+ public:
+  virtual bool reserve(uint64_t off, uint64_t len) = 0;  // false: no room
+  virtual void release(uint64_t off, uint64_t len) = 0;  // whole pages nobody uses now
+ protected:
+  ~HeapBacking() = default;
+};
+
 class ShmHeap {
  public:
   // base: the segment; h: its heap header (inside the segment). Lays the heap out over
-  // [meta_off, size) of a fresh segment.
-  static void init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t size);
+  // [meta_off, size) of a fresh segment; false if `backing` has no room for its metadata.
+  static bool init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t size,
+                   HeapBacking* backing = nullptr);
 
-  ShmHeap(char* base, ShmHeapHeader* h) : base_(base), h_(h) {}
-  // Offset of a zeroed block of at least `bytes` aligned to `align` (<= 4096), 0 if none is free.
+  ShmHeap(char* base, ShmHeapHeader* h, HeapBacking* backing = nullptr)
+      : base_(base), h_(h), backing_(backing) {}
+  // Offset of a zeroed block of at least `bytes` aligned to `align` (<= 4096), 0 if none is free
+  // or the backing has no room for it.
   uint64_t alloc(size_t bytes, size_t align);
   void free(uint64_t off);
   // Blocks free at each order summed, in bytes (tests, census).
@@ -38,6 +52,7 @@ class ShmHeap {
 
   char* base_;
   ShmHeapHeader* h_;
+  HeapBacking* backing_;
 };
 
 }  // namespace emu

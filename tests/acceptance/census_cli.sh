@@ -1,12 +1,16 @@
 #!/bin/bash
-# emu-ctl census, text and JSON, on a fabric a verbs program used and left: the JSON parses, the
-# sweep at emu-ctl's attach has released the finished program's objects, the text has its sections.
+# emu-ctl census, text and JSON, on a fabric a verbs program used and left (kept by
+# EMU_FABRIC_PERSIST=1): the JSON parses, the sweep at emu-ctl's attach has released the finished
+# program's objects, the text has its sections. Then `emu-ctl persist off` lets the segment go, and
+# the census of a fabric with no segment is empty.
 # Usage: census_cli.sh EMU_RUN EMU_CTL
 set -euo pipefail
 emu_run=$1 emu_ctl=$2
 export EMU_FABRIC=test-census-cli-$$
-trap 'rm -f "${EMU_SHM_DIR:-/dev/shm}/rdmaemu-$(id -u)-$EMU_FABRIC"' EXIT
-"$emu_run" ibv_devinfo -d emu0 >/dev/null
+seg="${EMU_SHM_DIR:-/dev/shm}/rdmaemu-$(id -u)-$EMU_FABRIC"
+trap 'rm -f "$seg"' EXIT
+EMU_FABRIC_PERSIST=1 "$emu_run" ibv_devinfo -d emu0 >/dev/null
+[ -e "$seg" ] || { echo "FAIL: EMU_FABRIC_PERSIST=1 did not keep $seg"; exit 1; }
 "$emu_ctl" census --json | python3 -c '
 import json, os, sys
 c = json.load(sys.stdin)
@@ -29,4 +33,12 @@ grep -q "^race events: 0" <<<"$text" || { echo "FAIL: no race count in:"; echo "
 races=$("$emu_ctl" races)
 grep -q "^0 race events recorded on fabric '$EMU_FABRIC'" <<<"$races" || { echo "FAIL: $races"; exit 1; }
 "$emu_ctl" races --json | python3 -c 'import json, sys; assert json.load(sys.stdin) == []'
+"$emu_ctl" persist "$EMU_FABRIC" off
+[ ! -e "$seg" ] || { echo "FAIL: $seg stayed after persist off with no process attached"; exit 1; }
+"$emu_ctl" census --json | python3 -c '
+import json, sys
+c = json.load(sys.stdin)
+assert c["processes"] == [] and c["objects"] == [] and c["races"]["total"] == 0, c
+'
+[ ! -e "$seg" ] || { echo "FAIL: the census of an empty fabric made $seg"; exit 1; }
 echo PASS

@@ -1,5 +1,4 @@
 #include <gtest/gtest.h>
-#include <spawn.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,10 +11,9 @@
 
 #include "emu/segment.h"
 #include "emu/wqe.h"
+#include "spawn_self.h"
 
 using namespace emu;
-
-extern char** environ;
 
 namespace {
 
@@ -33,29 +31,12 @@ __attribute__((constructor)) void maybe_probe() {
   _exit(0);
 }
 
-// Runs this binary as an attach probe on `fabric`; returns its exit status and output.
+// Runs this binary as an attach probe on `fabric`, which it marks persistent (the file stays for
+// the test to inspect, whatever attaches in between); returns its exit status and output.
 int probe_attach(const std::string& fabric, std::string* out) {
-  int p[2];
-  if (pipe(p) != 0) return -1;
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_adddup2(&fa, p[1], 1);
-  std::string e1 = "EMU_UNIT_PROBE=attach", e2 = "EMU_FABRIC=" + fabric;
-  std::vector<char*> envp = {e1.data(), e2.data(), nullptr};
-  char arg0[] = "probe";
-  char* argv[] = {arg0, nullptr};
-  pid_t pid;
-  int rc = posix_spawn(&pid, "/proc/self/exe", &fa, nullptr, argv, envp.data());
-  posix_spawn_file_actions_destroy(&fa);
-  close(p[1]);
-  if (rc != 0) return -1;
-  char buf[1024];
-  ssize_t n;
-  while ((n = read(p[0], buf, sizeof buf)) > 0) out->append(buf, static_cast<size_t>(n));
-  close(p[0]);
-  int st = 0;
-  waitpid(pid, &st, 0);
-  return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  int rc =
+      spawn_self({"EMU_UNIT_PROBE=attach", "EMU_FABRIC=" + fabric, "EMU_FABRIC_PERSIST=1"}, out);
+  return rc < 0 ? -1 : rc;
 }
 
 }  // namespace

@@ -71,3 +71,46 @@ TEST(ShmHeap, ExhaustionAndBadFrees) {
   for (size_t i = 1; i < offs.size(); ++i) heap.free(offs[i]);
   EXPECT_LT(heap.free_bytes(), initial);  // the re-allocated block is still out
 }
+
+namespace {
+
+// A backing with a fixed amount of room, recording what it was asked.
+struct CountingBacking final : HeapBacking {
+  uint64_t room;
+  uint64_t reserved = 0, released = 0;
+  explicit CountingBacking(uint64_t r) : room(r) {}
+  bool reserve(uint64_t, uint64_t len) override {
+    if (reserved + len > room) return false;
+    reserved += len;
+    return true;
+  }
+  void release(uint64_t, uint64_t len) override { released += len; }
+};
+
+}  // namespace
+
+TEST(ShmHeap, ABackingWithNoRoomFailsTheAllocationAndLeavesTheHeapWhole) {
+  Arena a(16 << 20);
+  CountingBacking b(1 << 20);
+  ShmHeap heap(a.base(), a.h, &b);
+  uint64_t initial = heap.free_bytes();
+  EXPECT_EQ(heap.alloc(2 << 20, 64), 0u) << "more than the backing has room for";
+  EXPECT_EQ(heap.free_bytes(), initial) << "the block taken for it went back, merged";
+  uint64_t small = heap.alloc(100, 64);
+  ASSERT_NE(small, 0u);
+  EXPECT_EQ(b.reserved, 128u);
+  uint64_t page = heap.alloc(8192, 4096);
+  ASSERT_NE(page, 0u);
+  heap.free(small);
+  EXPECT_EQ(b.released, 0u) << "a block smaller than a page shares its page";
+  heap.free(page);
+  EXPECT_EQ(b.released, 8192u) << "a block of whole pages gives them back";
+  EXPECT_EQ(heap.free_bytes(), initial);
+}
+
+TEST(ShmHeap, InitFailsWhenTheBackingCannotHoldTheBookkeeping) {
+  std::vector<uint64_t> mem((16 << 20) / 8);
+  auto* h = reinterpret_cast<ShmHeapHeader*>(mem.data());
+  CountingBacking none(0);
+  EXPECT_FALSE(ShmHeap::init(reinterpret_cast<char*>(mem.data()), h, 4096, 16 << 20, &none));
+}

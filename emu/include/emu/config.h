@@ -16,6 +16,8 @@ struct Config {
   std::string fabric;       // EMU_FABRIC
   std::string shm_dir;      // EMU_SHM_DIR
   uint64_t shm_size;        // EMU_SHM_SIZE
+  uint64_t shm_limit;       // EMU_SHM_LIMIT (0: none)
+  bool persist;             // EMU_FABRIC_PERSIST
   uint32_t num_devices;     // EMU_DEVICES
   uint32_t ports_per_dev;   // EMU_PORTS
   uint32_t uar_regs;        // EMU_UARS

@@ -23,7 +23,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 25;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 26;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -114,7 +114,9 @@ struct ProcRecord {
   std::atomic<uint32_t> state;
   std::atomic<uint32_t> stalled_qps;  // this process's QPs whose head WQE waits for a retry
   int32_t pid;
-  uint32_t rsvd;
+  // 1: the process ran its exit handler (Segment::detach_at_exit) and no longer counts as using the
+  // fabric; its objects stay until the sweep finds it gone.
+  std::atomic<uint32_t> detached;
   uint64_t start_time;  // /proc/<pid>/stat field 22: tells a recycled pid from the original
 };
 
@@ -479,6 +481,9 @@ struct Header {
   ShmLock xrc_lock;     // XRC domains and handles (emu/xrc/xrc.cpp; after table_lock)
   std::atomic<uint64_t> next_uid;
   std::atomic<uint32_t> generation;
+  // 1: kept when no process is attached (emu-ctl persist, EMU_FABRIC_PERSIST), as an XRC domain
+  // under policy xrcd keeps it; 0: removed by the last process to detach (docs/architecture.md).
+  std::atomic<uint32_t> persistent;
   ShmHeapHeader heap;  // the allocator of rings and buffers (emu/shm/shm_heap.h)
   uint32_t num_devices;
   DeviceState devices[kMaxDevices];

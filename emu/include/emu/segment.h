@@ -30,9 +30,22 @@ class Segment {
     return static_cast<uint64_t>(static_cast<const char*>(p) - base_);
   }
 
-  // Zeroed shared memory; 0 on exhaustion.
+  // Zeroed shared memory; 0 on exhaustion, or when the tmpfs has no room for its pages (the
+  // message, naming EMU_SHM_DIR and the size, is printed).
   uint64_t alloc(size_t bytes, size_t align = 64);
   void free(uint64_t off);
+
+  // Takes the tmpfs pages of [off, off + len) of the segment before anything writes there: the
+  // file is sparse, and a write to a page the tmpfs cannot supply is a SIGBUS. no_memory (and the
+  // message printed) if there is no room.
+  Status reserve(uint64_t off, uint64_t len);
+  // Gives the whole pages inside a range nobody uses any more back to the tmpfs (reads as zeros).
+  void release(uint64_t off, uint64_t len);
+
+  // At exit (registered by get()): the last process of a fabric removes its segment file unless
+  // the fabric is persistent or keeps XRC domains. A process that dies without it leaves the file
+  // to the next attach of any fabric (emu/fabrics.h).
+  void detach_at_exit();
 
   uint64_t new_uid() { return hdr_->next_uid.fetch_add(1, std::memory_order_relaxed); }
 
@@ -63,15 +76,26 @@ class Segment {
  private:
   Segment() = default;
   Status attach(const Config& cfg);
-  Status register_self(const std::string& path);
+  // The segment file opened, linked, mapped and laid out, with its life lock held
+  // (shm/segment_life.cpp).
+  Status open_locked();
+  Status open_existing(int fd, bool* retry);
+  Status create(bool* retry);
+  Status lay_out();
+  Status register_self();
   Segment* rejoin_after_fork();
+  void unmap_and_close();
   void init_devices(const Config& cfg);
   void init_roce_port_from(const Config& cfg, uint32_t dev, uint32_t port);
   void release_proc_objects(uint32_t proc);
   template <class Owned>
   void release_objects(Owned owned, bool owner_dead);
 
-  int lock_fd_ = -1;  // the segment file: mapped, and flocked by the allocator
+  int lock_fd_ = -1;  // the segment file: mapped, flocked by the allocator, OFD-locked for its life
+  const Config* cfg_ = nullptr;
+  std::string path_;
+  uint64_t size_ = 0;
+  bool attached_ = false;  // reservation failures are printed (before: the attach error says)
   char* base_ = nullptr;
   Header* hdr_ = nullptr;
   uint32_t self_ = 0;
