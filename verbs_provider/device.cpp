@@ -307,11 +307,11 @@ int ibv_get_device_index(ibv_device* device) {
   return fn ? fn(device) : -1;
 }
 
-ibv_context* ibv_open_device(ibv_device* device) {
-  if (!is_emu_device(device)) {
-    auto fn = REAL(ibv_open_device, "IBVERBS_1.1");
-    return fn ? fn(device) : fail_null<ibv_context>(ENODEV);
-  }
+}  // extern "C"
+
+namespace emu::prov {
+
+ibv_context* open_context(ibv_device* device, int cmd_fd) {
   Segment* seg = segment();
   if (!seg) return fail_null<ibv_context>(ENODEV);
   auto* ctx = new (std::nothrow) EmuContext();
@@ -321,17 +321,14 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ctx->n_uars = config().uar_regs;
   ctx->n_td_uars = config().td_uar_regs;
   int pfd[2] = {-1, -1};
-  // The command fd is a memfd of a telling name: there is no kernel behind it, and
-  // ibv_import_device (entry_guard.cpp) recognises it by that name.
-  int cmd_fd = memfd_create(kEmuCmdFdName, MFD_CLOEXEC);
-  if (pipe2(pfd, O_CLOEXEC) != 0 || cmd_fd < 0 ||
+  if (pipe2(pfd, O_CLOEXEC) != 0 ||
       create_ctx(seg, ContextSpec{ctx->dev, ctx->n_uars + ctx->n_td_uars, pfd[1]}, &ctx->slot) !=
           Status::ok) {
     if (pfd[0] >= 0) close(pfd[0]), close(pfd[1]);
-    if (cmd_fd >= 0) close(cmd_fd);
     delete ctx;
     return fail_null<ibv_context>(ENOMEM);
   }
+  ctx->share_slot = ctx->slot;
   fcntl(pfd[1], F_SETFL, O_NONBLOCK);
   ctx->async_wfd = pfd[1];
   ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
@@ -378,7 +375,26 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c.ops.dealloc_mw = emu_dealloc_mw;
   c.ops.bind_mw = emu_bind_mw;
   registry_put(cs.uid, &c);
+  context_listed(ctx);
   return &c;
+}
+
+}  // namespace emu::prov
+
+extern "C" {
+
+ibv_context* ibv_open_device(ibv_device* device) {
+  if (!is_emu_device(device)) {
+    auto fn = REAL(ibv_open_device, "IBVERBS_1.1");
+    return fn ? fn(device) : fail_null<ibv_context>(ENODEV);
+  }
+  // The command fd is a memfd of a telling name: there is no kernel behind it, and
+  // ibv_import_device (import.cpp) recognises it by that name and its inode.
+  int cmd_fd = memfd_create(kEmuCmdFdName, MFD_CLOEXEC);
+  if (cmd_fd < 0) return fail_null<ibv_context>(ENOMEM);
+  ibv_context* c = open_context(device, cmd_fd);
+  if (!c) close(cmd_fd);
+  return c;
 }
 
 int ibv_close_device(ibv_context* context) {
@@ -387,6 +403,7 @@ int ibv_close_device(ibv_context* context) {
     return fn ? fn(context) : EINVAL;
   }
   EmuContext* ctx = to_ctx(context);
+  context_unlisted(ctx);
   Segment* seg = segment();
   ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
   registry_del(cs.uid);

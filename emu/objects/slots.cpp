@@ -27,6 +27,7 @@ Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx) {
   c.stamp = spec.stamp ? 1 : 0;
   auto* ring = seg->at<Cqe64>(c.buf_off);
   for (uint32_t i = 0; i < cnt; ++i) ring[i].op_own = kCqeInvalid << 4 | 1;
+  c.ring.store(cq_ring_word(c.buf_off, c.log_cqe_cnt, c.log_cqe_cnt), std::memory_order_release);
   return Status::ok;
 }
 
@@ -37,7 +38,12 @@ void retire_cq(Segment* seg, CqSlot& c) {
   c.state.store(kSlotFree, std::memory_order_release);
 }
 
-void free_rings(Segment* seg, const CqSlot& c) { seg->free(c.buf_off); }
+void free_rings(Segment* seg, const CqSlot& c) {
+  // An owner that died inside resize_cq may have published a new ring not yet in buf_off.
+  uint64_t producers_ring = cq_ring_off(c.ring.load(std::memory_order_acquire));
+  if (producers_ring && producers_ring != c.buf_off) seg->free(producers_ring);
+  seg->free(c.buf_off);
+}
 
 Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx) {
   if (seg->alloc_srq(idx) != Status::ok) return Status::no_memory;
