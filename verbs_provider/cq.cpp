@@ -535,8 +535,8 @@ int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
   if (cq->shm->overrun.load()) return EINVAL;  // a CQ in error is not resized
   cq->lock.lock();
   uint64_t off = 0;
-  Status st = log == cq->shm->log_cqe_cnt ? Status::ok
-                                         : resize_cq(segment(), *cq->shm, log, cq->ci, &off);
+  Status st =
+      log == cq->shm->log_cqe_cnt ? Status::ok : resize_cq(segment(), *cq->shm, log, cq->ci, &off);
   if (off) {
     cq->ring = segment()->at<Cqe64>(off);
     ibcq->cqe = static_cast<int>((1u << log) - 1);

@@ -521,6 +521,8 @@ int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
     auto fn = REAL(ibv_get_pkey_index, "IBVERBS_1.5");
     return fn ? fn(context, port_num, pkey) : -1;
   }
+  // The one P_Key (full or limited membership) at index 0, on a port that exists.
+  if (!port_of(context, port_num)) return -1;
   return (be16toh(pkey) & 0x7fff) == 0x7fff ? 0 : -1;
 }
 

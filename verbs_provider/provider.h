@@ -94,7 +94,7 @@ struct EmuContext {
   // Context import (import.cpp): the context slot whose PDs and MRs ibv_import_pd/mr find from
   // here (its own; an imported context's: the one its command fd was duplicated from).
   uint32_t share_slot = 0;
-  verbs_context vctx;                    // must be last: libibverbs finds it from &vctx.context
+  verbs_context vctx;  // must be last: libibverbs finds it from &vctx.context
 };
 
 // A thread domain (td.cpp): a doorbell register of its own for the QPs made under it.

@@ -50,10 +50,18 @@ bool open_env(Env& env) {
 }
 
 void close_env(Env& env) {
-  if (env.mr) EXPECT_EQ(ibv_dereg_mr(env.mr), 0);
-  if (env.cq) EXPECT_EQ(ibv_destroy_cq(env.cq), 0);
-  if (env.pd) EXPECT_EQ(ibv_dealloc_pd(env.pd), 0);
-  if (env.ctx) EXPECT_EQ(ibv_close_device(env.ctx), 0);
+  if (env.mr) {
+    EXPECT_EQ(ibv_dereg_mr(env.mr), 0);
+  }
+  if (env.cq) {
+    EXPECT_EQ(ibv_destroy_cq(env.cq), 0);
+  }
+  if (env.pd) {
+    EXPECT_EQ(ibv_dealloc_pd(env.pd), 0);
+  }
+  if (env.ctx) {
+    EXPECT_EQ(ibv_close_device(env.ctx), 0);
+  }
   if (env.list) ibv_free_device_list(env.list);
 }
 
@@ -66,7 +74,9 @@ void close_env(Env& env) {
     const uctlite::EmudvFns* dv = uctlite::emudv_fns();
     uint64_t races = dv ? dv->races_recorded() : 0;
     run(env);
-    if (dv) EXPECT_EQ(dv->races_recorded(), races) << "the device recorded a race";
+    if (dv) {
+      EXPECT_EQ(dv->races_recorded(), races) << "the device recorded a race";
+    }
   } else {
     ADD_FAILURE() << "emu0 and its PD, CQ and MR could not be made, errno " << errno;
   }
@@ -87,8 +97,9 @@ std::string run_in_child(void (*run)(Env&)) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   if (WIFSIGNALED(status))
-    return WTERMSIG(status) == SIGALRM ? "hung (no answer in " + std::to_string(kCaseSeconds) + " s)"
-                                       : std::string("crashed: ") + strsignal(WTERMSIG(status));
+    return WTERMSIG(status) == SIGALRM
+               ? "hung (no answer in " + std::to_string(kCaseSeconds) + " s)"
+               : std::string("crashed: ") + strsignal(WTERMSIG(status));
   return WEXITSTATUS(status) == 0 ? "" : "wrong answer (see the failures above)";
 }
 
@@ -119,9 +130,10 @@ TEST(ExportSweep, EveryExportIsCalledOrExcusedAndNoneCrashes) {
       runs[c.run].push_back(e.name);
     } else {
       ++excused;
-      if (c.reason == kProviderAbi)
+      if (c.reason == kProviderAbi) {
         EXPECT_TRUE(e.only_private) << e.name << " is excused as provider ABI but is exported "
                                     << "under a public version too";
+      }
     }
   }
   std::set<std::string> exported_names;

@@ -78,8 +78,8 @@ TEST_F(Import, RdmaWriteIntoAnImportedMr) {
   ASSERT_EQ(connect_qp(req, lid, resp->qp_num, 1, 2), 0);
   ASSERT_EQ(connect_qp(resp, lid, req->qp_num, 2, 1), 0);
   ibv_sge s = src.sge(0, 64);
-  ibv_send_wr w = rdma_wr(7, IBV_WR_RDMA_WRITE, &s, 1, reinterpret_cast<uintptr_t>(target.p),
-                          imr->rkey);
+  ibv_send_wr w =
+      rdma_wr(7, IBV_WR_RDMA_WRITE, &s, 1, reinterpret_cast<uintptr_t>(target.p), imr->rkey);
   ASSERT_EQ(post_one(req, &w), 0);
   ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 7));
   EXPECT_EQ(std::memcmp(target.p, src.p, 64), 0);

@@ -13,7 +13,11 @@ namespace {
 using QueryPortFn = int(ibv_context*, uint8_t, ibv_port_attr*);
 using QueryGidExFn = int(ibv_context*, uint32_t, uint32_t, ibv_gid_entry*, uint32_t, size_t);
 using QueryGidTableFn = ssize_t(ibv_context*, ibv_gid_entry*, size_t, uint32_t, size_t);
-extern "C" int ibv_query_gid_type(ibv_context*, uint8_t, unsigned, ibv_gid_type_sysfs*);
+// Private to rdma-core (driver.h), yet ibv_devinfo imports it: 0 IB/RoCE v1, 1 RoCE v2.
+extern "C" int ibv_query_gid_type(ibv_context*, uint8_t, unsigned, int*);
+// Exported since IBVERBS_1.0, declared in rdma-core's driver.h only.
+extern "C" const char* ibv_get_sysfs_path(void);
+extern "C" int ibv_read_sysfs_file(const char* dir, const char* file, char* buf, size_t size);
 
 void device_list(Env& env) {
   int n = -1;
@@ -84,8 +88,8 @@ void query_gid_ex(Env& env) {
   ibv_gid_entry e = {};
   EXPECT_EQ(fn(env.ctx, 1, 0, &e, 0, sizeof e), 0);
   EXPECT_EQ(e.port_num, 1u);
-  EXPECT_EQ(fn(env.ctx, 1, 0, &e, 1, sizeof e), EINVAL);  // no flags are defined
-  EXPECT_EQ(fn(env.ctx, 1, 100000, &e, 0, sizeof e), ENODATA);
+  EXPECT_EQ(fn(env.ctx, 1, 0, &e, 1, sizeof e), EINVAL);       // no flags are defined
+  EXPECT_EQ(fn(env.ctx, 1, 100000, &e, 0, sizeof e), EINVAL);  // past the table
   EXPECT_EQ(fn(env.ctx, 200, 0, &e, 0, sizeof e), EINVAL);
   EXPECT_EQ(ibv_query_gid_ex(env.ctx, 1, 0, &e, 0), 0);
 }
@@ -101,8 +105,9 @@ void query_gid_table(Env& env) {
 }
 
 void query_gid_type(Env& env) {
-  ibv_gid_type_sysfs type = IBV_GID_TYPE_SYSFS_ROCE_V2;
+  int type = -1;
   EXPECT_EQ(ibv_query_gid_type(env.ctx, 1, 0, &type), 0);
+  EXPECT_TRUE(type == 0 || type == 1) << type;
   EXPECT_EQ(ibv_query_gid_type(env.ctx, 1, 100000, &type), -1);
 }
 
@@ -113,6 +118,7 @@ void query_pkey(Env& env) {
   EXPECT_EQ(ibv_query_pkey(env.ctx, 1, 100000, &pkey), -1);
   EXPECT_EQ(ibv_get_pkey_index(env.ctx, 1, htobe16(0xffff)), 0);
   EXPECT_LT(ibv_get_pkey_index(env.ctx, 1, htobe16(0x1234)), 0);
+  EXPECT_LT(ibv_get_pkey_index(env.ctx, 200, htobe16(0xffff)), 0);  // no such port
 }
 
 }  // namespace

@@ -1,29 +1,33 @@
 // Sweep cases that touch no device or only ask about one: strings, rates, fork support, the
 // kernel-struct copies, context import, ECE and data placement order.
+#include <infiniband/sa.h>
 #include <rdma/ib_user_sa.h>
 #include <rdma/ib_user_verbs.h>
-#include <infiniband/sa.h>
 #include <unistd.h>
 
 #include <cstring>
 
 #include "sweep_case.h"
 
-// The kernel-struct copies of libibverbs (declared in its marshall.h, which Debian does not ship).
+// The kernel-struct copies of libibverbs (declared in its marshall.h, which Debian does not ship)
+// and the fork range calls (driver.h).
 extern "C" {
 void ibv_copy_ah_attr_from_kern(ibv_ah_attr* dst, ib_uverbs_ah_attr* src);
 void ibv_copy_qp_attr_from_kern(ibv_qp_attr* dst, ib_uverbs_qp_attr* src);
 void ibv_copy_path_rec_from_kern(ibv_sa_path_rec* dst, ib_user_path_rec* src);
 void ibv_copy_path_rec_to_kern(ib_user_path_rec* dst, ibv_sa_path_rec* src);
+// Exported since IBVERBS_1.1, declared in rdma-core's driver.h only.
+int ibv_dontfork_range(void* base, size_t size);
+int ibv_dofork_range(void* base, size_t size);
 }
 
 namespace sweep {
 namespace {
 
 void strings(Env&) {
-  EXPECT_STREQ(ibv_node_type_str(IBV_NODE_CA), "channel adapter");
+  EXPECT_STREQ(ibv_node_type_str(IBV_NODE_CA), "InfiniBand channel adapter");
   EXPECT_NE(ibv_node_type_str(static_cast<ibv_node_type>(1000)), nullptr);
-  EXPECT_STREQ(ibv_port_state_str(IBV_PORT_ACTIVE), "PORT_ACTIVE");
+  EXPECT_STREQ(ibv_port_state_str(IBV_PORT_ACTIVE), "active");
   EXPECT_NE(ibv_port_state_str(static_cast<ibv_port_state>(1000)), nullptr);
   EXPECT_STREQ(ibv_event_type_str(IBV_EVENT_COMM_EST), "communication established");
   EXPECT_NE(ibv_event_type_str(static_cast<ibv_event_type>(1000)), nullptr);
@@ -32,12 +36,13 @@ void strings(Env&) {
 }
 
 void rates(Env&) {
-  EXPECT_EQ(ibv_rate_to_mbps(IBV_RATE_100_GBPS), 100000);
-  EXPECT_EQ(mbps_to_ibv_rate(100000), IBV_RATE_100_GBPS);
-  EXPECT_EQ(ibv_rate_to_mbps(static_cast<ibv_rate>(1000)), 0);
+  EXPECT_EQ(ibv_rate_to_mbps(IBV_RATE_100_GBPS), 103125);  // 4x EDR's data rate
+  EXPECT_EQ(mbps_to_ibv_rate(103125), IBV_RATE_100_GBPS);
+  EXPECT_EQ(mbps_to_ibv_rate(12345), IBV_RATE_MAX);  // no such rate
+  EXPECT_EQ(ibv_rate_to_mbps(static_cast<ibv_rate>(1000)), -1);
   EXPECT_EQ(ibv_rate_to_mult(IBV_RATE_10_GBPS), 4);
   EXPECT_EQ(mult_to_ibv_rate(4), IBV_RATE_10_GBPS);
-  EXPECT_EQ(ibv_rate_to_mult(static_cast<ibv_rate>(1000)), 0);
+  EXPECT_EQ(ibv_rate_to_mult(static_cast<ibv_rate>(1000)), -1);
 }
 
 void fork_support(Env& env) {
@@ -57,11 +62,11 @@ void kern_copies(Env&) {
   EXPECT_EQ(ah.dlid, 7);
   EXPECT_EQ(ah.port_num, 1);
   ib_uverbs_qp_attr kqp = {};
-  kqp.qp_state = IBV_QPS_RTS;
+  kqp.cur_qp_state = IBV_QPS_RTS;
   kqp.dest_qp_num = 99;
   ibv_qp_attr qa = {};
   ibv_copy_qp_attr_from_kern(&qa, &kqp);
-  EXPECT_EQ(qa.qp_state, IBV_QPS_RTS);
+  EXPECT_EQ(qa.cur_qp_state, IBV_QPS_RTS);
   EXPECT_EQ(qa.dest_qp_num, 99u);
   ibv_sa_path_rec pr = {};
   pr.dlid = htobe16(9);

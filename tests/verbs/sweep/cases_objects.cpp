@@ -6,6 +6,7 @@
 
 #include <cstring>
 
+#include "grh_connect.h"
 #include "sweep_case.h"
 #include "verbs_fixture.h"
 
@@ -66,8 +67,7 @@ void cq(Env& env) {
   ASSERT_EQ(ibv_query_device(env.ctx, &a), 0);
   SWEEP_EXPECT_NULL(ibv_create_cq(env.ctx, 0, nullptr, nullptr, 0), EINVAL);
   SWEEP_EXPECT_NULL(ibv_create_cq(env.ctx, a.max_cqe + 1, nullptr, nullptr, 0), EINVAL);
-  SWEEP_EXPECT_NULL(ibv_create_cq(env.ctx, 4, nullptr, nullptr, env.ctx->num_comp_vectors),
-                    EINVAL);
+  SWEEP_EXPECT_NULL(ibv_create_cq(env.ctx, 4, nullptr, nullptr, env.ctx->num_comp_vectors), EINVAL);
   ibv_cq* c = ibv_create_cq(env.ctx, 4, nullptr, nullptr, 0);
   ASSERT_NE(c, nullptr);
   EXPECT_GE(c->cqe, 4);
@@ -177,15 +177,35 @@ void ah(Env& env) {
 void ah_from_wc(Env& env) {
   ibv_port_attr pa = {};
   ASSERT_EQ(ibv_query_port(env.ctx, 1, &pa), 0);
-  if (pa.link_layer == IBV_LINK_LAYER_ETHERNET) GTEST_SKIP() << "a RoCE wc needs a GRH";
+  bool roce = pa.link_layer == IBV_LINK_LAYER_ETHERNET;
   ibv_wc wc = {};
   wc.status = IBV_WC_SUCCESS;
   wc.slid = pa.lid;
   wc.src_qp = 5;
+  // The GRH is the receive buffer's first 40 bytes, always there for UD (libibverbs reads it
+  // even without IBV_WC_GRH, so NULL is not allowed).
+  ibv_grh grh = {};
   ibv_ah_attr aa = {};
-  EXPECT_EQ(ibv_init_ah_from_wc(env.ctx, 1, &wc, nullptr, &aa), 0);
-  EXPECT_EQ(aa.dlid, pa.lid);
-  ibv_ah* a = ibv_create_ah_from_wc(env.pd, &wc, nullptr, 1);
+  if (!roce) {
+    EXPECT_EQ(ibv_init_ah_from_wc(env.ctx, 1, &wc, &grh, &aa), 0);
+    EXPECT_EQ(aa.dlid, pa.lid);
+    EXPECT_EQ(aa.is_global, 0);
+  }
+  wc.wc_flags = IBV_WC_GRH;  // a GRH naming a GID the port does not have
+  std::memset(grh.sgid.raw, 0xee, 16);
+  std::memset(grh.dgid.raw, 0xdd, 16);
+  EXPECT_NE(ibv_init_ah_from_wc(env.ctx, 1, &wc, &grh, &aa), 0);
+  // A GRH between this port's own GID and itself: a global AV back to the sender.
+  grh.sgid = grh.dgid = vt::gid_of(env.ctx, 1, 0);
+  grh.version_tclass_flow = htobe32(6u << 28);  // an IPv6-format GRH
+  grh.hop_limit = 1;
+  int type = 0;
+  ASSERT_EQ(ibv_query_gid_type(env.ctx, 1, 0, &type), 0);
+  grh.next_hdr = type == 1 ? 17 : 0x1b;  // UDP for RoCE v2, the IB next header otherwise
+  EXPECT_EQ(ibv_init_ah_from_wc(env.ctx, 1, &wc, &grh, &aa), 0);
+  EXPECT_EQ(aa.is_global, 1);
+  EXPECT_EQ(std::memcmp(aa.grh.dgid.raw, grh.sgid.raw, 16), 0);
+  ibv_ah* a = ibv_create_ah_from_wc(env.pd, &wc, &grh, 1);
   ASSERT_NE(a, nullptr);
   EXPECT_EQ(ibv_destroy_ah(a), 0);
 }
@@ -207,17 +227,19 @@ void mcast(Env& env) {
 
 // A SEND into a responder in RTR raises COMM_EST: read it from the async fd and ack it.
 void async_events(Env& env) {
-  ASSERT_EQ(fcntl(env.ctx->async_fd, F_SETFL, fcntl(env.ctx->async_fd, F_GETFL) | O_NONBLOCK),
-            0);
+  ASSERT_EQ(fcntl(env.ctx->async_fd, F_SETFL, fcntl(env.ctx->async_fd, F_GETFL) | O_NONBLOCK), 0);
   ibv_async_event ev = {};
   SWEEP_EXPECT_ERRNO(ibv_get_async_event(env.ctx, &ev), EAGAIN);
   ibv_qp* a = make_qp(env);
   ibv_qp* b = make_qp(env);
   ASSERT_TRUE(a && b);
-  uint16_t lid = vt::port_lid(env.ctx);
-  ASSERT_EQ(vt::connect_qp(a, lid, b->qp_num, 1, 2), 0);
-  ASSERT_EQ(vt::to_init(b, vt::kAllAccess), 0);
-  ASSERT_EQ(vt::to_rtr(b, lid, a->qp_num, 1, 1), 0);
+  // A GRH path to this port's first GID: what RoCE needs and InfiniBand takes.
+  vt::GrhPath path;
+  path.dlid = vt::port_lid(env.ctx);
+  path.dgid = vt::gid_of(env.ctx, 1, 0);
+  ASSERT_EQ(vt::connect_grh(a, path, b->qp_num), 0);
+  ASSERT_EQ(vt::to_init_on(b, 1), 0);
+  ASSERT_EQ(vt::to_rtr_grh(b, path, a->qp_num, 1), 0);
   ibv_sge sge = {reinterpret_cast<uintptr_t>(env.page), 8, env.mr->lkey};
   ibv_recv_wr rw = {};
   rw.sg_list = &sge;

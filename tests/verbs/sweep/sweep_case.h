@@ -25,9 +25,9 @@ struct Env {
 };
 
 struct Case {
-  const char* name;        // the exported symbol, or the inline entry point
-  void (*run)(Env& env);   // nullptr: not called, for `reason`
-  const char* reason;      // why it is not called (nullptr when it is)
+  const char* name;       // the exported symbol, or the inline entry point
+  void (*run)(Env& env);  // nullptr: not called, for `reason`
+  const char* reason;     // why it is not called (nullptr when it is)
 };
 
 // The tables, by family (cases_*.cpp).
@@ -51,18 +51,18 @@ ibv_qp* make_qp(Env& env, ibv_qp_type type = IBV_QPT_RC);
 }  // namespace sweep
 
 // A call that returns a pointer fails with nullptr and errno `err`.
-#define SWEEP_EXPECT_NULL(call, err)         \
-  do {                                       \
-    errno = 0;                               \
-    auto* sweep_p_ = (call);                 \
-    EXPECT_EQ(sweep_p_, nullptr) << #call;   \
-    EXPECT_EQ(errno, (err)) << #call;        \
+#define SWEEP_EXPECT_NULL(call, err)       \
+  do {                                     \
+    errno = 0;                             \
+    auto* sweep_p_ = (call);               \
+    EXPECT_EQ(sweep_p_, nullptr) << #call; \
+    EXPECT_EQ(errno, (err)) << #call;      \
   } while (0)
 
 // A call that returns -1 and sets errno fails with `err`.
-#define SWEEP_EXPECT_ERRNO(call, err)        \
-  do {                                       \
-    errno = 0;                               \
-    EXPECT_EQ((call), -1) << #call;          \
-    EXPECT_EQ(errno, (err)) << #call;        \
+#define SWEEP_EXPECT_ERRNO(call, err) \
+  do {                                \
+    errno = 0;                        \
+    EXPECT_EQ((call), -1) << #call;   \
+    EXPECT_EQ(errno, (err)) << #call; \
   } while (0)
