@@ -3,6 +3,7 @@
 // reordered, a shrink below the unpolled ones is EINVAL, and cqe reports the new size.
 #include <cstring>
 
+#include "emudv_link.h"
 #include "peer.h"
 #include "verbs_fixture.h"
 
@@ -60,7 +61,7 @@ TEST_F(ResizeCq, UnpolledCompletionsMoveToTheNewRing) {
 
 // ---- resizing while another process's engine completes into the CQ ----
 
-constexpr uint32_t kStreamMsgs = 4000;
+constexpr uint32_t kStreamMsgs = 2000;
 constexpr int kRecvDepth = 6;  // receives posted at a time: at most 6 completions unpolled
 
 struct StreamPeerInfo {
@@ -125,16 +126,20 @@ TEST_F(ResizeCq, GrowsAndShrinksWhileAnotherProcessCompletesIntoIt) {
   StreamPeerInfo pi{};
   ASSERT_NO_FATAL_FAILURE(peer.start("resize-stream", &pi));
   Buf rb = make_buf(kRecvDepth * 8);
+  ASSERT_EQ(to_init(qp, kAllAccess), 0);
   for (int k = 0; k < kRecvDepth; ++k) {
     ibv_sge sg = rb.sge(k * 8, 8);
     ASSERT_EQ(post_recv(qp, k, &sg, 1), 0);
   }
   StreamParentInfo me{lid, qp->qp_num};
   ASSERT_TRUE(peer.send(&me, sizeof me));
-  ConnParams cp;
-  ASSERT_EQ(connect_qp(qp, pi.lid, pi.qpn, 0x60, 0x50, cp), 0);
+  ASSERT_EQ(to_rtr(qp, pi.lid, pi.qpn, 0x50, 1), 0);
+  ASSERT_EQ(to_rts(qp, 0x60, 14, 7, 7), 0);
   ASSERT_NO_FATAL_FAILURE(peer.expect_ready());
   // Sizes never below the kRecvDepth that may be unpolled (a smaller ring could overrun).
+  const uctlite::EmudvFns* dv = uctlite::emudv_fns();
+  ASSERT_NE(dv, nullptr);
+  uint64_t races = dv->races_recorded();
   const int sizes[] = {7, 255, 15, 1023, 7, 63};
   uint32_t next = 0, resizes = 0;
   auto until = std::chrono::steady_clock::now() + 6 * kDeadline;  // against a hang only
@@ -159,6 +164,7 @@ TEST_F(ResizeCq, GrowsAndShrinksWhileAnotherProcessCompletesIntoIt) {
   EXPECT_EQ(next, kStreamMsgs);
   EXPECT_EQ(resizes, kStreamMsgs / 5);
   EXPECT_TRUE(drain(cq).empty()) << "nothing beyond the stream";
+  EXPECT_EQ(dv->races_recorded(), races) << "the device recorded a race";
   StreamPeerReport rep{};
   peer.finish(&rep, 2 * kDeadline);
 }
