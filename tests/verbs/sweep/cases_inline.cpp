@@ -136,6 +136,10 @@ void td_parent(Env& env) {
   ASSERT_NE(par, nullptr) << errno;
   EXPECT_EQ(ibv_dealloc_td(td), EBUSY);  // the parent domain holds it
   EXPECT_EQ(ibv_dealloc_pd(par), 0);
+  ibv_context* other = ibv_open_device(env.dev);
+  ASSERT_NE(other, nullptr);
+  SWEEP_EXPECT_NULL(ibv_alloc_parent_domain(other, &pa), EINVAL);  // PD and TD of another context
+  EXPECT_EQ(ibv_close_device(other), 0);
   EXPECT_EQ(ibv_dealloc_td(td), 0);
 }
 
@@ -178,6 +182,13 @@ void dm(Env& env) {
   ibv_mr* m = ibv_reg_dm_mr(env.pd, d, 0, 64, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ZERO_BASED);
   ASSERT_NE(m, nullptr) << errno;
   SWEEP_EXPECT_NULL(ibv_reg_dm_mr(env.pd, d, 32, 64, IBV_ACCESS_ZERO_BASED), EINVAL);
+  ibv_context* other = ibv_open_device(env.dev);
+  ASSERT_NE(other, nullptr);
+  ibv_dm* foreign = ibv_alloc_dm(other, &a);
+  ASSERT_NE(foreign, nullptr);
+  SWEEP_EXPECT_NULL(ibv_reg_dm_mr(env.pd, foreign, 0, 64, IBV_ACCESS_ZERO_BASED), EINVAL);
+  EXPECT_EQ(ibv_free_dm(foreign), 0);
+  EXPECT_EQ(ibv_close_device(other), 0);
   EXPECT_EQ(ibv_free_dm(d), EBUSY);  // an MR is on it
   EXPECT_EQ(ibv_dereg_mr(m), 0);
   EXPECT_EQ(ibv_free_dm(d), 0);
