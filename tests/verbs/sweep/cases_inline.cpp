@@ -4,6 +4,7 @@
 #include <fcntl.h>
 
 #include "sweep_case.h"
+#include "verbs_fixture.h"
 
 namespace sweep {
 namespace {
@@ -36,12 +37,38 @@ void cq_ex(Env& env) {
   ibv_poll_cq_attr pa = {};
   EXPECT_EQ(ibv_start_poll(cq, &pa), ENOENT);  // empty: no end_poll is due
   ibv_cq* plain = ibv_cq_ex_to_cq(cq);
+  // One RDMA WRITE into its own page from a QP completing into the extended CQ, read back through
+  // the ibv_start_poll / ibv_wc_read_* / ibv_end_poll walk.
+  ibv_qp_init_attr qa = {};
+  qa.send_cq = qa.recv_cq = plain;
+  qa.qp_type = IBV_QPT_RC;
+  qa.cap = {4, 4, 1, 1, 0};
+  ibv_qp* a = ibv_create_qp(env.pd, &qa);
+  ibv_qp* b = make_qp(env);
+  ASSERT_TRUE(a && b) << errno;
+  ASSERT_EQ(connect_to(env, a, b->qp_num, IBV_QPS_RTS), 0);
+  ASSERT_EQ(connect_to(env, b, a->qp_num, IBV_QPS_RTS), 0);
+  ibv_sge sge = {reinterpret_cast<uintptr_t>(env.page), 8, env.mr->lkey};
+  ibv_send_wr w = vt::rdma_wr(77, IBV_WR_RDMA_WRITE, &sge, 1,
+                              reinterpret_cast<uintptr_t>(env.page) + 64, env.mr->rkey);
+  ASSERT_EQ(vt::post_one(a, &w), 0);
+  int r = ENOENT;
+  for (int tries = 0; r == ENOENT && tries < 1000000; ++tries) r = ibv_start_poll(cq, &pa);
+  ASSERT_EQ(r, 0);
+  EXPECT_EQ(cq->wr_id, 77u);
+  EXPECT_EQ(cq->status, IBV_WC_SUCCESS);
+  EXPECT_EQ(ibv_wc_read_opcode(cq), IBV_WC_RDMA_WRITE);
+  EXPECT_EQ(ibv_wc_read_qp_num(cq), a->qp_num);
+  EXPECT_EQ(ibv_next_poll(cq), ENOENT);
+  ibv_end_poll(cq);
+  EXPECT_EQ(ibv_destroy_qp(a), 0);
+  EXPECT_EQ(ibv_destroy_qp(b), 0);
   ibv_wc wc;
   EXPECT_EQ(ibv_poll_cq(plain, 1, &wc), 0);
   ibv_modify_cq_attr m = {};
   m.attr_mask = IBV_CQ_ATTR_MODERATE;
   m.moderate = {1, 1};
-  int r = ibv_modify_cq(plain, &m);
+  r = ibv_modify_cq(plain, &m);
   EXPECT_TRUE(r == 0 || r == EOPNOTSUPP) << r;
   m.attr_mask = 1u << 20;  // unknown
   r = ibv_modify_cq(plain, &m);
@@ -237,7 +264,7 @@ std::vector<Case> inline_cases() {
       {"ibv_query_device_ex", query_device_ex, nullptr},
       {"ibv_query_rt_values_ex", query_device_ex, nullptr},
       {"ibv_create_cq_ex", cq_ex, nullptr},
-      {"ibv_start_poll", cq_ex, nullptr},
+      {"ibv_start_poll/ibv_next_poll/ibv_end_poll/ibv_wc_read_*", cq_ex, nullptr},
       {"ibv_modify_cq", cq_ex, nullptr},
       {"ibv_create_qp_ex", qp_ex, nullptr},
       {"ibv_wr_start/ibv_wr_*/ibv_wr_complete/ibv_wr_abort", qp_ex, nullptr},

@@ -233,13 +233,8 @@ void async_events(Env& env) {
   ibv_qp* a = make_qp(env);
   ibv_qp* b = make_qp(env);
   ASSERT_TRUE(a && b);
-  // A GRH path to this port's first GID: what RoCE needs and InfiniBand takes.
-  vt::GrhPath path;
-  path.dlid = vt::port_lid(env.ctx);
-  path.dgid = vt::gid_of(env.ctx, 1, 0);
-  ASSERT_EQ(vt::connect_grh(a, path, b->qp_num), 0);
-  ASSERT_EQ(vt::to_init_on(b, 1), 0);
-  ASSERT_EQ(vt::to_rtr_grh(b, path, a->qp_num, 1), 0);
+  ASSERT_EQ(connect_to(env, a, b->qp_num, IBV_QPS_RTS), 0);
+  ASSERT_EQ(connect_to(env, b, a->qp_num, IBV_QPS_RTR), 0);
   ibv_sge sge = {reinterpret_cast<uintptr_t>(env.page), 8, env.mr->lkey};
   ibv_recv_wr rw = {};
   rw.sg_list = &sge;
@@ -258,6 +253,16 @@ void async_events(Env& env) {
 }
 
 }  // namespace
+
+int connect_to(Env& env, ibv_qp* qp, uint32_t dest_qpn, ibv_qp_state state) {
+  // A GRH path to this port's first GID: what RoCE needs and InfiniBand takes.
+  vt::GrhPath path;
+  path.dlid = vt::port_lid(env.ctx);
+  path.dgid = vt::gid_of(env.ctx, 1, 0);
+  if (state == IBV_QPS_RTS) return vt::connect_grh(qp, path, dest_qpn);
+  if (int rc = vt::to_init_on(qp, 1)) return rc;
+  return vt::to_rtr_grh(qp, path, dest_qpn, 1);
+}
 
 ibv_qp* make_qp(Env& env, ibv_qp_type type) {
   ibv_qp_init_attr ia = {};

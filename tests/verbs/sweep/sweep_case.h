@@ -48,6 +48,10 @@ Fn* exported(const char* name, const char* version) {
 // An RC (or other type) QP on env's PD and CQ, in RESET.
 ibv_qp* make_qp(Env& env, ibv_qp_type type = IBV_QPT_RC);
 
+// RESET -> RTR (state IBV_QPS_RTR) or RTS towards dest_qpn on port 1, along a GRH path to the
+// port's own first GID (what RoCE needs and InfiniBand takes); ibv_modify_qp's result.
+int connect_to(Env& env, ibv_qp* qp, uint32_t dest_qpn, ibv_qp_state state);
+
 }  // namespace sweep
 
 // A call that returns a pointer fails with nullptr and errno `err`.
