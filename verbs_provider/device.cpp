@@ -84,6 +84,11 @@ void registry_del(uint64_t uid) {
   std::lock_guard<std::mutex> g(g_reg_mu);
   g_registry->erase(uid);
 }
+void* registry_find(uint64_t uid) {
+  std::lock_guard<std::mutex> g(g_reg_mu);
+  auto it = g_registry->find(uid);
+  return it == g_registry->end() ? nullptr : it->second;
+}
 void* registry_take_event(uint64_t uid, EventKind kind) {
   std::lock_guard<std::mutex> g(g_reg_mu);
   auto it = g_registry->find(uid);
@@ -375,7 +380,6 @@ ibv_context* open_context(ibv_device* device, int cmd_fd) {
   c.ops.dealloc_mw = emu_dealloc_mw;
   c.ops.bind_mw = emu_bind_mw;
   registry_put(cs.uid, &c);
-  context_listed(ctx);
   return &c;
 }
 
@@ -403,7 +407,6 @@ int ibv_close_device(ibv_context* context) {
     return fn ? fn(context) : EINVAL;
   }
   EmuContext* ctx = to_ctx(context);
-  context_unlisted(ctx);
   Segment* seg = segment();
   ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
   registry_del(cs.uid);

@@ -13,8 +13,6 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <mutex>
-#include <vector>
 
 #include "emu/objects.h"
 #include "forward.h"
@@ -24,9 +22,6 @@ using namespace emu;
 using namespace emu::prov;
 
 namespace {
-
-std::mutex g_mu;
-std::vector<EmuContext*> g_contexts;  // this process's open emu contexts
 
 // Whether fd is an emu context's command fd (a memfd named kEmuCmdFdName; the link of a memfd
 // reads "/memfd:NAME (deleted)").
@@ -47,29 +42,20 @@ bool same_file(int a, int b) {
          sa.st_dev == sb.st_dev;
 }
 
-// The open context whose command fd is the file fd names, or nullptr.
+// This process's open context whose command fd is the file fd names, or nullptr. Found through
+// the segment's context slots this process owns (each registered by its uid at open), so that
+// opening and closing a context pay nothing for import.
 EmuContext* context_of_cmd_fd(int fd) {
-  std::lock_guard<std::mutex> g(g_mu);
-  for (EmuContext* c : g_contexts)
-    if (same_file(c->vctx.context.cmd_fd, fd)) return c;
+  Segment* seg = segment();
+  for (const ContextSlot& cs : seg->hdr()->ctxs) {
+    if (cs.state.load(std::memory_order_acquire) != kSlotLive || cs.owner != seg->self()) continue;
+    auto* c = static_cast<ibv_context*>(registry_find(cs.uid));
+    if (c && same_file(c->cmd_fd, fd)) return to_ctx(c);
+  }
   return nullptr;
 }
 
 }  // namespace
-
-namespace emu::prov {
-
-void context_listed(EmuContext* ctx) {
-  std::lock_guard<std::mutex> g(g_mu);
-  g_contexts.push_back(ctx);
-}
-
-void context_unlisted(EmuContext* ctx) {
-  std::lock_guard<std::mutex> g(g_mu);
-  std::erase(g_contexts, ctx);
-}
-
-}  // namespace emu::prov
 
 extern "C" {
 

@@ -358,6 +358,7 @@ inline bool is_emu(const ibv_context* c) { return c && is_emu_device(c->device);
 // Registry of uid -> user object, for event records (slow path).
 void registry_put(uint64_t uid, void* obj);
 void registry_del(uint64_t uid);
+void* registry_find(uint64_t uid);  // the object registered under uid, or nullptr
 // For an event record: the object behind uid, with its handed-out count raised under the
 // registry's lock, so that a destroy (which unregisters first) waits for this event's ack.
 enum class EventKind { completion, cq_async, qp_async, srq_async };
@@ -421,11 +422,9 @@ ibv_dm* emu_import_dm(ibv_context* ctx, uint32_t handle);
 void emu_unimport_dm(ibv_dm* dm);
 
 // A context on an emu device with `cmd_fd` as its command fd (ibv_open_device: a new memfd;
-// ibv_import_device: the duplicate it was given), listed for import; nullptr with errno on failure
-// (cmd_fd is then the caller's to close).
+// ibv_import_device: the duplicate it was given); nullptr with errno on failure (cmd_fd is then
+// the caller's to close).
 ibv_context* open_context(ibv_device* device, int cmd_fd);
-void context_listed(EmuContext* ctx);    // import.cpp: ibv_import_device can find it
-void context_unlisted(EmuContext* ctx);  // before it goes
 ibv_mr* emu_reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsigned access);
 int emu_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
                   uint32_t num_sge);
