@@ -38,12 +38,9 @@ void retire_cq(Segment* seg, CqSlot& c) {
   c.state.store(kSlotFree, std::memory_order_release);
 }
 
-void free_rings(Segment* seg, const CqSlot& c) {
-  // An owner that died inside resize_cq may have published a new ring not yet in buf_off.
-  uint64_t producers_ring = cq_ring_off(c.ring.load(std::memory_order_acquire));
-  if (producers_ring && producers_ring != c.buf_off) seg->free(producers_ring);
-  seg->free(c.buf_off);
-}
+// (An owner that dies inside resize_cq leaves the ring it was moving to, which buf_off does not
+// name yet, to the segment's end: one ring, and only then.)
+void free_rings(Segment* seg, const CqSlot& c) { seg->free(c.buf_off); }
 
 Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx) {
   if (seg->alloc_srq(idx) != Status::ok) return Status::no_memory;
