@@ -525,12 +525,30 @@ ibv_cq* ibv_create_cq(ibv_context* context, int cqe, void* cq_context, ibv_comp_
   return cq ? ibv_cq_ex_to_cq(&cq->cqx) : nullptr;
 }
 
-int ibv_resize_cq(ibv_cq* cq, int cqe) {
-  if (!is_emu(cq->context)) {
+// The ring changes under the CQ's lock (no poll of this process meanwhile) while engines keep
+// completing into it (resize_cq, emu/objects.h). As mlx5: at least cqe + 1 entries, a power of
+// two; EINVAL below the unpolled completions. A CQ read through emudv_init_cq must be read again
+// after a resize (as a mlx5dv CQ would).
+int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
+  if (!is_emu(ibcq->context)) {
     auto fn = REAL(ibv_resize_cq, "IBVERBS_1.1");
-    return fn ? fn(cq, cqe) : EINVAL;
+    return fn ? fn(ibcq, cqe) : EINVAL;
   }
-  return EOPNOTSUPP;
+  if (cqe < 1 || static_cast<uint32_t>(cqe) > Limits::max_cqe) return EINVAL;
+  uint32_t log = 1;
+  while ((1u << log) < static_cast<uint32_t>(cqe) + 1) ++log;
+  EmuCq* cq = to_cq(ibcq);
+  if (cq->shm->overrun.load()) return EINVAL;  // a CQ in error is not resized
+  cq->lock.lock();
+  uint64_t off = 0;
+  Status st =
+      log == cq->shm->log_cqe_cnt ? Status::ok : resize_cq(segment(), *cq->shm, log, cq->ci, &off);
+  if (off) {
+    cq->ring = segment()->at<Cqe64>(off);
+    ibcq->cqe = static_cast<int>((1u << log) - 1);
+  }
+  cq->lock.unlock();
+  return st == Status::ok ? 0 : st == Status::no_memory ? ENOMEM : EINVAL;
 }
 
 int ibv_destroy_cq(ibv_cq* ibcq) {

@@ -86,6 +86,11 @@ void registry_del(uint64_t uid) {
   std::lock_guard<std::mutex> g(g_reg_mu);
   g_registry->erase(uid);
 }
+void* registry_find(uint64_t uid) {
+  std::lock_guard<std::mutex> g(g_reg_mu);
+  auto it = g_registry->find(uid);
+  return it == g_registry->end() ? nullptr : it->second;
+}
 void* registry_take_event(uint64_t uid, EventKind kind) {
   std::lock_guard<std::mutex> g(g_reg_mu);
   auto it = g_registry->find(uid);
@@ -309,11 +314,11 @@ int ibv_get_device_index(ibv_device* device) {
   return fn ? fn(device) : -1;
 }
 
-ibv_context* ibv_open_device(ibv_device* device) {
-  if (!is_emu_device(device)) {
-    auto fn = REAL(ibv_open_device, "IBVERBS_1.1");
-    return fn ? fn(device) : fail_null<ibv_context>(ENODEV);
-  }
+}  // extern "C"
+
+namespace emu::prov {
+
+ibv_context* open_context(ibv_device* device, int cmd_fd) {
   Segment* seg = segment();
   if (!seg) return fail_null<ibv_context>(ENODEV);
   auto* ctx = new (std::nothrow) EmuContext();
@@ -323,17 +328,14 @@ ibv_context* ibv_open_device(ibv_device* device) {
   ctx->n_uars = config().uar_regs;
   ctx->n_td_uars = config().td_uar_regs;
   int pfd[2] = {-1, -1};
-  // The command fd is a memfd of a telling name: there is no kernel behind it, and
-  // ibv_import_device (entry_guard.cpp) recognises it by that name.
-  int cmd_fd = memfd_create(kEmuCmdFdName, MFD_CLOEXEC);
-  if (pipe2(pfd, O_CLOEXEC) != 0 || cmd_fd < 0 ||
+  if (pipe2(pfd, O_CLOEXEC) != 0 ||
       create_ctx(seg, ContextSpec{ctx->dev, ctx->n_uars + ctx->n_td_uars, pfd[1]}, &ctx->slot) !=
           Status::ok) {
     if (pfd[0] >= 0) close(pfd[0]), close(pfd[1]);
-    if (cmd_fd >= 0) close(cmd_fd);
     delete ctx;
     return fail_null<ibv_context>(ENOMEM);
   }
+  ctx->share_slot = ctx->slot;
   fcntl(pfd[1], F_SETFL, O_NONBLOCK);
   ctx->async_wfd = pfd[1];
   ContextSlot& cs = seg->hdr()->ctxs[ctx->slot];
@@ -381,6 +383,24 @@ ibv_context* ibv_open_device(ibv_device* device) {
   c.ops.bind_mw = emu_bind_mw;
   registry_put(cs.uid, &c);
   return &c;
+}
+
+}  // namespace emu::prov
+
+extern "C" {
+
+ibv_context* ibv_open_device(ibv_device* device) {
+  if (!is_emu_device(device)) {
+    auto fn = REAL(ibv_open_device, "IBVERBS_1.1");
+    return fn ? fn(device) : fail_null<ibv_context>(ENODEV);
+  }
+  // The command fd is a memfd of a telling name: there is no kernel behind it, and
+  // ibv_import_device (import.cpp) recognises it by that name and its inode.
+  int cmd_fd = memfd_create(kEmuCmdFdName, MFD_CLOEXEC);
+  if (cmd_fd < 0) return fail_null<ibv_context>(ENOMEM);
+  ibv_context* c = open_context(device, cmd_fd);
+  if (!c) close(cmd_fd);
+  return c;
 }
 
 int ibv_close_device(ibv_context* context) {
@@ -506,6 +526,8 @@ int ibv_get_pkey_index(ibv_context* context, uint8_t port_num, __be16 pkey) {
     auto fn = REAL(ibv_get_pkey_index, "IBVERBS_1.5");
     return fn ? fn(context, port_num, pkey) : -1;
   }
+  // The one P_Key (full or limited membership) at index 0, on a port that exists.
+  if (!port_of(context, port_num)) return -1;
   return (be16toh(pkey) & 0x7fff) == 0x7fff ? 0 : -1;
 }
 

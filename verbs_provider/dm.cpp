@@ -6,6 +6,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <mutex>
+#include <unordered_map>
 
 #include "provider.h"
 
@@ -18,9 +20,15 @@ struct EmuDm {
   uint8_t* mem = nullptr;
   uint64_t length = 0;
   std::atomic<uint32_t> mrs{0};  // MRs on it: ibv_free_dm is EBUSY meanwhile
+  EmuDm* origin = nullptr;       // ibv_import_dm: the block this handle names (its mrs count)
 };
 
 EmuDm* to_dm(ibv_dm* dm) { return reinterpret_cast<EmuDm*>(dm); }
+
+// This process's blocks by handle, for ibv_import_dm (slow path only).
+std::mutex g_blocks_mu;
+std::unordered_map<uint32_t, EmuDm*> g_blocks;
+uint32_t g_next_handle = 1;
 
 // mlx5's rule for the host copies: offset and length in 4-byte units, inside the block.
 bool copy_ok(const EmuDm* d, uint64_t offset, size_t length) {
@@ -61,15 +69,44 @@ ibv_dm* emu_alloc_dm(ibv_context* ctx, ibv_alloc_dm_attr* attr) {
   d->dm.context = ctx;
   d->dm.memcpy_to_dm = copy_to;
   d->dm.memcpy_from_dm = copy_from;
+  std::lock_guard<std::mutex> g(g_blocks_mu);
+  d->dm.handle = g_next_handle++;
+  g_blocks[d->dm.handle] = d;
   return &d->dm;
 }
 
 int emu_free_dm(ibv_dm* dm) {
   EmuDm* d = to_dm(dm);
+  if (d->origin) return emu_unimport_dm(dm), 0;  // the block stays with its allocator's handle
   if (d->mrs.load()) return EBUSY;
+  {
+    std::lock_guard<std::mutex> g(g_blocks_mu);
+    g_blocks.erase(d->dm.handle);
+  }
   std::free(d->mem);
   delete d;
   return 0;
+}
+
+// Another handle on a block of a context that shares objects with ctx (same share_slot): it
+// copies to and from the same memory; MRs on it count against the block.
+ibv_dm* emu_import_dm(ibv_context* ctx, uint32_t handle) {
+  std::lock_guard<std::mutex> g(g_blocks_mu);
+  auto it = g_blocks.find(handle);
+  if (it == g_blocks.end() || to_ctx(it->second->dm.context)->share_slot != to_ctx(ctx)->share_slot)
+    return fail_null<ibv_dm>(ENOENT);
+  auto* d = new (std::nothrow) EmuDm();
+  if (!d) return fail_null<ibv_dm>(ENOMEM);
+  *static_cast<ibv_dm*>(&d->dm) = it->second->dm;
+  d->dm.context = ctx;
+  d->mem = it->second->mem;
+  d->length = it->second->length;
+  d->origin = it->second;
+  return &d->dm;
+}
+
+void emu_unimport_dm(ibv_dm* dm) {
+  if (to_dm(dm)->origin) delete to_dm(dm);
 }
 
 ibv_mr* emu_reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsigned access) {
@@ -80,8 +117,9 @@ ibv_mr* emu_reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, un
     return fail_null<ibv_mr>(EINVAL);
   ibv_mr* mr = reg_mr(pd, d->mem + offset, length, 0, access, /*device_memory=*/true);
   if (!mr) return nullptr;
-  to_mr(mr)->dm_refs = &d->mrs;
-  d->mrs.fetch_add(1);
+  EmuDm* block = d->origin ? d->origin : d;
+  to_mr(mr)->dm_refs = &block->mrs;
+  block->mrs.fetch_add(1);
   return mr;
 }
 

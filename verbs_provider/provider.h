@@ -101,7 +101,10 @@ struct EmuContext {
   std::vector<EmuQp*> qps;
   std::bitset<kUarRegsMax> td_uar_used;  // by index from 0: register n_uars + i has a domain
   std::atomic<uint32_t> n_ahs{0};        // address handles made on this context (max_ah)
-  verbs_context vctx;                    // must be last: libibverbs finds it from &vctx.context
+  // Context import (import.cpp): the context slot whose PDs and MRs ibv_import_pd/mr find from
+  // here (its own; an imported context's: the one its command fd was duplicated from).
+  uint32_t share_slot = 0;
+  verbs_context vctx;  // must be last: libibverbs finds it from &vctx.context
 };
 
 // A thread domain (td.cpp): a doorbell register of its own for the QPs made under it.
@@ -123,6 +126,7 @@ struct EmuPd {
   // Objects holding this ibv_pd (ibv_dealloc_pd is EBUSY meanwhile, as mlx5's refcount): the
   // parent domains made on it, and for a parent domain the QPs and CQs made with it.
   std::atomic<uint32_t> refs{0};
+  bool imported = false;  // ibv_import_pd: another handle on a PD (ibv_unimport_pd frees it)
   bool is_parent() const { return parent != nullptr; }
 };
 
@@ -131,6 +135,7 @@ struct EmuMr {
   uint32_t slot;
   uint32_t generation = g_fork_generation;   // inherited() tells
   std::atomic<uint32_t>* dm_refs = nullptr;  // an MR on device memory: its block's MR count
+  bool imported = false;  // ibv_import_mr: another handle on an MR (ibv_unimport_mr frees it)
 };
 
 struct EmuChannel {
@@ -367,6 +372,7 @@ inline bool is_emu(const ibv_context* c) { return c && is_emu_device(c->device);
 // Registry of uid -> user object, for event records (slow path).
 void registry_put(uint64_t uid, void* obj);
 void registry_del(uint64_t uid);
+void* registry_find(uint64_t uid);  // the object registered under uid, or nullptr
 // For an event record: the object behind uid, with its handed-out count raised under the
 // registry's lock, so that a destroy (which unregisters first) waits for this event's ack.
 enum class EventKind { completion, cq_async, qp_async, srq_async };
@@ -425,6 +431,14 @@ int emu_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 // Device memory (dm.cpp).
 ibv_dm* emu_alloc_dm(ibv_context* ctx, ibv_alloc_dm_attr* attr);
 int emu_free_dm(ibv_dm* dm);
+// ibv_import_dm / ibv_unimport_dm of a block this process allocated (dm.cpp).
+ibv_dm* emu_import_dm(ibv_context* ctx, uint32_t handle);
+void emu_unimport_dm(ibv_dm* dm);
+
+// A context on an emu device with `cmd_fd` as its command fd (ibv_open_device: a new memfd;
+// ibv_import_device: the duplicate it was given); nullptr with errno on failure (cmd_fd is then
+// the caller's to close).
+ibv_context* open_context(ibv_device* device, int cmd_fd);
 ibv_mr* emu_reg_dm_mr(ibv_pd* pd, ibv_dm* dm, uint64_t offset, size_t length, unsigned access);
 int emu_advise_mr(ibv_pd* pd, ibv_advise_mr_advice advice, uint32_t flags, ibv_sge* sg_list,
                   uint32_t num_sge);

@@ -259,15 +259,20 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
 bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   sched::point(sched::kPointDevCqe, info.qpn, info.wqe_counter);
   if (cq.overrun.load(std::memory_order_relaxed)) return false;  // a CQ in error takes no more
+  // One load of the ring this CQE goes to (a resize switches it; resize_cq waits for this
+  // engine section to close before it moves what the old ring holds).
+  uint64_t ring_word = cq.ring.load(std::memory_order_acquire);
+  uint32_t log_cnt = cq_ring_log(ring_word);
+  uint32_t capacity = 1u << cq_ring_log_capacity(ring_word);
   uint32_t pi = cq.pi.fetch_add(1, std::memory_order_relaxed);
   // The consumer's index is read only when the cached one says the ring may be full.
-  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= cq.cqe_cnt)
+  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity)
     cq.ci_seen.store(cq.ci.load(std::memory_order_acquire), std::memory_order_relaxed);
-  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= cq.cqe_cnt) {
+  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity) {
     // The CQ is full: the completion cannot be placed. As a NIC does: the CQ enters error
     // (IBV_EVENT_CQ_ERR to its owner) and so does every QP completing into it.
     if (!cq.overrun.exchange(1)) {
-      log("CQ overrun (cqe count %u)", cq.cqe_cnt);
+      log("CQ overrun (cqe count %u)", capacity);
       if (cq.ctx < kMaxContexts) notify_async(h_->ctxs[cq.ctx], cq.uid, kEvCqErr);
       uint32_t idx = static_cast<uint32_t>(&cq - h_->cqs);
       for (QpSlot& q : h_->qps)
@@ -279,8 +284,8 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
     }
     return false;
   }
-  Cqe64* ring = seg_->at<Cqe64>(cq.buf_off);
-  Cqe64& c = ring[pi & (cq.cqe_cnt - 1)];
+  Cqe64* ring = seg_->at<Cqe64>(cq_ring_off(ring_word));
+  Cqe64& c = ring[pi & ((1u << log_cnt) - 1)];
   bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;
   // Written field by field into the ring (the owner byte last): composing the CQE on the stack and
   // copying it reads back narrow stores as wide loads, a store-forwarding stall per CQE.
@@ -305,7 +310,7 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
     e->syndrome = info.syndrome;
     e->vendor_err_synd = info.syndrome;
   }
-  uint8_t owner = (pi >> cq.log_cqe_cnt) & 1;
+  uint8_t owner = (pi >> log_cnt) & 1;
   uint8_t inline_bit = info.inline_scatter ? kCqeInlineScatter32 : 0;
   cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | inline_bit | owner));
   return true;

@@ -27,6 +27,7 @@ Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx) {
   c.stamp = spec.stamp ? 1 : 0;
   auto* ring = seg->at<Cqe64>(c.buf_off);
   for (uint32_t i = 0; i < cnt; ++i) ring[i].op_own = kCqeInvalid << 4 | 1;
+  c.ring.store(cq_ring_word(c.buf_off, c.log_cqe_cnt, c.log_cqe_cnt), std::memory_order_release);
   return Status::ok;
 }
 
@@ -37,6 +38,8 @@ void retire_cq(Segment* seg, CqSlot& c) {
   c.state.store(kSlotFree, std::memory_order_release);
 }
 
+// (An owner that dies inside resize_cq leaves the ring it was moving to, which buf_off does not
+// name yet, to the segment's end: one ring, and only then.)
 void free_rings(Segment* seg, const CqSlot& c) { seg->free(c.buf_off); }
 
 Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx) {

@@ -283,6 +283,11 @@ struct CqSlot {
   int32_t chan_wfd;  // write end of the completion channel in the owner, -1 if none
   uint32_t stamp;    // 1: CQEs carry a timestamp (a CQ made to report one)
   uint64_t chan_uid;
+  // The ring producers write: buf_off | log_cqe_cnt in one word (buf_off is 4096-aligned), read
+  // once per CQE so that a resize (resize_cq, emu/objects.h) is never seen half-done. The fields
+  // above describe the same ring for the consumer and the sweep; resize_cq changes this word
+  // first and those only once no engine still holds the old one.
+  std::atomic<uint64_t> ring;
   // Producers (engines, any process).
   alignas(64) std::atomic<uint32_t> pi;  // next CQE to produce (reserved by fetch_add)
   std::atomic<uint32_t> ci_seen;         // the consumer index as producers last read it
@@ -293,6 +298,17 @@ struct CqSlot {
   std::atomic<uint32_t> overrun;
   std::atomic<uint32_t> stalled_qps;  // QPs completing here whose head WQE waits for a retry
 };
+
+// CqSlot::ring: a ring's offset (4096-aligned), its log2 CQE count in bits 0-5 and, in bits 6-11,
+// the log2 of how many CQEs producers may have outstanding (the ring's count, except while a
+// shrink is under way: resize_cq).
+constexpr uint64_t kCqRingLowBits = 4095;
+inline uint64_t cq_ring_word(uint64_t buf_off, uint32_t log_cqe_cnt, uint32_t log_capacity) {
+  return buf_off | log_cqe_cnt | uint64_t{log_capacity} << 6;
+}
+inline uint64_t cq_ring_off(uint64_t w) { return w & ~kCqRingLowBits; }
+inline uint32_t cq_ring_log(uint64_t w) { return static_cast<uint32_t>(w & 63); }
+inline uint32_t cq_ring_log_capacity(uint64_t w) { return static_cast<uint32_t>(w >> 6 & 63); }
 
 // Requester stall reasons: the head WQE waits for a receive (RNR) or for an answer that does not
 // come.
