@@ -7,7 +7,8 @@ PKGS=(build-essential cmake g++ python3 procps
       librdmacm-dev rdmacm-utils
       pkg-config libnl-3-dev libnl-route-3-dev
       googletest libgtest-dev clang-format
-      python3-pyverbs python3-dev pybind11-dev python3-pytest python3-pytest-xdist)
+      python3-pyverbs python3-dev pybind11-dev python3-pytest python3-pytest-xdist
+      tshark)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
