@@ -16,7 +16,12 @@ namespace emu::wire {
 namespace {
 
 constexpr uint16_t kLinkEthernet = 1;
-constexpr uint16_t kLinkInfiniband = 247;
+// InfiniBand packets go as ERF records of type INFINIBAND (what ibdump writes; Wireshark has no
+// pcap link type of its own for an LRH).
+constexpr uint16_t kLinkErf = 197;
+constexpr uint8_t kErfTypeInfiniband = 21;
+constexpr uint8_t kErfVarLen = 0x04;
+constexpr size_t kErfHeader = 16;
 
 void put16(std::string& s, uint16_t v) { s.append(reinterpret_cast<const char*>(&v), 2); }
 void put32(std::string& s, uint32_t v) { s.append(reinterpret_cast<const char*>(&v), 4); }
@@ -61,7 +66,7 @@ std::string Pcap::file_header(uint32_t snaplen) {
   put32(shb, 0xffffffff);  // section length unknown
   put32(shb, 0xffffffff);
   return block(0x0a0d0d0a, shb) + interface(kLinkEthernet, snaplen) +
-         interface(kLinkInfiniband, snaplen);
+         interface(kLinkErf, snaplen + kErfHeader);
 }
 
 Pcap* Pcap::from_env() {
@@ -101,13 +106,26 @@ void Pcap::write(bool ethernet, const uint8_t* frame, size_t len, const char* co
   uint64_t us =
       static_cast<uint64_t>(ts.tv_sec) * 1000000 + static_cast<uint64_t>(ts.tv_nsec) / 1000;
   uint32_t cap = static_cast<uint32_t>(len < snaplen_ ? len : snaplen_);
+  uint32_t extra = ethernet ? 0 : kErfHeader;
   thread_local std::string body;
   body.clear();
   put32(body, ethernet ? 0 : 1);
   put32(body, static_cast<uint32_t>(us >> 32));
   put32(body, static_cast<uint32_t>(us));
-  put32(body, cap);
-  put32(body, static_cast<uint32_t>(len));
+  put32(body, cap + extra);
+  put32(body, static_cast<uint32_t>(len + extra));
+  if (!ethernet) {
+    // ERF: timestamp (32.32 fixed point seconds, little-endian), type, flags, then big-endian
+    // record length, loss counter and wire length.
+    uint64_t erf_ts = (static_cast<uint64_t>(ts.tv_sec) << 32) |
+                      ((static_cast<uint64_t>(ts.tv_nsec) << 32) / 1000000000ull);
+    body.append(reinterpret_cast<const char*>(&erf_ts), 8);
+    body.push_back(static_cast<char>(kErfTypeInfiniband));
+    body.push_back(static_cast<char>(kErfVarLen));
+    uint16_t be[3] = {static_cast<uint16_t>(__builtin_bswap16(static_cast<uint16_t>(cap + extra))),
+                      0, static_cast<uint16_t>(__builtin_bswap16(static_cast<uint16_t>(len)))};
+    body.append(reinterpret_cast<const char*>(be), 6);
+  }
   body.append(reinterpret_cast<const char*>(frame), cap);
   pad4(body);
   if (comment && *comment) {

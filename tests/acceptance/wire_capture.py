@@ -106,7 +106,9 @@ def main():
             key = (qp, psn)
             if "retransmission" in comment:
                 seen_again.add((key, i))
-            if re.search(r"emu: (drop|corrupt)", comment) and op and int(op, 0) & 0x1f not in (0x11, 0x12) \
+            # A first transmission lost must go again (a lost resend may be of a packet the
+            # responder already holds).
+            if re.search(r"emu: (drop|corrupt)", comment) and "retransmission" not in comment and op and int(op, 0) & 0x1f not in (0x11, 0x12) \
                     and int(op, 0) & 0x1f not in range(0x0d, 0x11):
                 lost.append((key, i))
         missing = [k for k, i in lost if not any(k2 == k and j > i for k2, j in seen_again)]
