@@ -11,6 +11,7 @@ event; `emu-ctl faults` shows the faults injected; tshark dissects every packet 
 dropped or corrupted is sent again later (a retransmission with the same destination QP and PSN).
 """
 import argparse
+import contextlib
 import os
 import re
 import subprocess
@@ -118,10 +119,8 @@ def main():
             ok = False
     finally:
         for f in (seg, capture):
-            try:
+            with contextlib.suppress(OSError):
                 os.unlink(f)
-            except OSError:
-                pass
     print("PASS" if ok else "FAIL", a.name)
     return 0 if ok else 1
 
