@@ -116,7 +116,7 @@ FaultKind Engine::wire_fate(const Exchange& x, const FaultRules& rules, const Wi
 }
 
 void Engine::wire_capture(const Exchange& x, const WirePacket& p) {
-  if (!pcap_) return;
+  if (!pcap_ || pcap_->full()) return;
   const QpSlot& from = p.from_responder ? x.r : x.qp;
   const QpSlot& to = p.from_responder ? x.qp : x.r;
   const PortState& port = h_->devices[from.dev].ports[from.port - 1];
@@ -331,7 +331,7 @@ int Engine::ud_on_wire(const QpSlot& qp, const ParsedWqe& w, int local_pid, uint
   k.number = psn + 1;
   FaultKind f = fault_decide(rules, k);
   if (f != kFaultNone) h_->faults.injected[f].fetch_add(1, std::memory_order_relaxed);
-  if (pcap_) {
+  if (pcap_ && !pcap_->full()) {
     const PortState& port = h_->devices[qp.dev].ports[qp.port - 1];
     uint32_t gfl = be32(w.av.grh_gid_fl);
     uint32_t sgid = (gfl >> 20) & 0xff;

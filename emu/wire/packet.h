@@ -8,7 +8,10 @@
 namespace emu::wire {
 
 // BTH opcode = transport (high 3 bits) | operation (low 5 bits), IBTA 9.2.
-enum Transport : uint8_t { kTrRc = 0x00, kTrUc = 0x20, kTrUd = 0x60, kTrXrc = 0xa0 };
+constexpr uint8_t kTrRc = 0x00;
+constexpr uint8_t kTrUc = 0x20;
+constexpr uint8_t kTrUd = 0x60;
+constexpr uint8_t kTrXrc = 0xa0;
 enum BthOp : uint8_t {
   kSendFirst = 0x00,
   kSendMiddle = 0x01,

@@ -22,6 +22,9 @@ class Pcap {
   // process writes no more (said once in the log).
   void write(bool ethernet, const uint8_t* frame, size_t len, const char* comment);
 
+  // Whether this process has written all it may (callers skip building frames then).
+  bool full() const { return written_.load(std::memory_order_relaxed) > limit_; }
+
   // The file's first blocks (tests check them): section header and the two interfaces.
   static std::string file_header(uint32_t snaplen);
 
