@@ -70,7 +70,7 @@ TEST(WireFaults, DecisionIsAPureFunctionOfSeedPacketAndRule) {
     again += fault_decide(r, k) == kFaultDrop && fault_decide(r, retry) == kFaultDrop;
   }
   EXPECT_LT(same, 2000);
-  EXPECT_LT(again, 10);
+  EXPECT_LT(again, 100);  // independent: about 2000 x 0.1 x 0.1; the same draw would be ~200
 }
 
 TEST(WireFaults, NthMatchesOnePacketForItsFirstTransmissions) {
