@@ -71,11 +71,24 @@ void mac_of(Out& o, const uint8_t* gid) {
   o.raw(gid + 12, 4);
 }
 
-uint16_t ipv4_checksum(const uint8_t* h) {
-  uint32_t sum = 0;
-  for (int i = 0; i < 20; i += 2) sum += static_cast<uint32_t>(h[i] << 8 | h[i + 1]);
+uint32_t sum16(uint32_t sum, const uint8_t* p, size_t n) {
+  for (size_t i = 0; i + 1 < n; i += 2) sum += static_cast<uint32_t>(p[i] << 8 | p[i + 1]);
+  if (n & 1) sum += static_cast<uint32_t>(p[n - 1] << 8);
+  return sum;
+}
+
+uint16_t fold(uint32_t sum) {
   while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
   return static_cast<uint16_t>(~sum);
+}
+
+uint16_t ipv4_checksum(const uint8_t* h) { return fold(sum16(0, h, 20)); }
+
+// addrs: source and destination addresses (32 bytes); udp: the datagram (its checksum field 0).
+uint16_t udp6_checksum(const uint8_t* addrs, const uint8_t* udp, size_t len) {
+  uint32_t sum = sum16(0, addrs, 32) + static_cast<uint32_t>(len) + 17;
+  uint16_t c = fold(sum16(sum, udp, len));
+  return c ? c : 0xffff;
 }
 
 // BTH through the payload and its pad.
@@ -173,6 +186,12 @@ size_t build_roce(const Frame& f, uint8_t* out) {
   m[bth - ip + 4] = 0xff;
   uint32_t crc = icrc(m, hdr, out + ip, o.n - ip, true);
   put_le32(o, crc);
+  // IPv6 forbids a zero UDP checksum: the real one (over the pseudo-header and the datagram,
+  // ICRC included; the ICRC took the field as ones, so it may change freely).
+  if (!v4) {
+    uint16_t sum = udp6_checksum(out + ip + 8, out + udp, o.n - udp);
+    out[udp + 6] = static_cast<uint8_t>(sum >> 8), out[udp + 7] = static_cast<uint8_t>(sum);
+  }
   return o.n;
 }
 
