@@ -7,7 +7,8 @@
 //   nothing after a loss, or a lost answer -> the requester's local ACK timeout -> resend all
 //   a duplicate        -> ignored (its message already carried out: SEND delivered once, WRITE and
 //                         READ redone idempotently, an atomic's answer replayed from the first)
-//   retry_cnt spent    -> IBV_WC_RETRY_EXC_ERR, the QP in ERR
+//   retry_cnt spent    -> IBV_WC_RETRY_EXC_ERR, the QP in ERR (retries count since the last
+//                         progress: a NAK that acknowledges new packets renews them)
 // UC resends nothing: a message with a packet missing is dropped and its receive WQE stays. The
 // message's bytes move with the engine's one DMA once the responder has all of its packets; what
 // the packets change is whether, when, and how many retries it took. Without rules and capture
@@ -258,6 +259,7 @@ ExecOutcome Engine::exec_on_wire(Exchange& x) {
   uint32_t last_psn = (ws.msg_psn + x.npk - 1) & 0xffffff;
   uint32_t from = 0;  // a timeout resends the message from its first PSN
   for (;; ++ws.round) {
+    uint32_t before = ws.accepted;  // what the responder held when this round began
     WireRx rx{ws.accepted};
     wire_burst(x, rules, ws, false, from, requests, rx);
     ws.accepted = rx.accepted;
@@ -302,6 +304,10 @@ ExecOutcome Engine::exec_on_wire(Exchange& x) {
       h_->faults.naks.fetch_add(1, std::memory_order_relaxed);
       uint32_t nak_psn = (ws.msg_psn + rx.nak_at) & 0xffffff;
       if (wire_answer(x, rules, ws, wire::kAck, wire::kAethNakSeq, nak_psn)) {
+        // A NAK acknowledges the packets before its PSN: progress renews the retry budget, as a
+        // new acknowledgement does on hardware and in rxe (else a long message under steady loss
+        // would fail although every round moves it on).
+        if (rx.nak_at > before) ws.retries = 0;
         if (ws.retries >= qp.retry_cnt) break;
         ++ws.retries;
         from = rx.nak_at;

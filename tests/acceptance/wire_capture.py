@@ -58,6 +58,7 @@ def main():
     if a.link == "eth":
         pp += ["-g", "1"]  # RoCE: address the peer by GID (index 1: the IPv4 one)
     ok = True
+    srv = None
     try:
         srv = subprocess.Popen([a.emu_run] + pp, env=env, stdout=subprocess.PIPE,
                                stderr=subprocess.STDOUT, text=True)
@@ -68,8 +69,12 @@ def main():
                 print("FAIL server never listened\n", srv.communicate()[0])
                 return 1
             time.sleep(0.01)  # polling a condition with a bounded deadline
-        cli = subprocess.run([a.emu_run] + pp + ["localhost"], env=env, stdout=subprocess.PIPE,
-                             stderr=subprocess.STDOUT, text=True, timeout=a.timeout)
+        try:
+            cli = subprocess.run([a.emu_run] + pp + ["localhost"], env=env, stdout=subprocess.PIPE,
+                                 stderr=subprocess.STDOUT, text=True, timeout=a.timeout)
+        except subprocess.TimeoutExpired as e:
+            print("FAIL client timed out\n", e.stdout)
+            return 1
         try:
             sout = srv.communicate(timeout=a.timeout)[0]
         except subprocess.TimeoutExpired:
@@ -118,6 +123,9 @@ def main():
             print("FAIL: lost packets never sent again:", missing[:10])
             ok = False
     finally:
+        if srv is not None and srv.poll() is None:
+            srv.kill()
+            srv.wait()
         for f in (seg, capture):
             with contextlib.suppress(OSError):
                 os.unlink(f)

@@ -209,6 +209,12 @@ Outcome run_workload(ibv_context* ctx, ibv_pd* pd, const std::string& faults,
 
 constexpr const char* kMix = "drop:p=0.04;dup:p=0.03;reorder:p=0.03;delay:p=0.02;corrupt:p=0.02";
 
+// Seeds 1..WIRE_SWEEP_SEEDS (default `dflt`; bench/wire_sweep.sh sets more).
+int sweep_seeds(int dflt) {
+  const char* v = std::getenv("WIRE_SWEEP_SEEDS");
+  return v && std::atoi(v) > 0 ? std::atoi(v) : dflt;
+}
+
 class WireFaultsTest : public VerbsTest {};
 
 TEST_F(WireFaultsTest, RcSweepCompletesEveryWrOnceWithTheRightData) {
@@ -220,12 +226,6 @@ TEST_F(WireFaultsTest, RcSweepCompletesEveryWrOnceWithTheRightData) {
     EXPECT_GT(counter(o.counters, "drop") + counter(o.counters, "corrupt"), 0) << o.counters;
     EXPECT_GT(counter(o.counters, "retransmitted"), 0) << o.counters;
   }
-}
-
-// Seeds 1..WIRE_SWEEP_SEEDS (default `dflt`; bench/wire_sweep.sh sets more).
-int sweep_seeds(int dflt) {
-  const char* v = std::getenv("WIRE_SWEEP_SEEDS");
-  return v && std::atoi(v) > 0 ? std::atoi(v) : dflt;
 }
 
 // Heavy loss with a small budget: each run completes every WR, or fails one with RETRY_EXC_ERR and
