@@ -75,11 +75,11 @@ def main():
         except subprocess.TimeoutExpired as e:
             print("FAIL client timed out\n", e.stdout)
             return 1
-        try:
-            sout = srv.communicate(timeout=a.timeout)[0]
-        except subprocess.TimeoutExpired:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            srv.wait(timeout=a.timeout)  # the server ends after the client; else it is killed
+        if srv.poll() is None:
             srv.kill()
-            sout = srv.communicate()[0]
+        sout = srv.communicate()[0]
         for who, rc, out in (("server", srv.returncode, sout), ("client", cli.returncode, cli.stdout)):
             print(f"--- {who}\n{out}")
             if rc != 0 or not re.search(rf"^{a.iters} iters in", out, re.M):
