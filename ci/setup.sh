@@ -9,7 +9,9 @@ PKGS=(build-essential cmake g++ python3 procps
       googletest libgtest-dev clang-format
       python3-pyverbs python3-dev pybind11-dev python3-pytest python3-pytest-xdist
       # the soft-RoCE VM (ci/rxe-vm; its kernel is fetched, never installed)
-      qemu-system-x86 busybox-static kmod iproute2 ibverbs-providers)
+      qemu-system-x86 busybox-static kmod iproute2 ibverbs-providers
+      # reads the wire captures (EMU_PCAP)
+      tshark)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -6,6 +6,7 @@
 //   emu-ctl port DEV PORT down|up   take the port down (a cable pull) or bring it back up
 //   emu-ctl census [--json]         every object, its owner process, XRC domains and TGT QPs
 //   emu-ctl races [--json] [--from N]  the race events the devices recorded
+//   emu-ctl faults [set RULES|clear]  the fabric's wire fault rules and counters (emu/faults.h)
 //   emu-ctl knobs [--markdown]      every EMU_* variable with its default (docs/knobs.md's table)
 //   emu-ctl fabrics                 this user's fabrics in EMU_SHM_DIR: size, processes, kept
 //   emu-ctl rm FABRIC [--force]     remove a fabric's segment
@@ -24,6 +25,7 @@
 #include "emu/config.h"
 #include "emu/control.h"
 #include "emu/fabrics.h"
+#include "emu/faults.h"
 #include "emu/race_log.h"
 #include "emu/segment.h"
 
@@ -42,6 +44,7 @@ struct Command {
 int cmd_port(int argc, char** argv);
 int cmd_census(int argc, char** argv);
 int cmd_races(int argc, char** argv);
+int cmd_faults(int argc, char** argv);
 int cmd_knobs(int argc, char** argv);
 int cmd_fabrics(int argc, char** argv);
 int cmd_rm(int argc, char** argv);
@@ -66,6 +69,11 @@ const Command kCommands[] = {
      "docs/doorbells.md), oldest first, each with its kind, device, QP, register, slot, writer "
      "threads and what the device executed; --from N: events numbered N and later",
      cmd_races},
+    {"faults", "[set RULES | clear]",
+     "print the fabric's wire fault rules and what they did (packets dropped, duplicated, "
+     "reordered, delayed, corrupted; retransmissions, NAKs, ACK timeouts), or replace the rules "
+     "(RULES as EMU_FAULTS: docs/reliability.md), or remove them",
+     cmd_faults},
     {"knobs", "[--markdown]",
      "every EMU_* variable with its default and meaning, from the table in the code; --markdown: "
      "as the table of docs/knobs.md (tools/knobs-doc.sh checks the two are the same)",
@@ -195,6 +203,35 @@ int cmd_census(int argc, char** argv) {
   if (!seg) return kExitFailed;
   c = emu::take_census(seg);
   std::fputs((json ? emu::census_json(c) : emu::census_text(c)).c_str(), stdout);
+  return 0;
+}
+
+int cmd_faults(int argc, char** argv) {
+  bool set = argc >= 3 && std::strcmp(argv[1], "set") == 0;
+  bool clear = argc == 2 && std::strcmp(argv[1], "clear") == 0;
+  if (argc > 1 && !set && !clear) {
+    std::fprintf(stderr, "emu-ctl: faults takes no argument, 'set RULES' or 'clear'\n");
+    return kExitUsage;
+  }
+  emu::Segment* seg = attach();
+  if (!seg) return kExitFailed;
+  if (set) {
+    std::string err;
+    if (emu::faults_set(seg, argv[2], &err) != emu::Status::ok) {
+      std::fprintf(stderr, "emu-ctl: faults: %s\n", err.c_str());
+      return kExitUsage;
+    }
+  }
+  if (clear) emu::faults_clear(seg);
+  emu::FaultRules rules = emu::faults_get(seg);
+  emu::FaultCounters c = emu::faults_counters(seg);
+  std::printf("rules %s\n", rules.n ? emu::faults_format(rules).c_str() : "none");
+  for (int k = emu::kFaultDrop; k < emu::kFaultKinds; ++k)
+    std::printf("%s %llu\n", emu::fault_name(static_cast<emu::FaultKind>(k)),
+                static_cast<unsigned long long>(c.injected[k]));
+  std::printf("retransmitted %llu\nnaks %llu\ntimeouts %llu\n",
+              static_cast<unsigned long long>(c.retransmitted),
+              static_cast<unsigned long long>(c.naks), static_cast<unsigned long long>(c.timeouts));
   return 0;
 }
 

@@ -64,6 +64,23 @@ const KnobDoc kKnobs[] = {
     {"EMU_SCHEDULE_OUT", "",
      "With EMU_SCHEDULE: a file the run's outcome is also written to, as one JSON object "
      "(`schedule`, `trace_hash`, `races`, `replay`, ...)."},
+    {"EMU_FAULTS", "",
+     "Wire fault rules for the fabric (docs/reliability.md): `seed=S;KIND[:KEY=VALUE,...];...` "
+     "with KIND drop, dup, reorder, delay or corrupt and KEYs p (probability), nth (the Nth packet "
+     "of a QP), times, qp, dev, op (send, write, read, atomic, ack, ud). Set in the segment by the "
+     "first engine of each process that has it; `emu-ctl faults` changes them on a running "
+     "fabric. While rules are set, messages travel as packets and RC recovers as the IBTA says."},
+    {"EMU_ACK_TIMEOUT_SCALE", "1",
+     "Factor on every QP's local ACK timeout (4.096 us x 2^timeout): a retry after a lost packet "
+     "or a missing answer waits this much of it (e.g. 0.01 for tests of retries)."},
+    {"EMU_PCAP", "",
+     "A pcapng file this process appends every packet its engines put on the wire to: RoCE v2 "
+     "frames on Ethernet ports, InfiniBand packets (LRH first) on InfiniBand ports, injected "
+     "faults and retransmissions in packet comments. Several processes may name the same file; "
+     "it is created when missing (remove it before a run for a fresh capture)."},
+    {"EMU_PCAP_SNAPLEN", "65535", "Bytes of each packet EMU_PCAP keeps (at least 64)."},
+    {"EMU_PCAP_LIMIT", "100000",
+     "Packets a process writes to EMU_PCAP at most; past it the capture stops (logged once)."},
     {"EMU_LOG", "0",
      "1: log device-side events (errors, retries, races, port changes, lost events) to stderr."},
     {"EMU_SHARED_MR", "0",

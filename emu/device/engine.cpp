@@ -2,8 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <string>
 
 #include "device/doorbell.h"
 #include "device/engine_internal.h"
@@ -14,6 +16,7 @@
 #include "emu/xrc.h"
 #include "shm/memory.h"
 #include "shm/shared_map.h"
+#include "wire/pcap.h"
 
 namespace emu {
 using namespace engine_detail;
@@ -39,7 +42,19 @@ const uint32_t kRnrUs[32] = {655360, 10,    20,    30,     40,     60,     80,  
 
 }  // namespace
 
-Engine::Engine(Segment* seg) : seg_(seg), h_(seg->hdr()), now_(clock_ns<CLOCK_MONOTONIC>) {}
+Engine::Engine(Segment* seg)
+    : seg_(seg), h_(seg->hdr()), now_(clock_ns<CLOCK_MONOTONIC>), pcap_(wire::Pcap::from_env()) {
+  // EMU_FAULTS: every process that has it sets the same rules (the last one's win).
+  if (const char* text = std::getenv("EMU_FAULTS"); text && *text) {
+    // Set only if they differ, so that a later process does not zero the counters of a run.
+    FaultRules rules;
+    std::string err;
+    if (faults_parse(text, &rules, &err) != Status::ok)
+      log("EMU_FAULTS: %s (ignored)", err.c_str());
+    else if (faults_format(rules) != faults_format(faults_get(seg)))
+      faults_set(seg, rules);
+  }
+}
 
 Engine* Engine::process_engine() {
   static Engine* e = new Engine(Segment::get());  // lives as long as the process
@@ -50,7 +65,14 @@ uint64_t Engine::rnr_delay_us(uint8_t code) { return kRnrUs[code & 31]; }
 
 uint64_t Engine::transport_timeout_us(uint8_t timeout) {
   if (timeout == 0) return 0;  // infinite
-  return (4096ull << std::min<uint8_t>(timeout, 31)) / 1000;
+  // EMU_ACK_TIMEOUT_SCALE shortens (or stretches) every QP's timeout, for tests of retries.
+  static const double scale = [] {
+    const char* v = std::getenv("EMU_ACK_TIMEOUT_SCALE");
+    double s = v && *v ? std::strtod(v, nullptr) : 1.0;
+    return s > 0 ? s : 1.0;
+  }();
+  uint64_t us = (4096ull << std::min<uint8_t>(timeout, 31)) / 1000;
+  return std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(us) * scale));
 }
 
 void Engine::on_doorbell(uint64_t ctrl_head) {
@@ -163,7 +185,8 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     if (state != kQpsRts) return;
     if (qp.stall.load() != kStallNone && !retry_now(qp, &force_retry)) return;
     // Several plain RDMA WRITEs waiting (the device thread falls behind a fast poster): one copy.
-    if (qp.stall.load(std::memory_order_relaxed) == kStallNone && step_execute_writes(qp, pi))
+    if (qp.stall.load(std::memory_order_relaxed) == kStallNone && !wire_on() &&
+        step_execute_writes(qp, pi))
       continue;
     uint32_t bbs = 1;
     Fetch got = step_fetch_wqe(qp, buf, &bbs);

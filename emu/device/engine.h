@@ -24,6 +24,7 @@
 
 #include "device/doorbell.h"
 #include "device/engine_internal.h"
+#include "emu/faults.h"
 #include "emu/layout.h"
 #include "emu/sched.h"
 #include "emu/segment.h"
@@ -32,6 +33,9 @@
 
 namespace emu::engine_detail {
 struct ParsedWqe;
+}
+namespace emu::wire {
+class Pcap;
 }
 
 namespace emu {
@@ -174,9 +178,29 @@ class Engine {
   // of PD pd by its key (LOCAL_INV, or SEND with invalidate at the responder). false: the error.
   bool bind_mw(const QpSlot& qp, const BindSeg& b);
   bool invalidate_mw(uint32_t pd, uint32_t key);
+  ExecOutcome exec_message(Exchange& x);  // one of the three below, by opcode
   ExecOutcome exec_rdma(Exchange& x);
   ExecOutcome exec_atomic(Exchange& x);
   ExecOutcome exec_send(Exchange& x);
+
+  // The packet wire (engine_wire.cpp, docs/reliability.md): on while fault rules are set or this
+  // process writes a capture (EMU_PCAP); off, a message is one DMA and this is one test.
+  bool wire_on() const {
+    return pcap_ != nullptr || h_->faults.nrules.load(std::memory_order_relaxed) != 0;
+  }
+  struct WirePacket;
+  struct WireRx;
+  ExecOutcome exec_on_wire(Exchange& x);
+  FaultKind wire_fate(const Exchange& x, const FaultRules& rules, const WireQp& ws,
+                      bool from_responder, uint8_t fop, uint32_t psn);
+  void wire_burst(const Exchange& x, const FaultRules& rules, WireQp& ws, bool responder,
+                  uint32_t from, uint32_t count, WireRx& rx);
+  bool wire_answer(const Exchange& x, const FaultRules& rules, WireQp& ws, uint8_t op, uint8_t aeth,
+                   uint32_t psn);
+  void wire_capture(const Exchange& x, const WirePacket& p);
+  // UD: how many copies of the datagram arrive (0, 1, 2), and its capture.
+  int ud_on_wire(const QpSlot& qp, const engine_detail::ParsedWqe& w, int local_pid, uint32_t dqpn,
+                 uint32_t qkey);
   // What the requester sees when...
   ExecOutcome dropped(Exchange& x);  // UC: a message nobody takes is gone, the requester done
   ExecOutcome gone(Exchange& x);     // the responder vanished: UC dropped, else retried
@@ -251,6 +275,7 @@ class Engine {
   // Every time the engine reads: the run's logical clock inside a scheduled run, else now_.
   uint64_t now() const { return sched::scheduled() ? sched::logical_time_ns() : now_(); }
   Clock now_;
+  wire::Pcap* pcap_;  // EMU_PCAP's capture, or nullptr
 };
 
 }  // namespace emu

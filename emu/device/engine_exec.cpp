@@ -63,8 +63,14 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   bool remote_memory = is_atomic(w.opcode) || has_raddr(w.opcode);
   if (remote_memory && r->type == kQptXrcRecv && !xrc_key_domain(x))
     return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
-  if (is_atomic(w.opcode)) return exec_atomic(x);
-  if (has_raddr(w.opcode)) return exec_rdma(x);
+  if (wire_on()) [[unlikely]]
+    return exec_on_wire(x);
+  return exec_message(x);
+}
+
+ExecOutcome Engine::exec_message(Exchange& x) {
+  if (is_atomic(x.w.opcode)) return exec_atomic(x);
+  if (has_raddr(x.w.opcode)) return exec_rdma(x);
   return exec_send(x);
 }
 

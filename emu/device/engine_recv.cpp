@@ -242,6 +242,9 @@ ExecOutcome Engine::exec_ud(QpSlot& qp, const ParsedWqe& w, int local_pid, CqeIn
   }
   uint32_t dqpn = be32(av.dqp) & 0xffffff;
   uint16_t dlid = be16(av.rlid);
+  int copies = 1;  // the packet wire may lose or duplicate the datagram
+  if (wire_on()) [[unlikely]]
+    if ((copies = ud_on_wire(qp, w, local_pid, dqpn, pkt.qkey)) == 0) return ExecOutcome::done;
   bool multicast =
       dqpn == kMcastQpn &&
       (port.link_layer == kLinkLayerEthernet ? av.rgid[0] == 0xff : dlid >= kMcastLidBase);
@@ -252,13 +255,13 @@ ExecOutcome Engine::exec_ud(QpSlot& qp, const ParsedWqe& w, int local_pid, CqeIn
           !joined(r, av.rgid, dlid, port.link_layer == kLinkLayerEthernet) || !qp_port_up(h_, r) ||
           h_->devices[r.dev].ports[r.port - 1].link_layer != port.link_layer)
         continue;
-      deliver_ud(pkt, r);
+      for (int c = 0; c < copies; ++c) deliver_ud(pkt, r);
     }
   } else if (QpSlot* r = seg_->find_qp(dqpn)) {
     const PortState& rp = h_->devices[r->dev].ports[r->port - 1];
     if (r->type == kQptUd && qp_port_up(h_, *r) &&
         ud_path_reaches(port, rp, dlid, pkt.has_grh, av.rgid, sgid_type))
-      deliver_ud(pkt, *r);
+      for (int c = 0; c < copies; ++c) deliver_ud(pkt, *r);
   }
   return ExecOutcome::done;
 }

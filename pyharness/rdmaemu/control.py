@@ -23,3 +23,25 @@ def set_port(dev: str, port: int, up: bool, fabric: str = None, timeout: float =
 def port_state(dev: str, port: int, fabric: str = None, timeout: float = 30) -> str:
     """The port's state as emu-ctl prints it."""
     return _ctl(["port", dev, str(port)], fabric, timeout).strip()
+
+
+def set_faults(rules: str, fabric: str = None, timeout: float = 30) -> None:
+    """Replaces the fabric's wire fault rules (the EMU_FAULTS grammar, docs/reliability.md) and
+    zeroes their counters."""
+    _ctl(["faults", "set", rules], fabric, timeout)
+
+
+def clear_faults(fabric: str = None, timeout: float = 30) -> None:
+    """Removes every wire fault rule: messages go as one DMA again."""
+    _ctl(["faults", "clear"], fabric, timeout)
+
+
+def faults(fabric: str = None, timeout: float = 30) -> dict:
+    """The fabric's rules (key "rules", a string, "none" without any) and counters: faults
+    injected per kind ("drop", "dup", "reorder", "delay", "corrupt"), "retransmitted", "naks",
+    "timeouts" (ints)."""
+    out = {}
+    for line in _ctl(["faults"], fabric, timeout).splitlines():
+        key, _, value = line.partition(" ")
+        out[key] = value if key == "rules" else int(value)
+    return out

@@ -1,6 +1,8 @@
-"""The module's first face: devices and ports, port down/up, the race log, errors with errno."""
+"""The module's first face: devices and ports, port down/up, wire faults, the race log, errors
+with errno."""
 import errno
 import os
+import subprocess
 
 import pytest
 
@@ -53,3 +55,19 @@ def test_a_failed_verb_in_a_player_carries_its_errno(players):
     with pytest.raises(rdmaemu.VerbsError) as e:
         p.destroy(12345)
     assert e.value.errno == errno.EBADF
+
+
+@pytest.mark.emu_only
+def test_wire_fault_rules_set_read_and_cleared():
+    emu0()
+    fabric = os.environ["EMU_FABRIC"]
+    rdmaemu.set_faults("seed=5;drop:p=0.5,op=write;dup:nth=3", fabric=fabric)
+    try:
+        f = rdmaemu.faults(fabric=fabric)
+        assert f["rules"] == "seed=5;drop:p=0.5,op=write;dup:nth=3,times=1"
+        assert f["drop"] == 0 and f["retransmitted"] == 0
+        with pytest.raises(subprocess.CalledProcessError):
+            rdmaemu.set_faults("lose:p=1", fabric=fabric)
+    finally:
+        rdmaemu.clear_faults(fabric=fabric)
+    assert rdmaemu.faults(fabric=fabric)["rules"] == "none"

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "emu/shm_lock.h"
+#include "emu/wire_layout.h"
 
 namespace emu {
 
@@ -23,7 +24,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 27;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 28;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -514,6 +515,8 @@ struct Header {
   XrcHandle xrc_handles[kMaxXrcHandles];
   EngineSlots engines[kMaxProcs];
   RaceLog races;
+  FaultTable faults;     // wire faults (emu/faults.h)
+  WireQp wire[kMaxQps];  // per QP slot: its head message on the packet wire (emu/wire/)
 };
 
 }  // namespace emu
