@@ -49,6 +49,8 @@ def main():
     env["EMU_FAULTS"] = a.faults
     env["EMU_ACK_TIMEOUT_SCALE"] = "0.01"
     env["EMU_LINK_LAYER"] = a.link
+    # Kept after the pair exits, so that `emu-ctl faults` still reads the counters (removed below).
+    env["EMU_FABRIC_PERSIST"] = "1"
     shm = env.get("EMU_SHM_DIR", "/dev/shm")
     seg = os.path.join(shm, f"rdmaemu-{os.getuid()}-{env['EMU_FABRIC']}")
     capture = os.path.join(shm, f"{env['EMU_FABRIC']}.pcapng")
