@@ -131,6 +131,11 @@ def write_io(io, commands, args):
         f.write(os.path.abspath(args.writable) if args.writable else "")
     with open(os.path.join(io, "cwd"), "w") as f:
         f.write(os.getcwd())
+    # The guest's /tmp is its own tmpfs; a checkout or working directory under the host's /tmp (a
+    # CI clone, say) is bound back into it, read-only, at the same path.
+    project = os.path.realpath(os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+    with open(os.path.join(io, "binds"), "w") as f:
+        f.writelines(d + "\n" for d in sorted({project, os.getcwd()}) if d.startswith("/tmp/"))
     env = {k: v for k, v in os.environ.items() if k.startswith("EMU_")}
     env.update(kv.split("=", 1) for kv in args.env)
     env["RXEVM_COMMAND_TIMEOUT"] = str(args.command_timeout)
