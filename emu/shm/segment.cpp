@@ -440,10 +440,15 @@ int Segment::sweep_dead() {
   int n = 0;
   for (uint32_t i = 0; i < kMaxProcs; ++i) {
     ProcRecord& r = hdr_->procs[i];
-    if (r.state.load() != kProcAlive || r.pid == pid_) continue;
-    if (pid_matches(r.pid, r.start_time)) continue;
+    // Dead is only ever seen under the table lock while a sweeper works on the record; seen with
+    // the lock ours, it is a sweep whose sweeper was killed part way (the lock was taken over):
+    // it is finished here, or the dead process's objects would stay forever.
+    uint32_t st = r.state.load();
+    if (st == kProcAlive && (r.pid == pid_ || pid_matches(r.pid, r.start_time))) continue;
+    if (st != kProcAlive && st != kProcDead) continue;
     ShmLockGuard g(hdr_->table_lock, kMaxProcs + static_cast<uint32_t>(pid_));
-    if (r.state.load() != kProcAlive) continue;
+    st = r.state.load();
+    if (st != kProcAlive && st != kProcDead) continue;
     r.state.store(kProcDead);
     release_proc_objects(i);
     r.state.store(kProcFree);

@@ -93,12 +93,17 @@ TEST(Segment, AllocationIsZeroedAndAligned) {
   s->free(off);
 }
 
-TEST(Segment, DeadProcessObjectsAreSweptAtTheNextAttach) {
-  Segment* s = Segment::get();
-  Header* h = s->hdr();
-  // A child attaches (through fork it shares the mapping) as its own process and dies holding a QP.
+// A child registered as its own process (through fork it shares the mapping) that holds one QP
+// and waits to be killed: its pid, process slot and QP index.
+struct QpHolder {
+  pid_t pid;
+  uint32_t slot, q;
+};
+
+static QpHolder start_qp_holder(Header* h) {
+  QpHolder out{0, kMaxProcs, kMaxQps};
   int fds[2];
-  ASSERT_EQ(pipe(fds), 0);
+  if (pipe(fds) != 0) return out;
   pid_t child = fork();
   if (child == 0) {
     uint32_t slot = kMaxProcs;
@@ -126,14 +131,39 @@ TEST(Segment, DeadProcessObjectsAreSweptAtTheNextAttach) {
     pause();
     _exit(0);
   }
-  uint32_t q, slot;
-  ASSERT_EQ(read(fds[0], &q, sizeof q), (ssize_t)sizeof q);
-  ASSERT_EQ(read(fds[0], &slot, sizeof slot), (ssize_t)sizeof slot);
+  out.pid = child;
+  EXPECT_EQ(read(fds[0], &out.q, sizeof out.q), (ssize_t)sizeof out.q);
+  EXPECT_EQ(read(fds[0], &out.slot, sizeof out.slot), (ssize_t)sizeof out.slot);
+  close(fds[0]);
+  close(fds[1]);
+  return out;
+}
+
+TEST(Segment, DeadProcessObjectsAreSweptAtTheNextAttach) {
+  Segment* s = Segment::get();
+  Header* h = s->hdr();
+  auto [child, slot, q] = start_qp_holder(h);
+  ASSERT_LT(q, kMaxQps);
   EXPECT_TRUE(s->proc_alive(slot));
   EXPECT_EQ(s->sweep_dead(), 0) << "a live process is left alone";
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   EXPECT_FALSE(s->proc_alive(slot));
+  EXPECT_EQ(s->sweep_dead(), 1);
+  EXPECT_EQ(h->qps[q].state.load(), kSlotFree);
+  EXPECT_EQ(h->procs[slot].state.load(), kProcFree);
+}
+
+// A sweeper killed part way (xrc.cpp sweeps inside open_xrcd and open_qp, so a process killed
+// there dies mid-sweep) leaves the record it was releasing marked dead: the next sweep finishes it.
+TEST(Segment, ASweepLeftHalfDoneByItsDeadSweeperIsFinished) {
+  Segment* s = Segment::get();
+  Header* h = s->hdr();
+  auto [child, slot, q] = start_qp_holder(h);
+  ASSERT_LT(q, kMaxQps);
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  h->procs[slot].state.store(kProcDead);  // what the dead sweeper left
   EXPECT_EQ(s->sweep_dead(), 1);
   EXPECT_EQ(h->qps[q].state.load(), kSlotFree);
   EXPECT_EQ(h->procs[slot].state.load(), kProcFree);
