@@ -6,7 +6,8 @@
 //   open DEV | pd | mr PD LEN | cq DEPTH | srq PD DEPTH | xrc_srq XRCD PD CQ MR RECVS
 //   qp TYPE PD|XRCD SEND_CQ RECV_CQ SRQ|-1 | xrcd PATH OFLAGS | open_qp XRCD QPN
 //   rts QP LID QPN TIMEOUT RETRY | send QP MR SRQN TAG [LEN [LKEY_DELTA]] | recv QP MR COUNT
-//   poll CQ MAX MS | query_qp QP
+//   state QP init|err|reset | write QP MR RKEY_DELTA | events
+//   poll CQ MAX MS | poll_tries CQ MAX TRIES | query_qp QP
 //   destroy HANDLE | pid | exit
 // "exit" answers, then exits without releasing anything (the exit path a crash-free program takes
 // when it forgets its objects). End of input exits the same way.
@@ -43,9 +44,13 @@ int dispatch(player::Objects& o, const std::string& cmd, std::istringstream& in,
     if (in >> len) in >> lkey_delta;
     return o.post_send(a, b, c, d, len, lkey_delta);
   }
+  if (cmd == "state") return in >> a >> s ? o.modify_state(a, s) : EINVAL;
+  if (cmd == "write") return in >> a >> b >> c ? o.post_write(a, b, c) : EINVAL;
+  if (cmd == "events") return o.async_events(out);
   if (cmd == "query_qp") return in >> a ? o.query_qp(a, out) : EINVAL;
   if (cmd == "recv") return in >> a >> b >> c ? o.post_recv(a, b, c) : EINVAL;
   if (cmd == "poll") return in >> a >> b >> c ? o.poll(a, b, c, out) : EINVAL;
+  if (cmd == "poll_tries") return in >> a >> b >> c ? o.poll_tries(a, b, c, out) : EINVAL;
   if (cmd == "destroy") return in >> a ? o.destroy(a) : EINVAL;
   if (cmd == "pid") {
     out->push_back({"pid", getpid()});

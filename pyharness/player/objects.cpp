@@ -54,23 +54,41 @@ int set_roce_path(ibv_qp* qp, ibv_ah_attr* ah) {
   return ENODEV;
 }
 
-// RESET -> INIT -> RTR -> RTS of a connected QP; each attribute set the type needs.
-int connect(ibv_qp* qp, uint16_t lid, uint32_t qpn, uint8_t timeout, uint8_t retry) {
-  const bool rc_like = qp->qp_type != IBV_QPT_UC;
+// RESET -> INIT of a connected QP: port 1, every access.
+int to_init(ibv_qp* qp) {
   ibv_qp_attr a{};
   a.qp_state = IBV_QPS_INIT;
   a.port_num = 1;
   a.qp_access_flags = kAccess;
-  int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
-  if (int rc = ibv_modify_qp(qp, &a, mask)) return rc;
-  a = {};
+  return ibv_modify_qp(qp, &a,
+                       IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS);
+}
+
+// The QP's state as ibv_query_qp reports it in qp_state (which rxe keeps true; its cur_qp_state
+// is not: docs/comparison.md).
+int state_of(ibv_qp* qp, ibv_qp_state* state) {
+  ibv_qp_attr a{};
+  ibv_qp_init_attr init{};
+  if (int rc = ibv_query_qp(qp, &a, IBV_QP_STATE, &init)) return rc;
+  *state = a.qp_state;
+  return 0;
+}
+
+// (RESET ->) INIT -> RTR -> RTS of a connected QP; each attribute set the type needs.
+int connect(ibv_qp* qp, uint16_t lid, uint32_t qpn, uint8_t timeout, uint8_t retry) {
+  const bool rc_like = qp->qp_type != IBV_QPT_UC;
+  ibv_qp_state now = IBV_QPS_RESET;
+  if (int rc = state_of(qp, &now)) return rc;
+  if (now != IBV_QPS_INIT)  // a probe may have moved it to INIT already
+    if (int rc = to_init(qp)) return rc;
+  ibv_qp_attr a{};
   a.qp_state = IBV_QPS_RTR;
   a.path_mtu = IBV_MTU_1024;
   a.dest_qp_num = qpn;
   a.ah_attr.dlid = lid;
   a.ah_attr.port_num = 1;
   if (int rc = set_roce_path(qp, &a.ah_attr)) return rc;
-  mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+  int mask = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
   if (rc_like) {
     a.max_dest_rd_atomic = 1;
     a.min_rnr_timer = 1;
@@ -279,23 +297,74 @@ int Objects::to_rts(int qp_h, uint16_t lid, uint32_t qpn, uint8_t timeout, uint8
   return qp->qp_type == IBV_QPT_UD ? ud_to_rts(qp) : connect(qp, lid, qpn, timeout, retry);
 }
 
+int Objects::modify_state(int qp_h, const std::string& state) {
+  ibv_qp* qp = get<ibv_qp>(qp_h, Kind::kQp);
+  if (!qp) return EBADF;
+  if (state == "init") return to_init(qp);
+  ibv_qp_attr a{};
+  if (state == "err")
+    a.qp_state = IBV_QPS_ERR;
+  else if (state == "reset")
+    a.qp_state = IBV_QPS_RESET;
+  else
+    return EINVAL;
+  return ibv_modify_qp(qp, &a, IBV_QP_STATE);
+}
+
+namespace {
+
+// One signalled work request of one gather entry, `len` bytes from the start of mr.
+int post_one(ibv_qp* qp, ibv_send_wr* wr, ibv_mr* mr, uint32_t len, uint32_t lkey_delta) {
+  ibv_sge sg{reinterpret_cast<uintptr_t>(mr->addr), len, mr->lkey + lkey_delta};
+  wr->send_flags = IBV_SEND_SIGNALED;
+  wr->sg_list = &sg;
+  wr->num_sge = 1;
+  ibv_send_wr* bad = nullptr;
+  return ibv_post_send(qp, wr, &bad);
+}
+
+}  // namespace
+
 int Objects::post_send(int qp_h, int mr_h, uint32_t srqn, uint32_t tag, uint32_t len,
                        uint32_t lkey_delta) {
   ibv_qp* qp = get<ibv_qp>(qp_h, Kind::kQp);
   auto* mr = get<ibv_mr>(mr_h, Kind::kMr);
   if (!qp || !mr) return EBADF;
   if (qp->qp_type == IBV_QPT_UD) return EOPNOTSUPP;
-  ibv_sge sg{reinterpret_cast<uintptr_t>(mr->addr), len, mr->lkey + lkey_delta};
   ibv_send_wr wr{};
   wr.wr_id = tag;
   wr.opcode = IBV_WR_SEND_WITH_IMM;
-  wr.send_flags = IBV_SEND_SIGNALED;
-  wr.sg_list = &sg;
-  wr.num_sge = 1;
   wr.imm_data = htonl(tag);
   wr.qp_type.xrc.remote_srqn = srqn;
-  ibv_send_wr* bad = nullptr;
-  return ibv_post_send(qp, &wr, &bad);
+  return post_one(qp, &wr, mr, len, lkey_delta);
+}
+
+int Objects::post_write(int qp_h, int mr_h, uint32_t rkey_delta) {
+  ibv_qp* qp = get<ibv_qp>(qp_h, Kind::kQp);
+  auto* mr = get<ibv_mr>(mr_h, Kind::kMr);
+  if (!qp || !mr) return EBADF;
+  ibv_send_wr wr{};
+  wr.opcode = IBV_WR_RDMA_WRITE;
+  wr.wr.rdma.remote_addr = reinterpret_cast<uintptr_t>(mr->addr);
+  wr.wr.rdma.rkey = mr->rkey + rkey_delta;
+  return post_one(qp, &wr, mr, 16, 0);
+}
+
+int Objects::async_events(Values* out) {
+  if (!ctx_) return ENODEV;
+  // Non-blocking from the first read on: ibv_get_async_event then fails with EAGAIN when none is
+  // pending, which ends the step (the fd is the context's own, read by nothing else here).
+  int flags = fcntl(ctx_->async_fd, F_GETFL);
+  if (flags < 0 || fcntl(ctx_->async_fd, F_SETFL, flags | O_NONBLOCK) < 0) return errno;
+  long n = 0;
+  ibv_async_event ev{};
+  while (ibv_get_async_event(ctx_, &ev) == 0) {
+    out->push_back({"event" + std::to_string(n++), ev.event_type});
+    ibv_ack_async_event(&ev);
+  }
+  if (errno != EAGAIN && errno != EWOULDBLOCK) return errno;
+  out->insert(out->begin(), {"n", n});
+  return 0;
 }
 
 int Objects::query_qp(int qp_h, Values* out) {
@@ -319,23 +388,24 @@ int Objects::post_recv(int qp_h, int mr_h, int count) {
       mr, count, [qp](ibv_recv_wr* wr, ibv_recv_wr** bad) { return ibv_post_recv(qp, wr, bad); });
 }
 
-int Objects::poll(int cq_h, int max, int ms, Values* out) {
-  auto* cq = get<ibv_cq>(cq_h, Kind::kCq);
-  if (!cq) return EBADF;
-  std::vector<ibv_wc> got;
-  const uint64_t deadline = now_ms() + ms;
-  // Polling is what drives the emulated device's timers (retry, RNR), so this loop is the wait.
-  while (static_cast<int>(got.size()) < max) {
+namespace {
+
+// Completions into `got` until there are max or `more` says stop (called when the CQ is empty).
+template <class More>
+int poll_until(ibv_cq* cq, size_t max, std::vector<ibv_wc>* got, More more) {
+  while (got->size() < max) {
     ibv_wc wc{};
     int n = ibv_poll_cq(cq, 1, &wc);
     if (n < 0) return EIO;
     if (n == 1)
-      got.push_back(wc);
-    else if (now_ms() >= deadline)
+      got->push_back(wc);
+    else if (!more())
       break;
-    else
-      sched_yield();
   }
+  return 0;
+}
+
+void report(const std::vector<ibv_wc>& got, Values* out) {
   out->push_back({"n", static_cast<long>(got.size())});
   for (size_t i = 0; i < got.size(); ++i) {
     out->push_back({"status" + std::to_string(i), got[i].status});
@@ -346,7 +416,32 @@ int Objects::poll(int cq_h, int max, int ms, Values* out) {
     long imm = has_imm ? long(ntohl(got[i].imm_data)) : -1L;
     out->push_back({"imm" + std::to_string(i), imm});
   }
-  return 0;
+}
+
+}  // namespace
+
+int Objects::poll(int cq_h, int max, int ms, Values* out) {
+  auto* cq = get<ibv_cq>(cq_h, Kind::kCq);
+  if (!cq) return EBADF;
+  std::vector<ibv_wc> got;
+  const uint64_t deadline = now_ms() + ms;
+  // Polling is what drives the emulated device's timers (retry, RNR), so this loop is the wait.
+  int rc = poll_until(cq, max, &got, [deadline] {
+    if (now_ms() >= deadline) return false;
+    sched_yield();
+    return true;
+  });
+  if (rc == 0) report(got, out);
+  return rc;
+}
+
+int Objects::poll_tries(int cq_h, int max, int tries, Values* out) {
+  auto* cq = get<ibv_cq>(cq_h, Kind::kCq);
+  if (!cq) return EBADF;
+  std::vector<ibv_wc> got;
+  int rc = poll_until(cq, max, &got, [&tries] { return --tries > 0; });
+  if (rc == 0) report(got, out);
+  return rc;
 }
 
 // The verb that releases an object of each kind, by Kind.

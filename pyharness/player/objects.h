@@ -36,16 +36,28 @@ class Objects {
                 Values* out);
   int open_xrcd(const std::string& path, int oflags, Values* out);
   int open_qp(int xrcd, uint32_t qpn, Values* out);
-  // RESET to RTS with the peer (lid, qpn); UD ignores the peer. timeout/retry: the RC requester's.
+  // To RTS with the peer (lid, qpn) from RESET or INIT; UD ignores the peer. timeout/retry: the RC
+  // requester's.
   int to_rts(int qp, uint16_t lid, uint32_t qpn, uint8_t timeout, uint8_t retry);
   // One SEND of `len` bytes from mr with immediate `tag` (XRC INI: to SRQ srqn; UD: unsupported);
   // lkey_delta != 0 sends with an lkey that names no MR (a probe of the error path).
   int post_send(int qp, int mr, uint32_t srqn, uint32_t tag, uint32_t len, uint32_t lkey_delta);
+  // One state change with nothing else asked: "init" (from RESET, port 1 and full access), "err" or
+  // "reset" (from any state).
+  int modify_state(int qp, const std::string& state);
+  // One signalled RDMA WRITE of 16 bytes from mr to the same address under mr's rkey + rkey_delta
+  // at the peer (a delta that names no MR there: a probe of the responder's access check).
+  int post_write(int qp, int mr, uint32_t rkey_delta);
+  // The async events pending on the context, read without blocking and acknowledged: n, then
+  // event_i (enum ibv_event_type) of each in order.
+  int async_events(Values* out);
   // The QP's state, the state it reports as current, and the queue sizes it reports.
   int query_qp(int qp, Values* out);
   int post_recv(int qp, int mr, int count);
   // Up to max completions within ms milliseconds: n, then status_i and imm_i of each.
   int poll(int cq, int max, int ms, Values* out);
+  // Up to max completions in at most `tries` calls of ibv_poll_cq (no clock): as poll.
+  int poll_tries(int cq, int max, int tries, Values* out);
   int destroy(int handle);
 
  private:

@@ -15,9 +15,12 @@ from ._rdmaemu import VerbsError
 IBV_WC_SUCCESS = 0
 IBV_WC_LOC_LEN_ERR = 1
 IBV_WC_LOC_PROT_ERR = 4
+IBV_WC_WR_FLUSH_ERR = 5
 IBV_WC_REM_INV_REQ_ERR = 9
+IBV_WC_REM_ACCESS_ERR = 10
 IBV_WC_RETRY_EXC_ERR = 12
 IBV_WC_RNR_RETRY_EXC_ERR = 13
+IBV_EVENT_QP_ACCESS_ERR = 3  # enum ibv_event_type
 
 
 class PlayerGone(RuntimeError):
@@ -91,7 +94,7 @@ class Player:
         # immediate, in order); not handles, numbers or pids, which differ between runs.
         if self.stream is not None:
             kept = {k: v for k, v in values.items()
-                    if k == "n" or k.startswith(("status", "imm", "state", "cur_state", "cap_"))}
+                    if k == "n" or k.startswith(("status", "imm", "state", "cur_state", "cap_", "event"))}
             self.stream.append({"player": self.name, "step": step, "errno": err, **kept})
 
     # ---- verbs steps ----
@@ -134,6 +137,21 @@ class Player:
         lkey_delta != 0: with an lkey that names no MR."""
         self.call("send", qp, mr, srqn, tag, length, lkey_delta)
 
+    def modify_state(self, qp: int, state: str) -> None:
+        """One state change and nothing else: "init" (from RESET), "err" or "reset"."""
+        self.call("state", qp, state)
+
+    def write(self, qp: int, mr: int, rkey_delta: int = 0) -> None:
+        """One signalled 16-byte RDMA WRITE from mr to the peer at mr's own address and rkey +
+        rkey_delta (a probe of the responder's access check: a delta that names no MR there)."""
+        self.call("write", qp, mr, rkey_delta)
+
+    def async_events(self) -> List[int]:
+        """The async events pending on the player's context (enum ibv_event_type, in order), read
+        without blocking and acknowledged."""
+        r = self.call("events")
+        return [r[f"event{i}"] for i in range(r["n"])]
+
     def query_qp(self, qp: int) -> Dict[str, int]:
         """state, cur_state (enum ibv_qp_state), cap_send_wr, cap_recv_wr as ibv_query_qp says."""
         return self.call("query_qp", qp)
@@ -144,6 +162,12 @@ class Player:
     def poll(self, cq: int, max: int = 1, ms: int = 5000) -> List[Tuple[int, int]]:
         """Up to `max` completions within `ms` (the wait bound): [(status, imm or -1)]."""
         r = self.call("poll", cq, max, ms)
+        return [(r[f"status{i}"], r[f"imm{i}"]) for i in range(r["n"])]
+
+    def poll_tries(self, cq: int, max: int = 1, tries: int = 1000) -> List[Tuple[int, int]]:
+        """Up to `max` completions in at most `tries` calls of ibv_poll_cq (bounded by a count, not
+        a clock): [(status, imm or -1)]."""
+        r = self.call("poll_tries", cq, max, tries)
         return [(r[f"status{i}"], r[f"imm{i}"]) for i in range(r["n"])]
 
     def destroy(self, handle: int) -> None:

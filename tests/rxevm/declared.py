@@ -28,6 +28,12 @@ test_send_longer_than_the_receive | b | poll | status0 | 1 | 2 | rxe completes t
 test_query_qp_in_rts | a | query_qp | cap_send_wr | 16 | 31 | rxe rounds a queue up (2^n - 1 slots of a 2^n ring) and reports that | any size >= the request is allowed; emu0 reports what was asked, as it created
 test_query_qp_in_rts | a | query_qp | cap_recv_wr | 16 | 31 | as cap_send_wr: rxe's receive ring, rounded up | any size >= the request is allowed; emu0 reports what was asked
 test_query_qp_in_rts | a | query_qp | cur_state | 3 | 0 | rxe's ibv_query_qp always reports cur_qp_state RESET | cur_qp_state is the QP's current state (RTS here; ibv_query_qp(3))
+test_posts_refused_in_reset_and_init_leave_nothing_behind | b | poll | imm0 | 3 | 1 | rxe's library queues a SEND before its kernel refuses it (EINVAL in RESET and INIT) and executes it once the QP is in RTS | a refused work request was never posted: the first SEND to arrive is the one posted in RTS (tag 3)
+test_receive_posted_in_err_is_flushed | a | poll_tries | n | 1 | 0 | rxe takes a receive posted in ERR into its ring and never completes it | a work request posted to a QP in ERR completes with WR_FLUSH_ERR
+test_receive_posted_in_err_is_flushed | a | poll_tries | status0 | 5 | None | as n: no completion on rxe | WR_FLUSH_ERR
+test_receive_posted_in_err_is_flushed | a | poll_tries | imm0 | -1 | None | as n: no completion on rxe | an error completion carries no immediate
+test_write_with_a_bad_rkey_raises_the_responders_access_event | b | events | n | 1 | 0 | rxe NAKs the bad rkey (REM_ACCESS_ERR at the requester, as the spec) but raises no async event at the responder | the responder's QP enters ERR and raises the affiliated asynchronous event Local Access Violation Work Queue Error, IBV_EVENT_QP_ACCESS_ERR
+test_write_with_a_bad_rkey_raises_the_responders_access_event | b | events | event0 | 3 | None | as n: no event on rxe | IBV_EVENT_QP_ACCESS_ERR
 """
 
 

@@ -98,10 +98,12 @@ WC_STATUS = {0: "SUCCESS", 1: "LOC_LEN_ERR", 2: "LOC_QP_OP_ERR", 4: "LOC_PROT_ER
              5: "WR_FLUSH_ERR", 9: "REM_INV_REQ_ERR", 10: "REM_ACCESS_ERR", 11: "REM_OP_ERR",
              12: "RETRY_EXC_ERR", 13: "RNR_RETRY_EXC_ERR"}
 QP_STATE = {0: "RESET", 1: "INIT", 2: "RTR", 3: "RTS", 4: "SQD", 5: "SQE", 6: "ERR"}
+EVENT = {0: "CQ_ERR", 1: "QP_FATAL", 2: "QP_REQ_ERR", 3: "QP_ACCESS_ERR", 4: "COMM_EST"}
 
 
 def named(field, value):
-    names = WC_STATUS if field.startswith("status") else QP_STATE if "state" in field else {}
+    names = (WC_STATUS if field.startswith("status") else QP_STATE if "state" in field
+             else EVENT if field.startswith("event") else {})
     return names.get(value, value)
 
 
