@@ -272,12 +272,13 @@ void wait_channel(ibv_comp_channel* ch) {
 // default): whoever polls drives it. Its own CQ's pollers first; but a program may poll only
 // another CQ while it waits (ibv_xsrq_pingpong polls its receive CQ, its sends unsignaled), so any
 // poll in a process with stalled QPs drives those of the CQ's context.
-void maybe_progress(EmuCq* cq) {
-  if (cq->shm->stalled_qps.load(std::memory_order_relaxed)) {
+inline void maybe_progress(EmuCq* cq) {
+  if (cq->shm->stalled_qps.load(std::memory_order_relaxed)) [[unlikely]] {
     cq_progress(cq);
     return;
   }
-  if (proc_has_stalled_qps()) progress_stalled(to_ctx(cq->cqx.context));
+  if (cq->proc_stalled_qps->load(std::memory_order_relaxed)) [[unlikely]]
+    progress_stalled(to_ctx(cq->cqx.context));
 }
 
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
@@ -357,6 +358,8 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
   cq->ci = 0;
   cq->lock.init(config().single_threaded);
   cq->poll_ex_lockless = cq->lock.off;
+  cq->proc_stalled_qps = &seg->hdr()->procs[seg->self()].stalled_qps;
+  cq->device_thread_engine = config().engine == EngineMode::progress_thread;
   ibv_cq_ex& x = cq->cqx;
   x.context = context;
   x.channel = channel;
@@ -400,7 +403,7 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   if (i == 0) sched::spin(sched::kPointSpin, reinterpret_cast<uintptr_t>(cq));
   // With EMU_ENGINE=thread, a poller that busy-polls an empty CQ while this process's device
   // thread has doorbells queued would keep that thread off a shared core for a whole time slice.
-  if (i == 0 && device_thread_busy()) sched_yield();
+  if (i == 0 && cq->device_thread_engine && device_thread_busy()) sched_yield();
   return i;
 }
 

@@ -150,10 +150,15 @@ struct EmuCq {
   uint32_t generation = g_fork_generation;  // inherited() tells
   CqSlot* shm;
   Cqe64* ring;
-  uint32_t ci;                     // consumer index (driver copy; published to shm->ci)
-  ModeLock lock;                   // off under EMU_SINGLE_THREADED
-  bool poll_ex_lockless = false;   // ibv_start_poll..ibv_end_poll unlocked: lock.off, or the CQ was
-                                   // made IBV_CREATE_CQ_ATTR_SINGLE_THREADED (mlx5 drops it there)
+  uint32_t ci;                    // consumer index (driver copy; published to shm->ci)
+  ModeLock lock;                  // off under EMU_SINGLE_THREADED
+  bool poll_ex_lockless = false;  // ibv_start_poll..ibv_end_poll unlocked: lock.off, or the CQ was
+                                  // made IBV_CREATE_CQ_ATTR_SINGLE_THREADED (mlx5 drops it there)
+  // What an empty poll checks, found once at creation so that a busy poller (UCX polls four CQs
+  // per progress call) pays loads, not calls: this process's count of QPs waiting for a retry
+  // timer, and whether a device thread of this process may need the core (EMU_ENGINE=thread).
+  const std::atomic<uint32_t>* proc_stalled_qps = nullptr;
+  bool device_thread_engine = false;
   EmuPd* parent_domain = nullptr;  // IBV_CQ_INIT_ATTR_MASK_PD: held until the CQ goes
   uint64_t uid;
   std::atomic<uint32_t> events_read{0};        // completion events handed to the user (ack target)
