@@ -28,20 +28,18 @@ struct Family {
   int cmd, table, entry, number;
 };
 
+// Each family's names follow one pattern in rdma_netlink.h: RES_<F>_GET, RES_<F>, RES_<F>_ENTRY.
+#define EMU_NLDEV_FAMILY(kind, F, number)                                                         \
+  {                                                                                               \
+    kind, RDMA_NLDEV_CMD_RES_##F##_GET, RDMA_NLDEV_ATTR_RES_##F, RDMA_NLDEV_ATTR_RES_##F##_ENTRY, \
+        RDMA_NLDEV_ATTR_RES_##number                                                              \
+  }
 const Family kFamilies[] = {
-    {"context", RDMA_NLDEV_CMD_RES_CTX_GET, RDMA_NLDEV_ATTR_RES_CTX, RDMA_NLDEV_ATTR_RES_CTX_ENTRY,
-     RDMA_NLDEV_ATTR_RES_CTXN},
-    {"pd", RDMA_NLDEV_CMD_RES_PD_GET, RDMA_NLDEV_ATTR_RES_PD, RDMA_NLDEV_ATTR_RES_PD_ENTRY,
-     RDMA_NLDEV_ATTR_RES_PDN},
-    {"mr", RDMA_NLDEV_CMD_RES_MR_GET, RDMA_NLDEV_ATTR_RES_MR, RDMA_NLDEV_ATTR_RES_MR_ENTRY,
-     RDMA_NLDEV_ATTR_RES_MRN},
-    {"cq", RDMA_NLDEV_CMD_RES_CQ_GET, RDMA_NLDEV_ATTR_RES_CQ, RDMA_NLDEV_ATTR_RES_CQ_ENTRY,
-     RDMA_NLDEV_ATTR_RES_CQN},
-    {"qp", RDMA_NLDEV_CMD_RES_QP_GET, RDMA_NLDEV_ATTR_RES_QP, RDMA_NLDEV_ATTR_RES_QP_ENTRY,
-     RDMA_NLDEV_ATTR_RES_LQPN},
-    {"srq", RDMA_NLDEV_CMD_RES_SRQ_GET, RDMA_NLDEV_ATTR_RES_SRQ, RDMA_NLDEV_ATTR_RES_SRQ_ENTRY,
-     RDMA_NLDEV_ATTR_RES_SRQN},
+    EMU_NLDEV_FAMILY("context", CTX, CTXN), EMU_NLDEV_FAMILY("pd", PD, PDN),
+    EMU_NLDEV_FAMILY("mr", MR, MRN),        EMU_NLDEV_FAMILY("cq", CQ, CQN),
+    EMU_NLDEV_FAMILY("qp", QP, LQPN),       EMU_NLDEV_FAMILY("srq", SRQ, SRQN),
 };
+#undef EMU_NLDEV_FAMILY
 
 // enum ib_qp_type, named as the emulated census names the types a verbs program can make.
 std::string qp_type_name(unsigned t) {
