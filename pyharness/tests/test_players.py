@@ -37,10 +37,13 @@ def test_srq_cq_mr_pd_each_counted_and_released(players, census):
     assert [c.count(k) for k in KINDS] == [1, 0, 0, 0, 0, 0]  # the open device remains
 
 
-def test_rc_send_between_two_players(players):
+def test_rc_send_between_two_players(players, census):
     a, b = RCResources(players, "a"), RCResources(players, "b")
     a.connect(b)
     b.connect(a)
+    c = census()
+    assert c.count("qp", "RC") == 2
+    assert {o["state"] for o in c.objects if o["kind"] == "qp"} == {"RTS"}
     b.player.recv(b.qp, b.mr, 1)
     a.player.send(a.qp, a.mr, 0, 7)
     [(status, _)] = a.player.poll(a.cq, 1)  # (mlx5 flags a SEND_WITH_IMM's own CQE WITH_IMM)
