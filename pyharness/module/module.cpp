@@ -6,9 +6,40 @@
 
 #include "devices.h"
 #include "errors.h"
+#include "kernel_census.h"
 #include "scheduler.h"
 
 namespace py = pybind11;
+
+namespace {
+
+// A real device's objects as dicts shaped like the emulated census's (census.py builds one Census
+// from either); the netlink dumps run with the GIL released.
+py::list kernel_objects(const std::string& device) {
+  std::vector<pyh::KernelObject> objs;
+  std::string what;
+  int rc;
+  {
+    py::gil_scoped_release unlocked;
+    rc = pyh::kernel_census(device, &objs, &what);
+  }
+  if (rc) throw pyh::VerbsError(rc, what);
+  py::list out;
+  for (const pyh::KernelObject& o : objs) {
+    py::dict d;
+    d["kind"] = o.kind;
+    d["dev"] = o.dev;
+    d["number"] = o.number;
+    d["type"] = o.type;
+    d["state"] = o.state;
+    d["owner_pid"] = o.pid;
+    d["kern_name"] = o.kern_name;
+    out.append(d);
+  }
+  return out;
+}
+
+}  // namespace
 
 PYBIND11_MODULE(_rdmaemu, m) {
   m.doc() = "rdmaemu's devices, race log and deterministic scheduler";
@@ -39,5 +70,7 @@ PYBIND11_MODULE(_rdmaemu, m) {
   m.def("devices", &pyh::devices);
   m.def("races_recorded", &pyh::races_recorded);
   m.def("race_events", &pyh::race_events, py::arg("since") = 0);
+  m.def("kernel_objects", &kernel_objects, py::arg("device"),
+        "every object the kernel tracks on a real RDMA device (RDMA netlink)");
   pyh::register_scheduler(m);
 }

@@ -4,7 +4,8 @@ Run Python through build/bin/emu-python, which preloads the emulated provider an
 libc interposer and puts this package on the path:
 
     devices(), race_events()          what this process sees (the C++ module)
-    census(), port(), set_port()      the fabric from outside (emu-ctl)
+    census(), port(), set_port()      the fabric from outside (emu-ctl); census(device=) on a
+                                      real device: the kernel's RDMA netlink
     set_faults(), clear_faults(), faults()   wire faults by seed (docs/reliability.md)
     Scenario, post, poll, run(), replay(), builtin()   the deterministic scheduler
     Player                            a process that runs verbs steps on command
@@ -14,7 +15,7 @@ import os
 from . import _rdmaemu
 from ._rdmaemu import (Campaign, DeviceInfo, PortInfo, RaceEvent, Run, VerbsError, builtin,
                        builtin_scenarios, devices, race_events, races_recorded)
-from .census import Census, census
+from .census import Census, census, kernel_census
 from .control import clear_faults, faults, port_state, set_faults, set_port
 from .players import Player
 from .scenario import Scenario, flush, poll, post, replay, run, yield_
@@ -22,7 +23,7 @@ from .scenario import Scenario, flush, poll, post, replay, run, yield_
 __all__ = [
     "Campaign", "Census", "DeviceInfo", "Player", "PortInfo", "RaceEvent", "Run", "Scenario",
     "VerbsError", "builtin", "builtin_scenarios", "census", "clear_faults", "devices", "faults",
-    "flush", "poll", "set_faults",
+    "flush", "kernel_census", "poll", "set_faults",
     "port_state", "post", "race_events", "races_recorded", "replay", "run", "set_port",
     "yield_", "preloaded",
 ]

@@ -1,5 +1,5 @@
 """Type stubs of the C++ module (pyharness/module/): devices, race log, scheduler."""
-from typing import List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 class VerbsError(OSError):
     """A verb's failure: .errno is its errno."""
@@ -33,6 +33,9 @@ class RaceEvent:
 def devices() -> List[DeviceInfo]: ...
 def races_recorded() -> int: ...
 def race_events(since: int = 0) -> List[RaceEvent]: ...
+def kernel_objects(device: str) -> List[Dict[str, Union[int, str]]]:
+    """Every object the kernel tracks on a real device (RDMA netlink): kind, dev, number, type,
+    state, owner_pid (0: the kernel's own), kern_name. VerbsError: ENODEV, or the kernel's errno."""
 
 class ScenarioInfo:
     name: str

@@ -48,8 +48,12 @@ def pytest_collection_modifyitems(config, items):
         for mark in item.iter_markers(name="skip"):
             if not mark.kwargs.get("reason") and not mark.args:
                 raise pytest.UsageError(f"{item.nodeid}: a skip needs a reason")
-        if not is_emu(device) and item.get_closest_marker("emu_only"):
-            item.add_marker(pytest.mark.skip(reason=f"emu-only check; --device is {device}"))
+        emu_only = item.get_closest_marker("emu_only")
+        if not is_emu(device) and emu_only:
+            why = emu_only.kwargs.get("reason")
+            item.add_marker(pytest.mark.skip(
+                reason=f"emu-only check ({why}); --device is {device}" if why
+                else f"emu-only check; --device is {device}"))
 
 
 def pytest_sessionfinish(session, exitstatus):
@@ -92,15 +96,36 @@ def stream(request):
 
 
 @pytest.fixture
-def players(fabric, device, stream):
+def roster():
+    """Every player this test started, in order, alive or not."""
+    return []
+
+
+@pytest.fixture
+def players(fabric, device, stream, roster):
     """players(name, env) starts a Player on this test's fabric; all are ended afterwards."""
-    started = []
 
     def start(name, env=None):
         p = rdmaemu.Player(name, device=device, fabric=fabric, env=env, stream=stream)
-        started.append(p)
+        roster.append(p)
         return p
 
     yield start
-    for p in started:
+    for p in roster:
         p.close()
+
+
+@pytest.fixture
+def census(fabric, device, roster, stream):
+    """census() takes this test's census and appends it to the stream, counted by player name
+    (Census.by_role): on emu0 the test's fabric's, on a real device the kernel's objects of this
+    test's players, the ones that are gone included (the kernel's census is the machine's)."""
+
+    def take():
+        pids = [p.pid for p in roster]
+        c = rdmaemu.census(fabric) if is_emu(device) else rdmaemu.census(device=device, pids=pids)
+        stream.append({"player": "census", "step": "census",
+                       **c.by_role({p.pid: p.name for p in roster})})
+        return c
+
+    return take

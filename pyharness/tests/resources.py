@@ -3,6 +3,14 @@ open, a PD, an MR and a CQ) and, on top of it, the RC, UD and XRC roles."""
 import os
 import tempfile
 
+# XRC policy -> the creator's environment, and whether it behaves as today's kernel or as 2a.
+POLICIES = {
+    "kernel": ({"EMU_XRC_POLICY": "kernel"}, "kernel"),
+    "xrcd": ({"EMU_XRC_POLICY": "xrcd"}, "2a"),
+    "creator": ({"EMU_XRC_POLICY": "creator", "EMU_XRC_TGT_LIFETIME": "process"}, "kernel"),
+    "creator_xrcd": ({"EMU_XRC_POLICY": "creator", "EMU_XRC_TGT_LIFETIME": "xrcd"}, "2a"),
+}
+
 
 class BaseResources:
     """A player with a PD, a 4 KiB MR and a CQ."""

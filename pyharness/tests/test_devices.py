@@ -71,3 +71,11 @@ def test_wire_fault_rules_set_read_and_cleared():
     finally:
         rdmaemu.clear_faults(fabric=fabric)
     assert rdmaemu.faults(fabric=fabric)["rules"] == "none"
+
+
+def test_the_kernels_census_of_a_missing_device_is_an_error():
+    # Here (no RDMA netlink in the kernel, or no such device) and in the VM alike: VerbsError with
+    # the errno, never an empty census that would pass every "nothing left" check.
+    with pytest.raises(rdmaemu.VerbsError) as e:
+        rdmaemu.kernel_census("nosuchdev9")
+    assert e.value.errno in (errno.ENODEV, errno.EPROTONOSUPPORT)
