@@ -39,8 +39,10 @@ class DirectFuzz {
     uint32_t mi = 0;
     EXPECT_EQ(create_mr(s_, MrSpec{pd_, all, addr(0), kBuf / 2, addr(0)}, &mi), Status::ok);
     key_[0] = h_->mrs[mi].key;
-    EXPECT_EQ(create_mr(s_, MrSpec{pd_, kAccessLocalWrite, addr(kBuf / 2), kBuf / 2, addr(kBuf / 2)}, &mi),
-              Status::ok);
+    EXPECT_EQ(
+        create_mr(s_, MrSpec{pd_, kAccessLocalWrite, addr(kBuf / 2), kBuf / 2, addr(kBuf / 2)},
+                  &mi),
+        Status::ok);
     key_[1] = h_->mrs[mi].key;
     for (uint32_t& q : qp_) q = make_qp();
     for (int k = 0; k < 2; ++k) h_->qps[qp_[k]].dest_qpn = h_->qps[qp_[1 - k]].qpn;

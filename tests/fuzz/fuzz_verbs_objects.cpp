@@ -50,7 +50,7 @@ TEST_F(Objects, CreateVerbsOverRandomAttributes) {
   fuzz::Rng r(fuzz::seed());
   std::vector<char> buf(1 << 16);
   uint64_t made = 0, refused = 0;
-  for (uint64_t i = 0, n = fuzz::iters(3000); i < n; ++i) {
+  for (uint64_t i = 0, n = fuzz::iters(20000); i < n; ++i) {
     errno = 0;
     switch (r.below(6)) {
       case 0: {  // ibv_create_qp(_ex): type, capacities, sq_sig_all, comp_mask
@@ -179,67 +179,112 @@ TEST_F(Objects, CreateVerbsOverRandomAttributes) {
 
 namespace {
 
-// Every attribute ibv_modify_qp takes, set from the generator: plausible values mostly, the
-// edges and garbage sometimes.
+// Every attribute ibv_modify_qp takes, valid for a QP of this program; then, one time in three,
+// one of them made wrong (an edge or garbage).
 ibv_qp_attr any_qp_attr(fuzz::Rng& r, uint16_t lid, uint32_t peer) {
   ibv_qp_attr a = vt::rtr_attr(lid, peer, 0, 1);
-  a.qp_state = static_cast<ibv_qp_state>(r.below(8));
-  a.cur_qp_state = static_cast<ibv_qp_state>(r.below(8));
-  a.path_mtu = static_cast<ibv_mtu>(r.chance(80) ? 1 + r.below(5) : r.below(256));
-  a.qkey = static_cast<uint32_t>(r.next());
-  a.rq_psn = static_cast<uint32_t>(r.next());
-  a.sq_psn = static_cast<uint32_t>(r.next());
-  a.dest_qp_num = r.chance(80) ? peer : static_cast<uint32_t>(r.next());
-  a.qp_access_flags = static_cast<unsigned>(r.chance(80) ? r.below(16) : r.next());
-  a.ah_attr.dlid = static_cast<uint16_t>(r.chance(80) ? lid : r.next());
-  a.ah_attr.port_num = static_cast<uint8_t>(r.chance(80) ? 1 : r.below(256));
-  a.ah_attr.is_global = static_cast<uint8_t>(r.chance(80) ? 0 : 1);
-  a.ah_attr.grh.sgid_index = static_cast<uint8_t>(r.below(20));
-  a.pkey_index = static_cast<uint16_t>(r.chance(80) ? 0 : r.next());
-  a.port_num = static_cast<uint8_t>(r.chance(80) ? 1 : r.below(256));
-  a.en_sqd_async_notify = static_cast<uint8_t>(r.below(2));
-  a.max_rd_atomic = static_cast<uint8_t>(r.below(40));
-  a.max_dest_rd_atomic = static_cast<uint8_t>(r.below(40));
-  a.min_rnr_timer = static_cast<uint8_t>(r.below(40));
-  a.timeout = static_cast<uint8_t>(r.below(40));
-  a.retry_cnt = static_cast<uint8_t>(r.below(10));
-  a.rnr_retry = static_cast<uint8_t>(r.below(10));
-  a.cap = {cap_value(r), cap_value(r), cap_value(r), cap_value(r), cap_value(r)};
-  a.sq_draining = static_cast<uint8_t>(r.below(2));
-  a.alt_port_num = static_cast<uint8_t>(r.below(3));
-  a.rate_limit = static_cast<uint32_t>(r.chance(90) ? 0 : r.next());
+  a.qkey = static_cast<uint32_t>(r.next()) & 0x7fffffff;
+  a.rq_psn = static_cast<uint32_t>(r.next()) & 0xffffff;
+  a.sq_psn = static_cast<uint32_t>(r.next()) & 0xffffff;
+  a.qp_access_flags = r.below(16);
+  a.port_num = 1;
+  a.max_rd_atomic = static_cast<uint8_t>(r.below(17));
+  a.max_dest_rd_atomic = static_cast<uint8_t>(r.below(17));
+  a.min_rnr_timer = static_cast<uint8_t>(r.below(32));
+  a.timeout = static_cast<uint8_t>(r.below(32));
+  a.retry_cnt = static_cast<uint8_t>(r.below(8));
+  a.rnr_retry = static_cast<uint8_t>(r.below(8));
+  if (!r.chance(33)) return a;
+  uint8_t junk = static_cast<uint8_t>(r.next());
+  switch (r.below(12)) {
+    case 0:
+      a.path_mtu = static_cast<ibv_mtu>(r.chance(50) ? 0 : 6 + junk);
+      break;
+    case 1:
+      a.port_num = junk == 1 ? 0 : junk;
+      break;
+    case 2:
+      a.ah_attr.port_num = junk == 1 ? 0 : junk;
+      break;
+    case 3:
+      a.pkey_index = static_cast<uint16_t>(1 + r.below(0xffff));
+      break;
+    case 4:
+      a.qp_access_flags = static_cast<unsigned>(r.next()) | 0x10000;
+      break;
+    case 5:
+      a.max_rd_atomic = static_cast<uint8_t>(17 + r.below(239));
+      break;
+    case 6:
+      a.timeout = static_cast<uint8_t>(32 + r.below(224));
+      break;
+    case 7:
+      a.retry_cnt = static_cast<uint8_t>(8 + r.below(248));
+      break;
+    case 8:
+      a.rnr_retry = static_cast<uint8_t>(8 + r.below(248));
+      break;
+    case 9:
+      a.min_rnr_timer = static_cast<uint8_t>(32 + r.below(224));
+      break;
+    case 10:
+      a.ah_attr.is_global = 1;
+      a.ah_attr.grh.sgid_index = junk;
+      break;
+    default:
+      a.dest_qp_num = static_cast<uint32_t>(r.next()) | 0x1000000;
+      break;
+  }
   return a;
+}
+
+// The attributes a transition of this QP type takes (IBV_QP_STATE included), else 0.
+int transition_mask(ibv_qp_type t, ibv_qp_state from, ibv_qp_state to) {
+  bool ud = t == IBV_QPT_UD, rc = t == IBV_QPT_RC;
+  int port = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT;
+  if (to == IBV_QPS_RESET || to == IBV_QPS_ERR) return IBV_QP_STATE;
+  if (from == IBV_QPS_RESET && to == IBV_QPS_INIT)
+    return port | (ud ? IBV_QP_QKEY : IBV_QP_ACCESS_FLAGS);
+  if (from == IBV_QPS_INIT && to == IBV_QPS_RTR) {
+    if (ud) return IBV_QP_STATE;
+    int m = IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN;
+    return rc ? m | IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER : m;
+  }
+  if (from == IBV_QPS_RTR && to == IBV_QPS_RTS)
+    return IBV_QP_STATE | IBV_QP_SQ_PSN |
+           (rc ? IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY | IBV_QP_MAX_QP_RD_ATOMIC
+               : 0);
+  if ((from == IBV_QPS_RTS && to == IBV_QPS_SQD) || (from == IBV_QPS_SQD && to == IBV_QPS_RTS))
+    return IBV_QP_STATE;
+  return 0;
 }
 
 }  // namespace
 
-// A QP of each type walked through random transitions: the mask is either a transition's own
-// attributes (so that some succeed and reach every state) or any bits; a refused modify leaves
-// the state as it was; a successful one with IBV_QP_STATE reaches that state.
+// A QP of each type walked through random transitions: mostly the transition its state allows
+// next, with its attributes (one of them sometimes wrong, or a bit of the mask flipped), else any
+// target state and any mask. A refused modify leaves the state as it was; a successful one with
+// IBV_QP_STATE reaches that state; over the run every state a QP can be in is reached.
 TEST_F(Objects, ModifyQpOverRandomMasksInEveryState) {
   fuzz::Rng r(fuzz::seed() + 1);
   const ibv_qp_type types[] = {IBV_QPT_RC, IBV_QPT_UC, IBV_QPT_UD};
-  const int transition_masks[] = {
-      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS,
-      IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY,
-      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN |
-          IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER,
-      IBV_QP_STATE | IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_DEST_QPN | IBV_QP_RQ_PSN,
-      IBV_QP_STATE,
-      IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
-          IBV_QP_MAX_QP_RD_ATOMIC,
-      IBV_QP_STATE | IBV_QP_SQ_PSN,
-  };
+  const ibv_qp_state next[] = {IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS,  IBV_QPS_SQD,
+                               IBV_QPS_RTS,  IBV_QPS_ERR, IBV_QPS_RESET};
   uint64_t ok = 0, refused = 0;
   bool seen[8] = {};
-  for (uint64_t round = 0, n = fuzz::iters(3000) / 50; round < n && !HasFailure(); ++round) {
-    ibv_qp* qp = vt::create_qp_of(pd, r.pick(types), cq, cq);
+  for (uint64_t round = 0, n = fuzz::iters(20000) / 50; round < n && !HasFailure(); ++round) {
+    ibv_qp_type type = r.pick(types);
+    ibv_qp* qp = vt::create_qp_of(pd, type, cq, cq);
     ASSERT_NE(qp, nullptr);
     for (int step = 0; step < 50; ++step) {
       ibv_qp_attr a = any_qp_attr(r, lid, qp->qp_num);
-      int mask = r.chance(70) ? r.pick(transition_masks) : static_cast<int>(r.next() & 0x3fffff);
-      if (r.chance(20)) mask ^= 1 << r.below(22);
       ibv_qp_state before = vt::qp_state(qp);
+      a.qp_state = r.chance(80) ? next[before] : static_cast<ibv_qp_state>(r.below(8));
+      if (r.chance(10)) a.qp_state = r.chance(50) ? IBV_QPS_ERR : IBV_QPS_RESET;
+      int mask = transition_mask(type, before, a.qp_state);
+      if (!mask || r.chance(10)) mask = static_cast<int>(r.next() & 0x3fffff);
+      if (r.chance(15)) mask ^= 1 << r.below(22);
+      a.cur_qp_state = r.chance(80) ? before : static_cast<ibv_qp_state>(r.below(8));
       int rc = ibv_modify_qp(qp, &a, mask);
       ibv_qp_state after = vt::qp_state(qp);
       seen[after] = true;
@@ -258,6 +303,8 @@ TEST_F(Objects, ModifyQpOverRandomMasksInEveryState) {
   }
   std::printf("%llu modifies succeeded, %llu refused\n", (unsigned long long)ok,
               (unsigned long long)refused);
-  for (ibv_qp_state s : {IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_ERR})
+  for (ibv_qp_state s :
+       {IBV_QPS_RESET, IBV_QPS_INIT, IBV_QPS_RTR, IBV_QPS_RTS, IBV_QPS_SQD, IBV_QPS_ERR}) {
     EXPECT_TRUE(seen[s]) << "state " << s << " never reached: the generator is too blind";
+  }
 }

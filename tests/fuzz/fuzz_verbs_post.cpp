@@ -100,13 +100,13 @@ void make_wr(fuzz::Rng& r, Post& t, Chain& c, uint32_t j) {
   ibv_send_wr& w = c.wr[j];
   std::memset(&w, 0, sizeof w);
   w.wr_id = j;
-  w.opcode = r.pick(ops);
+  w.opcode = r.chance(3) ? static_cast<ibv_wr_opcode>(0x7f) : r.pick(ops);
   bool atomic = w.opcode == IBV_WR_ATOMIC_CMP_AND_SWP || w.opcode == IBV_WR_ATOMIC_FETCH_AND_ADD;
   bool read = w.opcode == IBV_WR_RDMA_READ;
   w.send_flags = r.chance(80) ? IBV_SEND_SIGNALED : 0;
   if (r.chance(15)) w.send_flags |= IBV_SEND_INLINE;
   if (r.chance(10)) w.send_flags |= IBV_SEND_FENCE | IBV_SEND_SOLICITED;
-  w.num_sge = static_cast<int>(r.chance(85) ? r.below(5) : r.below(kSgeMax + 1));
+  w.num_sge = static_cast<int>(r.chance(95) ? r.below(5) : r.below(kSgeMax + 1));
   w.sg_list = c.sge[j];
   for (int k = 0; k < w.num_sge; ++k) {
     ibv_sge& s = c.sge[j][k];
@@ -188,7 +188,7 @@ bool wr_api_ok(const ibv_send_wr& w) {
 TEST_F(Post, RandomWrListsCompleteOnceOrFailWithAnAllowedErrno) {
   fuzz::Rng r(fuzz::seed() + 2);
   uint64_t posted = 0, refused = 0, good = 0, failed = 0, resets = 0,
-           rounds = fuzz::iters(3000) / 8;
+           rounds = fuzz::iters(20000) / 8;
   for (uint64_t round = 0; round < rounds && !HasFailure(); ++round) {
     std::memset(dst.data(), 0, dst.size());
     // Receives for the SENDs: a random list (its own errno rules), then enough valid ones.
@@ -258,7 +258,8 @@ TEST_F(Post, RandomWrListsCompleteOnceOrFailWithAnAllowedErrno) {
     std::vector<ibv_wc> wcs = vt::poll_n(cq_a, cycle ? 0 : signaled);
     for (const ibv_wc& wc : vt::drain(cq_a, 20)) wcs.push_back(wc);
     for (const ibv_wc& wc : wcs) {
-      ASSERT_TRUE(posts.count(wc.wr_id)) << "completion of a WR never posted: " << wc.wr_id;
+      ASSERT_TRUE(posts.count(wc.wr_id))
+          << "completion of a WR never posted: " << wc.wr_id << " status " << wc.status;
       bool sig = c.wr[wc.wr_id].send_flags & IBV_SEND_SIGNALED;
       EXPECT_TRUE(sig || wc.status != IBV_WC_SUCCESS) << "an unsignaled WR completed successfully";
       got += sig;
@@ -284,7 +285,12 @@ TEST_F(Post, RandomWrListsCompleteOnceOrFailWithAnAllowedErrno) {
         EXPECT_LE(n, posts[id]) << "WR " << id;
       }
     vt::drain(cq_b, 20);
-    if (error || vt::qp_state(a) != IBV_QPS_RTS || vt::qp_state(b) != IBV_QPS_RTS) {
+    // An unsignaled WR last (or a cycle's laps) may still be running and fail later: a reset
+    // retires its completion with the QP's incarnation, so no round sees another's.
+    bool tail_unsignaled =
+        cycle || (!posts.empty() && !(c.wr[posts.rbegin()->first].send_flags & IBV_SEND_SIGNALED));
+    if (error || tail_unsignaled || vt::qp_state(a) != IBV_QPS_RTS ||
+        vt::qp_state(b) != IBV_QPS_RTS) {
       ++resets;
       connect();
       vt::drain(cq_a, 20);
