@@ -308,3 +308,36 @@ TEST_F(Objects, ModifyQpOverRandomMasksInEveryState) {
     EXPECT_TRUE(seen[s]) << "state " << s << " never reached: the generator is too blind";
   }
 }
+
+// Found by CreateVerbsOverRandomAttributes (lengths beyond the buffer were registered): an MR that
+// is not on-demand over pages that are not mapped is EFAULT, as the kernel's pinning answers,
+// not an MR whose first WR faults inside the engine (which copies its own process's memory
+// directly). An on-demand MR may cover them.
+TEST_F(Objects, RegMrOverUnmappedPagesIsEfault) {
+  const size_t page = 4096;
+  void* p = mmap(nullptr, 3 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  ASSERT_NE(p, MAP_FAILED);
+  char* hole = static_cast<char*>(p) + page;
+  ASSERT_EQ(munmap(hole, page), 0);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, p, 3 * page, IBV_ACCESS_LOCAL_WRITE), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  errno = 0;
+  EXPECT_EQ(ibv_reg_mr(pd, hole + 100, 10, 0), nullptr);
+  EXPECT_EQ(errno, EFAULT);
+  ibv_mr* below = ibv_reg_mr(pd, p, page, IBV_ACCESS_LOCAL_WRITE);  // the mapped page is fine
+  EXPECT_NE(below, nullptr);
+  ibv_mr* odp = ibv_reg_mr(pd, p, 3 * page, IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_ON_DEMAND);
+  EXPECT_NE(odp, nullptr);
+  ibv_mr* rereg = ibv_reg_mr(pd, p, page, 0);
+  ASSERT_NE(rereg, nullptr);
+  EXPECT_NE(ibv_rereg_mr(rereg, IBV_REREG_MR_CHANGE_TRANSLATION, nullptr, hole, page, 0), 0);
+  EXPECT_EQ(errno, EFAULT);
+  for (ibv_mr* m : {below, odp, rereg}) {
+    if (m) {
+      EXPECT_EQ(ibv_dereg_mr(m), 0);
+    }
+  }
+  munmap(p, page);
+  munmap(hole + page, page);
+}
