@@ -91,14 +91,8 @@ class DirectFuzz {
   uint64_t addr(uint64_t off) { return reinterpret_cast<uint64_t>(buf_.data()) + off; }
 
   uint32_t make_qp() {
-    QpSpec spec{};
-    spec.type = kQptRc;
-    spec.ctx = ctx_;
-    spec.pd = pd_;
-    spec.send_cq = spec.recv_cq = cq_;
-    spec.sq_bbs = kSqBbs;
-    spec.rq_wqe_cnt = 16;
-    spec.rq_stride = 16;
+    // dev 0, RC, not sq_sig_all, register 0; 16 receives of one SGE each.
+    QpSpec spec{0, ctx_, kQptRc, 0, 0, pd_, cq_, cq_, 0, kSqBbs, 16, 16};
     uint32_t i = 0;
     EXPECT_EQ(create_qp(s_, spec, &i), Status::ok);
     QpSlot& qp = h_->qps[i];
