@@ -50,7 +50,7 @@ TEST_F(Objects, CreateVerbsOverRandomAttributes) {
   fuzz::Rng r(fuzz::seed());
   std::vector<char> buf(1 << 16);
   uint64_t made = 0, refused = 0;
-  for (uint64_t i = 0, n = fuzz::iters(20000); i < n; ++i) {
+  for (uint64_t i = 0, n = fuzz::iters(50000); i < n; ++i) {
     errno = 0;
     switch (r.below(6)) {
       case 0: {  // ibv_create_qp(_ex): type, capacities, sq_sig_all, comp_mask
@@ -272,7 +272,7 @@ TEST_F(Objects, ModifyQpOverRandomMasksInEveryState) {
                                IBV_QPS_RTS,  IBV_QPS_ERR, IBV_QPS_RESET};
   uint64_t ok = 0, refused = 0;
   bool seen[8] = {};
-  for (uint64_t round = 0, n = fuzz::iters(20000) / 50; round < n && !HasFailure(); ++round) {
+  for (uint64_t round = 0, n = fuzz::iters(100000) / 50; round < n && !HasFailure(); ++round) {
     ibv_qp_type type = r.pick(types);
     ibv_qp* qp = vt::create_qp_of(pd, type, cq, cq);
     ASSERT_NE(qp, nullptr);

@@ -188,7 +188,7 @@ bool wr_api_ok(const ibv_send_wr& w) {
 TEST_F(Post, RandomWrListsCompleteOnceOrFailWithAnAllowedErrno) {
   fuzz::Rng r(fuzz::seed() + 2);
   uint64_t posted = 0, refused = 0, good = 0, failed = 0, resets = 0,
-           rounds = fuzz::iters(20000) / 8;
+           rounds = fuzz::iters(160000) / 8;
   for (uint64_t round = 0; round < rounds && !HasFailure(); ++round) {
     std::memset(dst.data(), 0, dst.size());
     // Receives for the SENDs: a random list (its own errno rules), then enough valid ones.
