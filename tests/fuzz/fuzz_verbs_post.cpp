@@ -6,6 +6,8 @@
 // exactly once; a WRITE that completes successfully wrote exactly its bytes; a QP in ERR is
 // brought back and used again. Garbage goes in values, never in pointers an application could
 // not pass without undefined behaviour (inline data is read from memory the program owns).
+#include <sched.h>
+
 #include <cstring>
 #include <map>
 #include <vector>
@@ -313,4 +315,35 @@ TEST_F(Post, RandomWrListsCompleteOnceOrFailWithAnAllowedErrno) {
   EXPECT_GT(good, 0u);
   EXPECT_GT(failed, 0u);
   EXPECT_GT(refused, 0u);
+}
+
+// Found by the target above with EMU_ENGINE=thread (a third of its runs): ibv_modify_qp to RESET
+// stored RESET, then waited for the device to leave the QP; a device thread inside, failing a WR
+// of the old incarnation, stored ERR after it, and the QP was in ERR once the modify returned 0.
+// The move to RESET now stores it again once no engine is inside. Each round races a failing
+// WRITE (bad rkey) against the reset; with the engine inline there is no race and it must pass.
+TEST_F(Post, ResetWhileTheDeviceFailsAWrEndsInReset) {
+  // Good WRITEs keep the device busy on the QP; the last one's bad rkey fails it.
+  constexpr int kWrs = 8;
+  ibv_sge sge{reinterpret_cast<uint64_t>(src.data()), kSrc / 2, mr_src->lkey};
+  ibv_send_wr wr[kWrs] = {};
+  for (int i = 0; i < kWrs; ++i) {
+    wr[i].opcode = IBV_WR_RDMA_WRITE;
+    wr[i].sg_list = &sge;
+    wr[i].num_sge = 1;
+    wr[i].next = i + 1 < kWrs ? &wr[i + 1] : nullptr;
+    wr[i].wr.rdma = {reinterpret_cast<uint64_t>(dst.data()), mr_dst->rkey};
+  }
+  wr[kWrs - 1].send_flags = IBV_SEND_SIGNALED;
+  wr[kWrs - 1].wr.rdma.rkey ^= 0x5a5a00;
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  for (int round = 0; round < 4000 && !HasFailure(); ++round) {
+    ibv_send_wr* bad = nullptr;
+    ASSERT_EQ(ibv_post_send(a, wr, &bad), 0);
+    for (int spin = 0; spin < round % 32; ++spin) sched_yield();  // varies where the reset lands
+    ASSERT_EQ(ibv_modify_qp(a, &reset, IBV_QP_STATE), 0);
+    ASSERT_EQ(vt::qp_state(a), IBV_QPS_RESET) << "round " << round;
+    connect();
+  }
 }
