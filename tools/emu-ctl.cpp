@@ -5,6 +5,7 @@
 //   emu-ctl port DEV PORT           print the port's state
 //   emu-ctl port DEV PORT down|up   take the port down (a cable pull) or bring it back up
 //   emu-ctl census [--json]         every object, its owner process, XRC domains and TGT QPs
+//   emu-ctl check                   the segment consistency checker (emu/check.h)
 //   emu-ctl races [--json] [--from N]  the race events the devices recorded
 //   emu-ctl faults [set RULES|clear]  the fabric's wire fault rules and counters (emu/faults.h)
 //   emu-ctl knobs [--markdown]      every EMU_* variable with its default (docs/knobs.md's table)
@@ -22,6 +23,7 @@
 #include <string_view>
 
 #include "emu/census.h"
+#include "emu/check.h"
 #include "emu/config.h"
 #include "emu/control.h"
 #include "emu/fabrics.h"
@@ -44,6 +46,7 @@ struct Command {
 int cmd_port(int argc, char** argv);
 int cmd_census(int argc, char** argv);
 int cmd_races(int argc, char** argv);
+int cmd_check(int argc, char** argv);
 int cmd_faults(int argc, char** argv);
 int cmd_knobs(int argc, char** argv);
 int cmd_fabrics(int argc, char** argv);
@@ -63,6 +66,11 @@ const Command kCommands[] = {
      "TGT QPs (creator gone), and the count of objects owned by dead processes that no policy "
      "keeps; as text or JSON. Attaching runs the sweep first: dead processes' objects go",
      cmd_census},
+    {"check", "",
+     "walk the fabric's segment: every table slot, the rings each object owns, the heap's bitmaps "
+     "(each block free or owned by one object), process records and shared locks; prints each "
+     "problem and exits 1 if any. Run it on a quiet fabric (no object made or destroyed meanwhile)",
+     cmd_check},
     {"races", "[--json] [--from N]",
      "the race events the devices recorded (torn BlueFlame WQEs, doorbell records going "
      "backwards or ahead, double and stale WQEs, lock-free QPs entered by two threads: "
@@ -204,6 +212,18 @@ int cmd_census(int argc, char** argv) {
   c = emu::take_census(seg);
   std::fputs((json ? emu::census_json(c) : emu::census_text(c)).c_str(), stdout);
   return 0;
+}
+
+int cmd_check(int argc, char**) {
+  if (argc != 1) {
+    std::fprintf(stderr, "usage: emu-ctl check\n");
+    return kExitUsage;
+  }
+  emu::Segment* seg = attach();
+  if (!seg) return kExitFailed;
+  emu::CheckReport r = emu::check_segment(seg);
+  std::fputs(emu::check_text(r).c_str(), stdout);
+  return r.ok() ? 0 : kExitFailed;
 }
 
 int cmd_faults(int argc, char** argv) {

@@ -1,4 +1,6 @@
 // Protection domains and memory regions.
+#include <sys/mman.h>
+
 #include <cerrno>
 #include <cstring>
 
@@ -30,6 +32,18 @@ int check_access(unsigned access) {
   return 0;
 }
 
+// Whether every page of [addr, addr + length) is mapped: what the kernel's pinning finds out
+// (EFAULT) when an MR is not on-demand. The engine copies its own process's memory directly, so
+// an MR over a hole would be a SIGSEGV at the first WR instead of the registration's error.
+// msync(MS_ASYNC) writes nothing back; it fails with ENOMEM where part of the range is unmapped.
+bool range_mapped(const void* addr, size_t length) {
+  constexpr uintptr_t kPage = 4096;
+  uintptr_t a = reinterpret_cast<uintptr_t>(addr);
+  uintptr_t first = a & ~(kPage - 1);
+  if (a + length < a) return false;
+  return msync(reinterpret_cast<void*>(first), a + length - first, MS_ASYNC) == 0;
+}
+
 }  // namespace
 
 namespace emu::prov {
@@ -48,6 +62,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   if (!implicit && ((length == 0 && !device_memory) || length > Limits::max_mr_size || !addr))
     return fail_null<ibv_mr>(EINVAL);
   if (implicit && iova) return fail_null<ibv_mr>(EINVAL);
+  if (!odp && !device_memory && !range_mapped(addr, length)) return fail_null<ibv_mr>(EFAULT);
   auto* mr = new (std::nothrow) EmuMr();
   if (!mr) return fail_null<ibv_mr>(ENOMEM);
   MrSpec spec{to_pd(pd)->slot, access, reinterpret_cast<uint64_t>(addr), length,
@@ -196,6 +211,8 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
   }
   if (flags & IBV_REREG_MR_CHANGE_TRANSLATION) {
     if (!addr || !length || length > Limits::max_mr_size) return input_error(EINVAL);
+    if (!(spec.access & IBV_ACCESS_ON_DEMAND) && !range_mapped(addr, length))
+      return input_error(EFAULT);
     spec.addr = reinterpret_cast<uint64_t>(addr);
     spec.length = length;
     spec.iova = spec.addr;

@@ -120,6 +120,9 @@ uint32_t reset_qp_device_state(Segment* seg, QpSlot& s) {
   clear_stall(seg->hdr(), s);
   s.stall_attempts = 0;
   uint32_t incarnation = s.incarnation.fetch_add(1) + 1;
+  // Again, now that no engine is inside: one that was (the caller's RESET store does not wait for
+  // it) may have failed the old incarnation's WQE and stored ERR after that store.
+  s.qp_state.store(kQpsReset, std::memory_order_release);
   s.rq_lock.unlock();
   s.sq_engine.unlock();
   return incarnation;

@@ -7,6 +7,8 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <vector>
 
 #include "emu/layout.h"  // ShmHeapHeader
 
@@ -38,6 +40,13 @@ class ShmHeap {
   void free(uint64_t off);
   // Blocks free at each order summed, in bytes (tests, census).
   uint64_t free_bytes() const;
+  // The consistency checker's walk (shm_heap_check.cpp): every block is free at exactly one order
+  // or inside exactly one allocated block; problems are appended as text. Returns the allocated
+  // blocks as {offset, bytes}.
+  struct Block {
+    uint64_t off, bytes;
+  };
+  std::vector<Block> check(uint64_t segment_size, std::vector<std::string>* problems) const;
 
  private:
   uint64_t* bitmap(uint32_t order) const {
