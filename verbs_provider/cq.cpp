@@ -145,6 +145,20 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
     if (!cqe_is_new(op_own, cq->ci, cq->shm->log_cqe_cnt)) return false;
     uint8_t opcode = cqe_opcode_of(op_own);
     from_device_barrier();
+    if (c.emu_flags & kCqeFlagTm) [[unlikely]] {
+      // Tag matching: found by its SRQ (list operations name no QP).
+      bool got = tm_wc(c, wc, &cq->cur_tm);
+      if (got && opcode == kCqeRespErr) {
+        auto& e = reinterpret_cast<const ErrCqe&>(c);
+        wc->status = status_of(e.syndrome);
+        wc->vendor_err = e.vendor_err_synd;
+      }
+      *ts = be64(c.timestamp);
+      ++cq->ci;
+      cq->shm->ci.store(cq->ci, std::memory_order_release);
+      if (got) return true;
+      continue;
+    }
     if (is_recv_cqe(opcode) && c.srqn_uidx) {
       bool got = xrc_recv_wc(c, opcode, wc);
       *ts = be64(c.timestamp);
@@ -232,8 +246,10 @@ void srq_reclaim_cqes(EmuQp* qp) {
     if (!cqe_is_new(op_own, ci, cq->shm->log_cqe_cnt)) return;
     uint8_t opcode = cqe_opcode_of(op_own);
     from_device_barrier();
-    // (Of any incarnation: one from before a reset took a WQE of the same SRQ.)
-    if (cqe_qpn(c) == qpn && is_recv_cqe(opcode)) srq_complete(qp->srq, be16(c.wqe_counter));
+    // (Of any incarnation: one from before a reset took a WQE of the same SRQ.) A tag matching
+    // CQE is found by its SRQ, not its QP: its poll gives the WQE back.
+    if (cqe_qpn(c) == qpn && is_recv_cqe(opcode) && !(c.emu_flags & kCqeFlagTm))
+      srq_complete(qp->srq, be16(c.wqe_counter));
   }
 }
 
@@ -321,11 +337,13 @@ uint8_t read_sl(ibv_cq_ex* c) { return to_cq(c)->cur_wc.sl; }
 uint8_t read_dlid_path_bits(ibv_cq_ex* c) { return to_cq(c)->cur_wc.dlid_path_bits; }
 uint64_t read_completion_ts(ibv_cq_ex* c) { return to_cq(c)->cur_ts; }
 uint64_t read_completion_wallclock_ns(ibv_cq_ex* c) { return to_cq(c)->cur_ts; }
+void read_tm_info(ibv_cq_ex* c, ibv_wc_tm_info* tm) { *tm = to_cq(c)->cur_tm; }
 
 constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_BYTE_LEN | IBV_WC_EX_WITH_IMM | IBV_WC_EX_WITH_QP_NUM | IBV_WC_EX_WITH_SRC_QP |
     IBV_WC_EX_WITH_SLID | IBV_WC_EX_WITH_SL | IBV_WC_EX_WITH_DLID_PATH_BITS |
-    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK;
+    IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK |
+    IBV_WC_EX_WITH_TM_INFO;
 
 // stamp: the CQEs carry a timestamp (a CQ made to report one).
 EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
@@ -474,6 +492,7 @@ ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   x.read_dlid_path_bits = read_dlid_path_bits;
   x.read_completion_ts = read_completion_ts;
   x.read_completion_wallclock_ns = read_completion_wallclock_ns;
+  x.read_tm_info = read_tm_info;
   return &x;
 }
 

@@ -223,6 +223,12 @@ int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
   full.odp_caps.per_transport_caps.ud_odp_caps =
       IBV_ODP_SUPPORT_SEND | IBV_ODP_SUPPORT_RECV | IBV_ODP_SUPPORT_SRQ_RECV;
   full.xrc_odp_caps = kOdpAll;
+  // Tag matching on RC (tm.cpp, emu/device/engine_tm.cpp): one SGE per tagged buffer.
+  full.tm_caps.max_rndv_hdr_size = Limits::max_rndv_hdr;
+  full.tm_caps.max_num_tags = Limits::max_tm_tags;
+  full.tm_caps.flags = IBV_TM_CAP_RC;
+  full.tm_caps.max_ops = Limits::max_tm_ops;
+  full.tm_caps.max_sge = 1;
   std::memcpy(attr, &full, std::min(len, sizeof full));
   return 0;
 }
@@ -357,6 +363,7 @@ ibv_context* open_context(ibv_device* device, int cmd_fd) {
   v.close_xrcd = emu_close_xrcd;
   v.open_qp = emu_open_qp;
   v.create_srq_ex = emu_create_srq_ex;
+  v.post_srq_ops = emu_post_srq_ops;
   v.get_srq_num = emu_get_srq_num;
   v.query_rt_values = emu_query_rt_values;
   v.advise_mr = emu_advise_mr;

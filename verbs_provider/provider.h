@@ -167,12 +167,14 @@ struct EmuCq {
   // The completion an ibv_start_poll / ibv_next_poll walk stands on.
   ibv_wc cur_wc;
   uint64_t cur_ts = 0;
+  ibv_wc_tm_info cur_tm{};  // a tag matching completion's header fields (tm.cpp)
   std::mutex qps_mu;
   std::vector<EmuQp*> qps;  // QPs completing here (progress of stalled sends)
 };
 
 // A shared receive queue (srq.cpp): the ring in the segment, and the driver's free list of WQEs
 // (mlx5's: the next segments link them; the driver posts at head and appends freed WQEs at tail).
+struct EmuTm;
 struct EmuSrq {
   ibv_srq srq;  // first: the pointer the user holds
   uint32_t slot;
@@ -197,6 +199,26 @@ struct EmuSrq {
   OwnerWord owner;
   std::atomic<uint32_t> async_events_read{0};
   EmuXrcd* xrcd = nullptr;  // XRC SRQs: the domain
+  EmuTm* tm = nullptr;      // TM SRQs: the tag list as the driver keeps it (tm.cpp)
+};
+
+// A tag matching SRQ's tag list as the driver keeps it (mlx5 keeps the same): which tags are
+// free, each tag's wr_id and the completions still to come that name it, and the signaled list
+// operations whose completions are not polled yet. Under the SRQ's lock (srq_enter).
+struct EmuTm {
+  struct Op {
+    uint64_t wr_id;
+    int32_t tag;  // the tag whose reference its completion drops; -1: none
+  };
+  uint32_t max_tags;
+  uint32_t max_ops;
+  std::vector<uint64_t> wr_id;  // per tag: recv_wr_id of its ADD
+  std::vector<uint8_t> refs;    // per tag: completions to come (0: free)
+  std::vector<uint32_t> free;   // FIFO of free tags (a freed tag is reused last)
+  uint32_t free_head = 0, free_count = 0;
+  std::vector<Op> ops;  // FIFO of signaled operations
+  uint32_t op_head = 0, op_count = 0;
+  uint32_t unexp_out = 0;  // unexpected messages software reported handled
 };
 
 // An XRC domain as this process holds it (xrc.cpp): an open (an XrcHandle in the segment).
@@ -410,6 +432,10 @@ struct Limits {
   static constexpr uint32_t max_srq = kMaxSrqs;
   static constexpr uint32_t max_srq_wr = 32767;  // 16-bit WQE indices, one kept as the list tail
   static constexpr uint32_t max_srq_sge = 16;
+  // Tag matching (tm_caps): a tag list is scanned per tagged message, so it stays short.
+  static constexpr uint32_t max_tm_tags = 127;
+  static constexpr uint32_t max_tm_ops = 1024;
+  static constexpr uint32_t max_rndv_hdr = 64;  // ibv_tmh + ibv_rvh and room for software's own
   static constexpr uint32_t max_ah = 65536;
   static constexpr uint32_t max_mcast_grp = 256;
   static constexpr uint32_t max_mcast_qp_attach = kMaxMcastPerQp;
@@ -424,6 +450,15 @@ void srq_reclaim_cqes(EmuQp* qp);
 // The posted data segments of the SRQ WQE at idx (private copy).
 const uint8_t* srq_shadow_wqe(EmuSrq* srq, uint16_t idx);
 EmuSrq* srq_by_num(uint32_t srqn);  // this process's SRQ of that number, or nullptr
+// The SRQ's free list is entered by posts and by completions giving WQEs back (srq.cpp): its
+// lock, or for a lockless SRQ its owner word. Returns what srq_leave needs.
+bool srq_enter(EmuSrq* s);
+void srq_leave(EmuSrq* s, bool owned);
+// Tag matching (tm.cpp): a TM SRQ's driver state; ibv_post_srq_ops; a tag matching CQE as a
+// work completion (false: its SRQ is gone, the CQE is dropped).
+EmuTm* tm_create(uint32_t max_tags, uint32_t max_ops);
+int emu_post_srq_ops(ibv_srq* srq, ibv_ops_wr* wr, ibv_ops_wr** bad);
+bool tm_wc(const Cqe64& c, ibv_wc* wc, ibv_wc_tm_info* tm);
 ibv_srq* emu_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr);
 int emu_get_srq_num(ibv_srq* srq, uint32_t* srq_num);
 // ibv_reg_mr's body (pd_mr.cpp): an MR over [addr, addr + length) that remote keys address at iova.

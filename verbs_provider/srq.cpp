@@ -34,6 +34,10 @@ uint32_t next_of(const EmuSrq* s, uint32_t idx) {
   return be16(n.next_wqe_index);
 }
 
+}  // namespace
+
+namespace emu::prov {
+
 // Entering the free list: the SRQ's lock, or for a lockless SRQ its owner word (see queue_enter
 // in provider.h). Posts and the completions that give WQEs back both enter: they are what the
 // lock serialises, so a poll in one thread beside a post in another is the race it prevents.
@@ -54,10 +58,6 @@ void srq_leave(EmuSrq* s, bool owned) {
   else if (owned)
     owner_give(s->owner);
 }
-
-}  // namespace
-
-namespace emu::prov {
 
 uint64_t srq_complete(EmuSrq* s, uint16_t idx) {
   uint32_t i = idx & (s->wqe_cnt - 1);
@@ -140,9 +140,10 @@ EmuSrq* srq_by_num(uint32_t srqn) {
   return s && s->shm->srqn == srqn ? s : nullptr;
 }
 
-// xrcd and cq: an XRC SRQ's domain and the CQ its completions go to (nullptr for a basic SRQ).
+// xrcd and cq: an XRC SRQ's domain and the CQ its completions go to (nullptr for a basic SRQ);
+// tm_tags: a TM SRQ's tag list size (its CQ takes the list operations' completions).
 EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrcd* xrcd = nullptr,
-                          EmuCq* cq = nullptr) {
+                          EmuCq* cq = nullptr, uint32_t tm_tags = 0) {
   if (a.max_wr == 0 || a.max_wr > Limits::max_srq_wr || a.max_sge > Limits::max_srq_sge)
     return fail_null<EmuSrq>(EINVAL);
   uint32_t sge = pow2_at_least(a.max_sge ? a.max_sge : 1);
@@ -153,8 +154,9 @@ EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrc
   if (!s) return fail_null<EmuSrq>(ENOMEM);
   Segment* seg = segment();
   uint32_t slot;
-  SrqSpec spec{ctx->dev,         ctx->slot, to_pd(pd)->slot, cnt, stride, xrcd ? xrcd->slot + 1 : 0,
-               cq ? cq->slot : 0};
+  SrqSpec spec{
+      ctx->dev,          ctx->slot, to_pd(pd)->slot, cnt, stride, xrcd ? xrcd->slot + 1 : 0,
+      cq ? cq->slot : 0, tm_tags};
   if (create_srq(seg, spec, &slot) != Status::ok) {
     delete s;
     return fail_null<EmuSrq>(ENOMEM);
@@ -192,18 +194,38 @@ EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrc
 }
 
 // ibv_create_srq_ex beyond the basic mask (libibverbs sends the basic one to ibv_create_srq):
-// XRC SRQs, which take an XRC domain and the CQ their completions go to.
+// XRC SRQs, which take an XRC domain and the CQ their completions go to, and tag matching SRQs,
+// which take a CQ and the sizes of their tag list and operation queue.
 ibv_srq* emu_create_srq_ex(ibv_context* context, ibv_srq_init_attr_ex* attr) {
-  constexpr uint32_t kKnown =
-      IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  constexpr uint32_t kKnown = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD |
+                              IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
   if (attr->comp_mask & ~kKnown) return fail_null<ibv_srq>(EOPNOTSUPP);
-  bool xrc = (attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type == IBV_SRQT_XRC;
-  if ((attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE) && attr->srq_type != IBV_SRQT_BASIC && !xrc)
-    return fail_null<ibv_srq>(EOPNOTSUPP);  // tag matching
+  bool typed = attr->comp_mask & IBV_SRQ_INIT_ATTR_TYPE;
+  bool xrc = typed && attr->srq_type == IBV_SRQT_XRC;
+  bool tm = typed && attr->srq_type == IBV_SRQT_TM;
+  if (typed && attr->srq_type != IBV_SRQT_BASIC && !xrc && !tm)
+    return fail_null<ibv_srq>(EOPNOTSUPP);
   if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_PD) || !attr->pd || attr->pd->context != context)
     return fail_null<ibv_srq>(EINVAL);
   EmuXrcd* xrcd = nullptr;
   EmuCq* cq = nullptr;
+  if (tm) {
+    const ibv_tm_cap& c = attr->tm_cap;
+    if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_TM) || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ||
+        !attr->cq || attr->cq->context != context || c.max_num_tags == 0 ||
+        c.max_num_tags > Limits::max_tm_tags || c.max_ops == 0 || c.max_ops > Limits::max_tm_ops)
+      return fail_null<ibv_srq>(EINVAL);
+    EmuTm* t = tm_create(c.max_num_tags, c.max_ops);
+    if (!t) return fail_null<ibv_srq>(ENOMEM);
+    EmuSrq* s = create_srq_common(attr->pd, attr->attr, attr->srq_context, nullptr, to_cq(attr->cq),
+                                  c.max_num_tags);
+    if (!s) {
+      delete t;
+      return nullptr;
+    }
+    s->tm = t;
+    return &s->srq;
+  }
   if (xrc) {
     if (!(attr->comp_mask & IBV_SRQ_INIT_ATTR_XRCD) || !(attr->comp_mask & IBV_SRQ_INIT_ATTR_CQ) ||
         !attr->xrcd || !attr->cq || attr->xrcd->context != context || attr->cq->context != context)
@@ -282,6 +304,7 @@ int ibv_destroy_srq(ibv_srq* srq) {
   g_srq_table[s->slot] = nullptr;
   free_srq(seg, ss);  // rings, its domain's count (XRC), the slot
   if (s->xrcd) s->xrcd->own_objects.fetch_sub(1);
+  delete s->tm;
   delete s;
   return 0;
 }

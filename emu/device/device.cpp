@@ -28,6 +28,10 @@ void device_flush_rq(QpSlot& qp) { Engine::process_engine()->flush_rq(qp); }
 
 void device_enter_error(QpSlot& qp) { Engine::process_engine()->enter_error(qp); }
 
+bool device_tm_op(SrqSlot& srq, const TmListOp& op) {
+  return Engine::process_engine()->tm_list_op(srq, op);
+}
+
 bool device_thread_busy() {
   return config().engine == EngineMode::progress_thread &&
          ProgressThread::get(Engine::process_engine())->busy();

@@ -320,6 +320,11 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
     c.slid = be16(info.slid);
     c.flags_rqpn = be32(info.src_qpn);
   }
+  if (info.tm_op) [[unlikely]] {
+    CqeTmInfo tm{be64(info.tm_tag), be32(info.tm_app_ctx)};
+    std::memcpy(&c, &tm, sizeof tm);
+    c.app_op = info.tm_op;
+  }
   c.imm_inval_pkey = info.imm_be;
   c.srqn_uidx = be32(info.srqn);
   c.byte_cnt = be32(info.byte_cnt);

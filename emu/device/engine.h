@@ -24,6 +24,7 @@
 
 #include "device/doorbell.h"
 #include "device/engine_internal.h"
+#include "emu/device.h"
 #include "emu/faults.h"
 #include "emu/layout.h"
 #include "emu/sched.h"
@@ -55,6 +56,12 @@ struct CqeInfo {
   uint32_t srqn;        // XRC: the SRQ that took the receive (the CQE's srqn_uidx)
   bool inline_scatter;  // the payload (byte_cnt <= kCqeInlineMax bytes) travels in the CQE
   uint8_t inline_data[kCqeInlineMax];
+  uint8_t tm_op;        // a tag matching CQE's CqeTmOp (0: none), with the header's fields
+  uint32_t tm_app_ctx;  // (host order)
+  uint64_t tm_tag;
+  // Requester: a rendezvous this SEND started at a TM SRQ, finished once the SEND has completed
+  // (the read, the FIN to the requester, the data CQE): 1 + (SRQ slot << 16 | tag index).
+  uint32_t tm_rndv;
 };
 
 // An error CQE for the WQE at consumer position ci of qp's send queue (kCqeReqErr, naming the
@@ -134,9 +141,14 @@ class Engine {
     bool error = info.cqe_opcode == kCqeReqErr;
     if (signaled || error) write_cqe(h_->cqs[qp.send_cq], info);
     qp.sq_ci += bbs;
+    if (info.tm_rndv) [[unlikely]]
+      tm_rndv_finish(qp, info.tm_rndv);
     // A flush completion comes from a queue already stopped.
     if (error && info.syndrome != kSynWrFlush) send_queue_error(qp);
   }
+  // Executes one tag list operation of a TM SRQ, as a NIC does a command of the SRQ's command
+  // queue (engine_tm.cpp). false: a DEL found no posted tag there.
+  bool tm_list_op(SrqSlot& srq, const TmListOp& op);
   // Places one CQE in its ring; false: the CQ is in error (overrun) and took nothing.
   bool step_write_cqe(CqSlot& cq, const CqeInfo& info);
   void step_raise_event(CqSlot& cq, const CqeInfo& info);
@@ -182,6 +194,22 @@ class Engine {
   ExecOutcome exec_rdma(Exchange& x);
   ExecOutcome exec_atomic(Exchange& x);
   ExecOutcome exec_send(Exchange& x);
+  // Tag matching (engine_tm.cpp). What a message to a TM SRQ came to, decided under the SRQ's
+  // lock: matched (op kTmOpConsumedMsg or kTmOpConsumed, done without an SRQ receive) or to be
+  // delivered into an SRQ receive (kTmOpUnexpected, kTmOpNoTag).
+  struct TmVerdict {
+    uint8_t op;
+    uint8_t syndrome;  // a matched eager message that did not fit or could not be placed
+    uint16_t index;    // the tag
+    uint32_t app_ctx;
+    uint64_t tag;
+    uint32_t bytes;  // placed in the tagged buffer
+    bool matched() const { return op == kTmOpConsumedMsg || op == kTmOpConsumed; }
+  };
+  TmVerdict tm_classify(Exchange& x, SrqSlot& srq);
+  ExecOutcome tm_matched(Exchange& x, SrqSlot& srq, const TmVerdict& v);
+  void tm_rndv_finish(QpSlot& qp, uint32_t ref);
+  void tm_send_fin(QpSlot& qp, const QpSlot* r, const TmTag& t);
 
   // The packet wire (engine_wire.cpp, docs/reliability.md): on while fault rules are set or this
   // process writes a capture (EMU_PCAP); off, a message is one DMA and this is one test.

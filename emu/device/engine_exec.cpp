@@ -232,12 +232,25 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   if (rq.srq && rq.srq->xrcd_ref) x.remote_pid = recv_pid(rq);  // the SRQ's process takes the data
   CqeInfo rc{};
   uint8_t resp_syndrome = 0;
+  TmVerdict tm{};
   {
     ShmLockGuard held(recv_lock(rq), seg_->self());
-    if (recv_empty_wait(x.qp, rq)) return rnr(x);
-    ExecOutcome early;
-    if (!send_payload(x, rq, &rc, &resp_syndrome, &early)) return early;
-    recv_consume(rq);
+    // A tag matching SRQ: a message matching a posted tag takes no SRQ receive.
+    if (rq.srq && rq.srq->tm_tags) [[unlikely]]
+      tm = tm_classify(x, *rq.srq);
+    if (!tm.matched()) {
+      if (recv_empty_wait(x.qp, rq)) return rnr(x);
+      ExecOutcome early;
+      if (!send_payload(x, rq, &rc, &resp_syndrome, &early)) return early;
+      recv_consume(rq);
+      if (tm.op == kTmOpUnexpected) ++seg_->at<TmListHead>(rq.srq->tm_off)->unexpected;
+    }
+  }
+  if (tm.matched()) return tm_matched(x, *rq.srq, tm);
+  if (tm.op) {
+    rc.emu_flags = kCqeFlagTm;
+    rc.tm_op = tm.op;
+    rc.srqn = rq.srq->srqn;
   }
   // SEND with invalidate: the responder frees the type 2 window named in the immediate field.
   bool inval = x.w.opcode == kOpSendInval;
@@ -256,7 +269,7 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
   rc.byte_cnt = static_cast<uint32_t>(x.w.local.total);
   rc.imm_be = x.w.ctrl->imm;
-  rc.emu_flags = recv_cqe_flags(*x.w.ctrl, imm);
+  rc.emu_flags |= recv_cqe_flags(*x.w.ctrl, imm);
   if (inval) rc.emu_flags |= kCqeFlagInv;
   advance_psn(x.qp, &x.r, x.npk);
   write_cqe(recv_cq(rq), rc);
@@ -306,7 +319,9 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
                      recv_windows(rq, rwqe, scatter, local.total, window);
   if (*resp_syndrome || !local.total) return true;
   bool elsewhere = x.remote_pid != seg_->pid();
-  if (local.total <= kCqeInlineMax && addr_is_va && !xrc_srq && elsewhere) {
+  // (Not into an XRC or TM SRQ: their CQEs are found by SRQ number and carry no payload.)
+  bool by_srqn = rq.srq && (rq.srq->xrcd_ref || rq.srq->tm_tags);
+  if (local.total <= kCqeInlineMax && addr_is_va && !by_srqn && elsewhere) {
     // Scatter-to-CQE: the payload rides in the receive CQE, one line for the receiver to read;
     // its poll copies it into the buffers of its own receive WQE (checked here, as the device
     // does).

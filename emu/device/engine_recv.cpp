@@ -165,23 +165,6 @@ bool ud_path_reaches(const PortState& from, const PortState& to, uint16_t dlid, 
   return to.lid == dlid && (!grh || port_gid_index(to, dgid, kGidTypeIb) >= 0);
 }
 
-// The part [off, off + len) of a span list.
-Sges sub_spans(const Sges& s, uint64_t off, uint64_t len) {
-  Sges out;
-  for (int i = 0; i < s.n && len; ++i) {
-    if (off >= s.span[i].len) {
-      off -= s.span[i].len;
-      continue;
-    }
-    uint64_t take = std::min(s.span[i].len - off, len);
-    out.span[out.n++] = {s.span[i].addr + off, take};
-    out.total += take;
-    len -= take;
-    off = 0;
-  }
-  return out;
-}
-
 // Whether q joined the group; RoCE has no LIDs: the group is its GID alone.
 bool joined(const QpSlot& q, const uint8_t gid[16], uint16_t lid, bool gid_only) {
   for (uint32_t i = 0; i < q.n_mcast && i < kMaxMcastPerQp; ++i)

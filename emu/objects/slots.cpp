@@ -47,7 +47,12 @@ Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx) {
   SrqSlot& s = seg->hdr()->srqs[*idx];
   s.buf_off = seg->alloc(size_t(spec.wqe_cnt) * spec.stride, 4096);
   s.dbrec_off = seg->alloc(64, 64);
-  if (!s.buf_off || !s.dbrec_off) {
+  s.tm_tags = spec.tm_tags;
+  s.tm_off = spec.tm_tags ? seg->alloc(sizeof(TmListHead) + spec.tm_tags * sizeof(TmTag), 64) : 0;
+  if (spec.tm_tags && s.tm_off)
+    std::memset(seg->at<uint8_t>(s.tm_off), 0,
+                sizeof(TmListHead) + spec.tm_tags * sizeof(TmTag));  // every tag free
+  if (!s.buf_off || !s.dbrec_off || (spec.tm_tags && !s.tm_off)) {
     free_rings(seg, s);
     s.state.store(kSlotFree);
     return Status::no_memory;
@@ -58,8 +63,8 @@ Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx) {
   s.wqe_cnt = spec.wqe_cnt;
   s.stride = spec.stride;
   s.uid = seg->new_uid();
+  s.cq = spec.cq;
   if (spec.xrcd_ref) {
-    s.cq = spec.cq;
     s.xrcd_ref = spec.xrcd_ref;
     xrcd_add_object(seg, spec.xrcd_ref - 1);
   }
@@ -83,6 +88,7 @@ void free_srq(Segment* seg, SrqSlot& s) {
 void free_rings(Segment* seg, const SrqSlot& s) {
   seg->free(s.buf_off);
   seg->free(s.dbrec_off);
+  if (s.tm_off) seg->free(s.tm_off);
 }
 
 Status create_mr(Segment* seg, const MrSpec& spec, uint32_t* idx) {

@@ -29,6 +29,26 @@ void device_enter_error(QpSlot& qp);
 // finds its CQ empty then yields to it).
 bool device_thread_busy();
 
+// One operation on a tag matching SRQ's tag list (ibv_post_srq_ops(3)), as the driver hands it
+// to the device. The driver owns the tag indexes (it keeps the free ones, as mlx5's does).
+struct TmListOp {
+  uint8_t op;           // kTmOpAppend, kTmOpRemove or kTmOpNoop (emu/wqe.h)
+  bool signaled;        // a completion on the SRQ's CQ
+  bool sync;            // IBV_OPS_TM_SYNC: unexpected is software's count of handled messages
+  uint32_t index;       // the tag (ADD, DEL)
+  uint32_t unexpected;  // software's count when the operation was posted
+  uint64_t tag;
+  uint64_t mask;
+  uint64_t addr;  // ADD: the tagged buffer
+  uint32_t length;
+  uint32_t lkey;
+};
+
+// Executes a tag list operation now (under the SRQ's lock, in this thread); its completion, if
+// signaled, is in the SRQ's CQ when this returns. false: a DEL found no posted tag (a consumed
+// one): its completion says IBV_WC_TM_ERR.
+bool device_tm_op(SrqSlot& srq, const TmListOp& op);
+
 // The QP went to RESET: the device forgets what it saw of its rings and doorbells (driver
 // counters restart at 0).
 void reset_race_state(Segment* seg, QpSlot& qp);

@@ -24,7 +24,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 28;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 29;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -459,8 +459,9 @@ struct SrqSlot {
   uint64_t uid;
   std::atomic<uint32_t> attached_qps;  // destroy is refused (EBUSY) while QPs use it
   uint32_t xrcd_ref;                   // XRC SRQs: 1 + the XrcdSlot index; 0 for a basic SRQ
-  uint32_t cq;                         // XRC SRQs: the CqSlot its completions go to
-  uint32_t rsvd;
+  uint32_t cq;                         // XRC and TM SRQs: the CqSlot its completions go to
+  uint32_t tm_tags;                    // TM SRQs: entries of the tag list; 0: not a TM SRQ
+  uint64_t tm_off;                     // TM SRQs: TmListHead, then tm_tags TmTag entries
   // Device side (the engines of senders, any process).
   alignas(64) ShmLock lock;
   uint32_t ci;                  // WQEs consumed
@@ -470,6 +471,41 @@ struct SrqSlot {
   // Written when a requester parks on the empty SRQ; read by every post.
   alignas(64) std::atomic<uint32_t> rnr_waiter;
 };
+
+// A tag matching SRQ's tag list (ibv_create_srq_ex(3) IBV_SRQT_TM), written by the device only:
+// list operations (ibv_post_srq_ops) and incoming tagged messages, both under the SRQ's lock.
+struct TmListHead {
+  uint32_t unexpected;  // messages the device found no tag for (its phase count)
+  uint32_t synced;      // the count software last reported (IBV_OPS_TM_SYNC)
+  uint32_t seq;         // ADDs executed: a tag's age, so the oldest match wins (MPI order)
+  uint32_t rsvd[13];
+};
+static_assert(sizeof(TmListHead) == 64);
+
+enum TmTagState : uint32_t {
+  kTmTagFree = 0,
+  kTmTagPosted = 1,  // matched against incoming messages
+  kTmTagStale = 2,   // added while software was behind the device: not matched until a SYNC
+  kTmTagRndv = 3,    // matched by a rendezvous header: the read is still to be made
+};
+
+struct TmTag {
+  uint32_t state;  // TmTagState
+  uint32_t seq;    // TmListHead::seq when added
+  uint64_t tag;
+  uint64_t mask;  // a message matches when (its tag & mask) == tag
+  uint64_t addr;  // the tagged buffer (one SGE, as mlx5's max_sge)
+  uint32_t length;
+  uint32_t lkey;
+  // A rendezvous in flight (kTmTagRndv): the sender's buffer and its header for the FIN.
+  uint64_t rndv_va;
+  uint32_t rndv_rkey;
+  uint32_t rndv_len;
+  uint64_t msg_tag;
+  uint32_t app_ctx;
+  uint32_t rsvd;
+};
+static_assert(sizeof(TmTag) == 72);
 
 // Engine sections, for reclamation: a thread running the engine marks its slot odd while inside
 // (it may hold pointers to any object's slot, rings and memory), even when out. Destroying an

@@ -92,7 +92,8 @@ struct SrqSpec {
   uint32_t stride;        // bytes per WQE, power of two
   uint32_t xrcd_ref = 0;  // XRC SRQs: 1 + the XrcdSlot index (it counts as one of the domain's
                           // objects); 0 for a basic SRQ
-  uint32_t cq = 0;        // XRC SRQs: the CqSlot its completions go to
+  uint32_t cq = 0;        // XRC and TM SRQs: the CqSlot its completions go to
+  uint32_t tm_tags = 0;   // TM SRQs: entries of the tag list (0: not a TM SRQ)
 };
 // The WQEs' next segments are the driver's to link (its free list).
 Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx);

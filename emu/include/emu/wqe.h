@@ -163,6 +163,7 @@ enum CqeOpcode : uint8_t {
   kCqeRespWrImm = 1,
   kCqeRespSend = 2,
   kCqeRespSendImm = 3,
+  kCqeNoPacket = 6,  // a completion of no message: a tag list operation
   kCqeReqErr = 13,
   kCqeRespErr = 14,
   kCqeInvalid = 15,
@@ -190,6 +191,44 @@ enum CqeEmuFlags : uint8_t {
   kCqeFlagImm = 1 << 0,
   kCqeFlagSolicited = 1 << 1,
   kCqeFlagInv = 1 << 2,  // a SEND with invalidate: the immediate field holds the invalidated key
+  kCqeFlagTm = 1 << 3,   // a tag matching CQE (mlx5: app = tag matching): app_op says which,
+                         // srqn_uidx names the TM SRQ, wqe_counter its WQE or tag index
+  kCqeFlagTmSyncReq = 1 << 4,  // the device's phase count differs from software's
+  kCqeFlagTmFail = 1 << 5,     // a DEL found the tag already consumed (IBV_WC_TM_ERR)
+};
+
+// app_op of a tag matching CQE, mlx5's numbering (MLX5_CQE_APP_OP_TM_*).
+enum CqeTmOp : uint8_t {
+  kTmOpConsumed = 0x1,     // a rendezvous matched: the read follows (IBV_WC_TM_MATCH)
+  kTmOpExpected = 0x2,     // the rendezvous data is in the tagged buffer (IBV_WC_TM_DATA_VALID)
+  kTmOpUnexpected = 0x3,   // no tag matched: the message is in an SRQ receive, header included
+  kTmOpNoTag = 0x4,        // a NO_TAG message in an SRQ receive
+  kTmOpAppend = 0x5,       // IBV_WR_TAG_ADD
+  kTmOpRemove = 0x6,       // IBV_WR_TAG_DEL
+  kTmOpNoop = 0x7,         // IBV_WR_TAG_SYNC
+  kTmOpConsumedMsg = 0xA,  // an eager message matched: its payload is in the tagged buffer
+};
+// The tag matching header a message to a TM SRQ starts with (infiniband/tm_types.h: ibv_tmh),
+// and the rendezvous header after it (ibv_rvh). Big-endian fields.
+enum TmhOpcode : uint8_t { kTmhNoTag = 0, kTmhRndv = 1, kTmhFin = 2, kTmhEager = 3 };
+struct TmHeader {
+  uint8_t opcode;  // TmhOpcode
+  uint8_t rsvd[3];
+  uint32_t app_ctx;
+  uint64_t tag;
+};
+static_assert(sizeof(TmHeader) == 16);
+struct RndvHeader {
+  uint64_t va;
+  uint32_t rkey;
+  uint32_t len;
+};
+static_assert(sizeof(RndvHeader) == 16);
+
+// A tag matching CQE carries the message's header fields in bytes 0..11 (mlx5: cqe64->tmh).
+struct CqeTmInfo {
+  uint64_t tag;      // be
+  uint32_t app_ctx;  // be
 };
 
 // op_own bit of a responder CQE whose payload (at most 32 bytes) is in bytes 0..31 of the CQE

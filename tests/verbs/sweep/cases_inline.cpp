@@ -145,9 +145,45 @@ void xrc(Env& env) {
   SWEEP_EXPECT_NULL(ibv_open_qp(env.ctx, &oa), EINVAL);  // no such TGT QP
   ibv_ops_wr op = {};
   ibv_ops_wr* bad = nullptr;
-  EXPECT_EQ(ibv_post_srq_ops(s, &op, &bad), EOPNOTSUPP);  // no tag matching
+  EXPECT_EQ(ibv_post_srq_ops(s, &op, &bad), EINVAL);  // not a tag matching SRQ (as mlx5)
   EXPECT_EQ(ibv_destroy_srq(s), 0);
   EXPECT_EQ(ibv_close_xrcd(x), 0);
+}
+
+// A tag matching SRQ and its list operations (their traffic: tests/verbs/test_tag_matching.cpp).
+void tag_matching(Env& env) {
+  ibv_device_attr_ex da = {};
+  ASSERT_EQ(ibv_query_device_ex(env.ctx, nullptr, &da), 0);
+  EXPECT_TRUE(da.tm_caps.flags & IBV_TM_CAP_RC);
+  ibv_srq_init_attr_ex sa = {};
+  sa.attr.max_wr = 4;
+  sa.attr.max_sge = 1;
+  sa.comp_mask =
+      IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_CQ | IBV_SRQ_INIT_ATTR_TM;
+  sa.srq_type = IBV_SRQT_TM;
+  sa.pd = env.pd;
+  sa.cq = env.cq;
+  sa.tm_cap = {1, 4};
+  sa.comp_mask &= ~IBV_SRQ_INIT_ATTR_CQ;
+  SWEEP_EXPECT_NULL(ibv_create_srq_ex(env.ctx, &sa), EINVAL);  // its list completes into a CQ
+  sa.comp_mask |= IBV_SRQ_INIT_ATTR_CQ;
+  ibv_srq* s = ibv_create_srq_ex(env.ctx, &sa);
+  ASSERT_NE(s, nullptr) << errno;
+  ibv_sge sge = {reinterpret_cast<uintptr_t>(env.page), 64, env.mr->lkey};
+  ibv_ops_wr op = {};
+  op.opcode = IBV_WR_TAG_ADD;
+  op.tm.add.sg_list = &sge;
+  op.tm.add.num_sge = 1;
+  ibv_ops_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_srq_ops(s, &op, &bad), 0);       // unsignaled: no completion
+  EXPECT_EQ(ibv_post_srq_ops(s, &op, &bad), ENOMEM);  // one tag only
+  EXPECT_EQ(bad, &op);
+  op.opcode = IBV_WR_TAG_DEL;
+  op.tm.handle = 7;
+  EXPECT_EQ(ibv_post_srq_ops(s, &op, &bad), EINVAL);  // no such tag
+  ibv_wc wc;
+  EXPECT_EQ(ibv_poll_cq(env.cq, 1, &wc), 0);
+  EXPECT_EQ(ibv_destroy_srq(s), 0);
 }
 
 void td_parent(Env& env) {
@@ -274,7 +310,7 @@ std::vector<Case> inline_cases() {
       {"ibv_create_srq_ex", xrc, nullptr},
       {"ibv_get_srq_num", xrc, nullptr},
       {"ibv_open_qp", xrc, nullptr},
-      {"ibv_post_srq_ops", xrc, nullptr},
+      {"ibv_post_srq_ops", tag_matching, nullptr},
       {"ibv_alloc_td", td_parent, nullptr},
       {"ibv_dealloc_td", td_parent, nullptr},
       {"ibv_alloc_parent_domain", td_parent, nullptr},
