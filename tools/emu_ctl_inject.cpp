@@ -90,10 +90,12 @@ int emu_ctl_inject(int argc, char** argv, emu::Segment* (*attach)()) {
   if (!seg) return kExitFailed;
   if (what == "set") {
     std::string err;
-    if (emu::inject_set(seg, argv[2], &err) != emu::Status::ok) {
+    emu::InjectRules rules;
+    if (emu::inject_parse(argv[2], &rules, &err) != emu::Status::ok) {
       std::fprintf(stderr, "emu-ctl: inject: %s\n", err.c_str());
       return kExitUsage;
     }
+    emu::inject_set(seg, rules);
   }
   if (what == "clear") emu::inject_clear(seg);
   if (what == "event" || what == "qp-error" || what == "overrun") return act(seg, argc, argv);

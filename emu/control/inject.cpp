@@ -10,6 +10,7 @@
 #include <cstring>
 #include <mutex>
 
+#include "control/rule_text.h"
 #include "emu/config.h"
 #include "emu/wqe.h"
 
@@ -133,16 +134,8 @@ bool parse_rule(std::string_view text, InjectRules* out, std::string* err) {
     return false;
   }
   std::string_view rest = colon == std::string_view::npos ? "" : text.substr(colon + 1);
-  while (!rest.empty()) {
-    size_t comma = rest.find(',');
-    std::string_view kv = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
-    size_t eq = kv.find('=');
-    if (eq == std::string_view::npos || !parse_key(kv.substr(0, eq), kv.substr(eq + 1), &r)) {
-      *err = "bad setting '" + std::string(kv) + "' in '" + std::string(text) + "'";
-      return false;
-    }
-  }
+  auto set = [&](std::string_view key, std::string_view val) { return parse_key(key, val, &r); };
+  if (!for_each_setting(text, rest, err, set)) return false;
   if (r.kind == kInjectWc ? r.syndrome == 0 : (r.op == 0 || r.err == 0)) {
     *err = std::string("'") + std::string(text) +
            (r.kind == kInjectWc ? "' needs status=" : "' needs verb= and errno=");
@@ -205,15 +198,9 @@ bool inject_event_type(std::string_view name, uint32_t* type) {
 
 Status inject_parse(std::string_view text, InjectRules* out, std::string* err) {
   *out = InjectRules{};
-  while (!text.empty()) {
-    size_t semi = text.find(';');
-    std::string_view part = text.substr(0, semi);
-    text = semi == std::string_view::npos ? "" : text.substr(semi + 1);
-    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
-    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
-    if (!part.empty() && !parse_rule(part, out, err)) return Status::invalid;
-  }
-  return Status::ok;
+  bool ok =
+      for_each_part(text, ';', [&](std::string_view part) { return parse_rule(part, out, err); });
+  return ok ? Status::ok : Status::invalid;
 }
 
 std::string inject_format(const InjectRules& rules) {
@@ -266,13 +253,6 @@ void inject_set(Segment* seg, const InjectRules& rules) {
   t.seq.fetch_add(1, std::memory_order_acq_rel);
 }
 
-Status inject_set(Segment* seg, std::string_view text, std::string* err) {
-  InjectRules rules;
-  Status st = inject_parse(text, &rules, err);
-  if (st == Status::ok) inject_set(seg, rules);
-  return st;
-}
-
 void inject_clear(Segment* seg) { inject_set(seg, InjectRules{}); }
 
 void inject_from_env(Segment* seg) {
@@ -292,17 +272,14 @@ void inject_from_env(Segment* seg) {
 InjectRules inject_get(const Segment* seg) {
   const InjectTable& t = seg->hdr()->inject;
   InjectRules out;
-  for (;;) {
-    uint32_t s1 = t.seq.load(std::memory_order_acquire);
-    if (s1 & 1) continue;
+  seqlock_read(t.seq, [&] {
     out.n = t.nrules.load(std::memory_order_acquire);
     for (uint32_t i = 0; i < out.n && i < kMaxInjectRules; ++i) {
       const InjectRule& r = t.rule[i];
       out.rule[i] = InjectRuleSpec{r.kind, r.op, r.syndrome, r.qpn, r.nth, r.err};
     }
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (t.seq.load(std::memory_order_relaxed) == s1) return out;
-  }
+  });
+  return out;
 }
 
 void inject_fired(const Segment* seg, uint32_t fired[kMaxInjectRules]) {

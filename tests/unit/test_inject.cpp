@@ -63,9 +63,16 @@ TEST(Inject, NamesOfStatusesAndEvents) {
 }
 
 // The WRs a rule acts on among a fixed sequence (QP numbers and opcodes), as the engine asks.
-std::vector<int> hits(Segment* s, const char* rules) {
+// Parses text and sets its rules.
+void set(Segment* s, const char* text) {
+  InjectRules rules;
   std::string err;
-  EXPECT_EQ(inject_set(s, rules, &err), Status::ok) << err;
+  EXPECT_EQ(inject_parse(text, &rules, &err), Status::ok) << err;
+  inject_set(s, rules);
+}
+
+std::vector<int> hits(Segment* s, const char* rules) {
+  set(s, rules);
   const uint8_t ops[] = {kOpSend, kOpRdmaWrite, kOpRdmaWrite, kOpRdmaRead, kOpRdmaWrite, kOpSend};
   std::vector<int> out;
   for (int i = 0; i < 12; ++i) {
@@ -93,8 +100,7 @@ TEST(Inject, NthMatchActsTheSameEveryTime) {
 
 TEST(Inject, VerbRuleFailsTheNthCallOfItsVerbOnly) {
   Segment* s = Segment::get();
-  std::string err;
-  ASSERT_EQ(inject_set(s, "fail:verb=create_qp,errno=EAGAIN,nth=2", &err), Status::ok);
+  set(s, "fail:verb=create_qp,errno=EAGAIN,nth=2");
   EXPECT_EQ(inject_verb_check(s, kVerbRegMr), 0);
   EXPECT_EQ(inject_verb_check(s, kVerbCreateQp), 0);
   EXPECT_EQ(inject_verb_check(s, kVerbCreateQp), EAGAIN);

@@ -13,16 +13,7 @@ namespace vt {
 namespace {
 
 // `emu-ctl ARGS` in this process's fabric: its output, or "FAILED: ..." if it failed.
-std::string ctl(const std::string& args) {
-  std::string cmd = std::string(EMU_CTL) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return "FAILED: popen";
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, f)) out += buf;
-  if (pclose(f) != 0) out = "FAILED: " + cmd + ": " + out;
-  return out;
-}
+std::string ctl(const std::string& args) { return run_command(std::string(EMU_CTL) + " " + args); }
 
 bool ctl_ok(const std::string& args) { return ctl(args).rfind("FAILED", 0) != 0; }
 

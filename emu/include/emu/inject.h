@@ -42,7 +42,6 @@ std::string inject_format(const InjectRules& rules);
 
 // Publishes rules to the fabric (replacing any), with their match counters at zero.
 void inject_set(Segment* seg, const InjectRules& rules);
-Status inject_set(Segment* seg, std::string_view text, std::string* err);
 void inject_clear(Segment* seg);
 // EMU_INJECT: its rules, set once per process (at its first device opened) unless the fabric
 // already has the same rules (then their counters go on: the second process of a run keeps
