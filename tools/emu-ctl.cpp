@@ -8,6 +8,7 @@
 //   emu-ctl check                   the segment consistency checker (emu/check.h)
 //   emu-ctl races [--json] [--from N]  the race events the devices recorded
 //   emu-ctl faults [set RULES|clear]  the fabric's wire fault rules and counters (emu/faults.h)
+//   emu-ctl inject [...]            error injection: rules, async events, QP errors, overruns
 //   emu-ctl knobs [--markdown]      every EMU_* variable with its default (docs/knobs.md's table)
 //   emu-ctl fabrics                 this user's fabrics in EMU_SHM_DIR: size, processes, kept
 //   emu-ctl rm FABRIC [--force]     remove a fabric's segment
@@ -30,6 +31,7 @@
 #include "emu/faults.h"
 #include "emu/race_log.h"
 #include "emu/segment.h"
+#include "emu_ctl_inject.h"
 
 namespace {
 
@@ -48,6 +50,7 @@ int cmd_census(int argc, char** argv);
 int cmd_races(int argc, char** argv);
 int cmd_check(int argc, char** argv);
 int cmd_faults(int argc, char** argv);
+int cmd_inject(int argc, char** argv);
 int cmd_knobs(int argc, char** argv);
 int cmd_fabrics(int argc, char** argv);
 int cmd_rm(int argc, char** argv);
@@ -82,6 +85,14 @@ const Command kCommands[] = {
      "reordered, delayed, corrupted; retransmissions, NAKs, ACK timeouts), or replace the rules "
      "(RULES as EMU_FAULTS: docs/reliability.md), or remove them",
      cmd_faults},
+    {"inject", "[set RULES | clear | event TYPE OBJ [PORT] | qp-error QPN | overrun CQ]",
+     "print the fabric's error injection rules and how often each acted, replace them (RULES as "
+     "EMU_INJECT: docs/reliability.md) or remove them; or act now: raise async event TYPE "
+     "(qp_fatal, cq_err, srq_limit_reached, port_err, device_fatal, ...) on OBJ (a QP number, a "
+     "CQ or SRQ handle, a device name for port and device events, with PORT) with the state "
+     "change hardware makes with it, move QP QPN to ERR (IBV_EVENT_QP_FATAL), or make CQ's next "
+     "CQE find it full (IBV_EVENT_CQ_ERR, its QPs to ERR)",
+     cmd_inject},
     {"knobs", "[--markdown]",
      "every EMU_* variable with its default and meaning, from the table in the code; --markdown: "
      "as the table of docs/knobs.md (tools/knobs-doc.sh checks the two are the same)",
@@ -225,6 +236,8 @@ int cmd_check(int argc, char**) {
   std::fputs(emu::check_text(r).c_str(), stdout);
   return r.ok() ? 0 : kExitFailed;
 }
+
+int cmd_inject(int argc, char** argv) { return emu_ctl_inject(argc, argv, attach); }
 
 int cmd_faults(int argc, char** argv) {
   bool set = argc >= 3 && std::strcmp(argv[1], "set") == 0;

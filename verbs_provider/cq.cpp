@@ -10,6 +10,7 @@
 
 #include "emu/barriers.h"
 #include "emu/device.h"
+#include "emu/inject.h"
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
@@ -354,6 +355,7 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
   uint32_t log = 1;
   while ((1u << log) < static_cast<uint32_t>(cqe) + 1) ++log;
   uint32_t cnt = 1u << log;
+  if (int err = inject_verb_check(segment(), kVerbCreateCq)) return fail_null<EmuCq>(err);
   auto* cq = new (std::nothrow) EmuCq();
   if (!cq) return fail_null<EmuCq>(ENOMEM);
   CqSpec spec{to_ctx(context)->dev,

@@ -10,6 +10,7 @@
 #include <mutex>
 #include <unordered_map>
 
+#include "emu/inject.h"
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/port.h"
@@ -327,6 +328,7 @@ namespace emu::prov {
 ibv_context* open_context(ibv_device* device, int cmd_fd) {
   Segment* seg = segment();
   if (!seg) return fail_null<ibv_context>(ENODEV);
+  inject_from_env(seg);  // EMU_INJECT: before the first verb it can fail
   auto* ctx = new (std::nothrow) EmuContext();
   if (!ctx) return fail_null<ibv_context>(ENOMEM);
   ctx->dev = reinterpret_cast<EmuDevice*>(device)->index;
@@ -557,6 +559,9 @@ int ibv_get_async_event(ibv_context* context, ibv_async_event* event) {
       case IBV_EVENT_CLIENT_REREGISTER:
       case IBV_EVENT_GID_CHANGE:
         event->element.port_num = static_cast<int>(rec.element_uid);
+        return 0;
+      case IBV_EVENT_DEVICE_FATAL:
+        event->element.port_num = 0;  // no object: the device itself
         return 0;
       case IBV_EVENT_SRQ_ERR:
       case IBV_EVENT_SRQ_LIMIT_REACHED: {

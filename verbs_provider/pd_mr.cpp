@@ -4,6 +4,7 @@
 #include <cerrno>
 #include <cstring>
 
+#include "emu/inject.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
 #include "forward.h"
@@ -62,6 +63,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   if (!implicit && ((length == 0 && !device_memory) || length > Limits::max_mr_size || !addr))
     return fail_null<ibv_mr>(EINVAL);
   if (implicit && iova) return fail_null<ibv_mr>(EINVAL);
+  if (int err = inject_verb_check(segment(), kVerbRegMr)) return fail_null<ibv_mr>(err);
   if (!odp && !device_memory && !range_mapped(addr, length)) return fail_null<ibv_mr>(EFAULT);
   auto* mr = new (std::nothrow) EmuMr();
   if (!mr) return fail_null<ibv_mr>(ENOMEM);
@@ -117,6 +119,7 @@ ibv_pd* ibv_alloc_pd(ibv_context* context) {
     auto fn = REAL(ibv_alloc_pd, "IBVERBS_1.1");
     return fn ? fn(context) : fail_null<ibv_pd>(EINVAL);
   }
+  if (int err = inject_verb_check(segment(), kVerbAllocPd)) return fail_null<ibv_pd>(err);
   auto* pd = new (std::nothrow) EmuPd();
   if (!pd) return fail_null<ibv_pd>(ENOMEM);
   uint32_t slot;

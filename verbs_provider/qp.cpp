@@ -7,6 +7,7 @@
 #include "av.h"
 #include "emu/barriers.h"
 #include "emu/device.h"
+#include "emu/inject.h"
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
@@ -318,6 +319,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
 
   EmuContext* ctx = to_ctx(context);
   EmuPd* epd = to_pd(attr->pd);
+  if (int err = inject_verb_check(segment(), kVerbCreateQp)) return fail_null<ibv_qp>(err);
   auto* qp = new (std::nothrow) EmuQp();
   if (!qp) return fail_null<ibv_qp>(ENOMEM);
   // A thread domain's QPs ring its own register; the others share the context's round-robin.

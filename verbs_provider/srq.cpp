@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "emu/barriers.h"
+#include "emu/inject.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
 #include "emu/xrc.h"
@@ -150,6 +151,7 @@ EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrc
   uint32_t stride = pow2_at_least(sizeof(SrqNextSeg) + sge * sizeof(DataSeg));
   uint32_t cnt = pow2_at_least(a.max_wr + 1);  // one WQE always stays free as the tail
   EmuContext* ctx = to_ctx(pd->context);
+  if (int err = inject_verb_check(segment(), kVerbCreateSrq)) return fail_null<EmuSrq>(err);
   auto* s = new (std::nothrow) EmuSrq();
   if (!s) return fail_null<EmuSrq>(ENOMEM);
   Segment* seg = segment();

@@ -70,6 +70,13 @@ const KnobDoc kKnobs[] = {
      "of a QP), times, qp, dev, op (send, write, read, atomic, ack, ud). Set in the segment by the "
      "first engine of each process that has it; `emu-ctl faults` changes them on a running "
      "fabric. While rules are set, messages travel as packets and RC recovers as the IBTA says."},
+    {"EMU_INJECT", "",
+     "Error injection rules for the fabric (docs/reliability.md, \"Error injection\"): "
+     "`wc:status=S[,qp=N][,op=send|write|read|atomic][,nth=K]` completes the Kth matching send WR "
+     "with ibv_wc_status S (vendor_err 0xe1) and its QP goes to ERR; "
+     "`fail:verb=reg_mr|create_qp|create_cq|create_srq|alloc_pd,errno=E[,nth=K]` fails the Kth "
+     "call with errno E. Rules separated by ';'; set in the segment when a process opens its first "
+     "device; `emu-ctl inject` changes them on a running fabric."},
     {"EMU_ACK_TIMEOUT_SCALE", "1",
      "Factor on every QP's local ACK timeout (4.096 us x 2^timeout): a retry after a lost packet "
      "or a missing answer waits this much of it (e.g. 0.01 for tests of retries)."},

@@ -185,7 +185,7 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     if (state != kQpsRts) return;
     if (qp.stall.load() != kStallNone && !retry_now(qp, &force_retry)) return;
     // Several plain RDMA WRITEs waiting (the device thread falls behind a fast poster): one copy.
-    if (qp.stall.load(std::memory_order_relaxed) == kStallNone && !wire_on() &&
+    if (qp.stall.load(std::memory_order_relaxed) == kStallNone && !wire_on() && !inject_on() &&
         step_execute_writes(qp, pi))
       continue;
     uint32_t bbs = 1;
@@ -194,6 +194,7 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
       fail_malformed(qp, got);
       continue;
     }
+    if (inject_on() && inject_head(qp, buf, bbs)) continue;
     const CtrlSeg& ctrl = *reinterpret_cast<const CtrlSeg*>(buf);
     CqeInfo info;
     ExecOutcome out = step_execute(qp, buf, &info);
@@ -281,7 +282,14 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
 
 bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   sched::point(sched::kPointDevCqe, info.qpn, info.wqe_counter);
-  if (cq.overrun.load(std::memory_order_relaxed)) return false;  // a CQ in error takes no more
+  // A CQ in error takes no more; one an injection armed takes this CQE as full (kCqOverrunArmed).
+  if (uint32_t o = cq.overrun.load(std::memory_order_relaxed)) {
+    if (o == kCqOverrunArmed) {
+      log("CQ %u: injected overrun", static_cast<uint32_t>(&cq - h_->cqs));
+      cq_error(cq);
+    }
+    return false;
+  }
   // One load of the ring this CQE goes to (a resize switches it; resize_cq waits for this
   // engine section to close before it moves what the old ring holds).
   uint64_t ring_word = cq.ring.load(std::memory_order_acquire);
@@ -294,17 +302,8 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity) {
     // The CQ is full: the completion cannot be placed. As a NIC does: the CQ enters error
     // (IBV_EVENT_CQ_ERR to its owner) and so does every QP completing into it.
-    if (!cq.overrun.exchange(1)) {
-      log("CQ overrun (cqe count %u)", capacity);
-      if (cq.ctx < kMaxContexts) notify_async(h_->ctxs[cq.ctx], cq.uid, kEvCqErr);
-      uint32_t idx = static_cast<uint32_t>(&cq - h_->cqs);
-      for (QpSlot& q : h_->qps)
-        if (q.state.load(std::memory_order_acquire) == kSlotLive &&
-            (q.send_cq == idx || q.recv_cq == idx) && q.qp_state.load() != kQpsErr) {
-          enter_error(q);  // before the event: whoever reads it finds the QP in ERR
-          raise_qp_event(q, kEvQpFatal);
-        }
-    }
+    log("CQ overrun (cqe count %u)", capacity);
+    cq_error(cq);
     return false;
   }
   Cqe64* ring = seg_->at<Cqe64>(cq_ring_off(ring_word));
@@ -336,12 +335,25 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   if (err) {
     auto* e = reinterpret_cast<ErrCqe*>(&c);
     e->syndrome = info.syndrome;
-    e->vendor_err_synd = info.syndrome;
+    e->vendor_err_synd = info.vendor_err ? info.vendor_err : info.syndrome;
   }
   uint8_t owner = (pi >> log_cnt) & 1;
   uint8_t inline_bit = info.inline_scatter ? kCqeInlineScatter32 : 0;
   cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | inline_bit | owner));
   return true;
+}
+
+void Engine::cq_error(CqSlot& cq) {
+  if (cq.overrun.exchange(kCqOverrunDone) == kCqOverrunDone) return;  // once
+  EngineSection in_engine(seg_);
+  if (cq.ctx < kMaxContexts) notify_async(h_->ctxs[cq.ctx], cq.uid, kEvCqErr);
+  uint32_t idx = static_cast<uint32_t>(&cq - h_->cqs);
+  for (QpSlot& q : h_->qps)
+    if (q.state.load(std::memory_order_acquire) == kSlotLive &&
+        (q.send_cq == idx || q.recv_cq == idx) && q.qp_state.load() != kQpsErr) {
+      enter_error(q);  // before the event: whoever reads it finds the QP in ERR
+      raise_qp_event(q, kEvQpFatal);
+    }
 }
 
 void Engine::step_raise_event(CqSlot& cq, const CqeInfo& info) {

@@ -62,6 +62,7 @@ struct CqeInfo {
   // Requester: a rendezvous this SEND started at a TM SRQ, finished once the SEND has completed
   // (the read, the FIN to the requester, the data CQE): 1 + (SRQ slot << 16 | tag index).
   uint32_t tm_rndv;
+  uint8_t vendor_err;  // error CQEs: 0 = the syndrome, as mlx5 reports it
 };
 
 // An error CQE for the WQE at consumer position ci of qp's send queue (kCqeReqErr, naming the
@@ -108,6 +109,12 @@ class Engine {
 
   // Moves a QP to ERR and flushes both queues, as a device does after an error.
   void enter_error(QpSlot& qp);
+
+  // The CQ enters error, as after an overrun: it takes no more CQEs, its owner gets
+  // IBV_EVENT_CQ_ERR and every QP completing into it goes to ERR with IBV_EVENT_QP_FATAL.
+  void cq_error(CqSlot& cq);
+  // An async event on qp, to its owner (an XRC TGT QP: to every holder of a handle).
+  void raise_qp_event(const QpSlot& qp, uint32_t type);
 
   // Writes one CQE and raises the completion event if the CQ is armed for it.
   void write_cqe(CqSlot& cq, const CqeInfo& info);
@@ -226,6 +233,12 @@ class Engine {
   bool wire_answer(const Exchange& x, const FaultRules& rules, WireQp& ws, uint8_t op, uint8_t aeth,
                    uint32_t psn);
   void wire_capture(const Exchange& x, const WirePacket& p);
+
+  // Error injection (engine_inject.cpp, emu/inject.h): on while wc rules are set, one test.
+  bool inject_on() const { return h_->inject.wc_rules.load(std::memory_order_relaxed) != 0; }
+  // The head WQE (buf, bbs blocks), on its first execution: completed with an injected status
+  // (and the send queue stopped) if a rule acts on it.
+  bool inject_head(QpSlot& qp, const uint8_t* buf, uint32_t bbs);
   // UD: how many copies of the datagram arrive (0, 1, 2), and its capture.
   int ud_on_wire(const QpSlot& qp, const engine_detail::ParsedWqe& w, int local_pid, uint32_t dqpn,
                  uint32_t qkey);
@@ -296,7 +309,6 @@ class Engine {
   bool peer_still_there(QpSlot& qp, const QpSlot& r);
   void set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us);
   void clear_stall(QpSlot& qp);
-  void raise_qp_event(const QpSlot& qp, uint32_t type);
 
   Segment* seg_;
   Header* h_;

@@ -6,6 +6,8 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "control/rule_text.h"
+
 namespace emu {
 namespace {
 
@@ -80,16 +82,8 @@ bool parse_rule(std::string_view text, FaultRules* out, std::string* err) {
   r.any_dev = 1;
   r.times = 1;
   std::string_view rest = colon == std::string_view::npos ? "" : text.substr(colon + 1);
-  while (!rest.empty()) {
-    size_t comma = rest.find(',');
-    std::string_view kv = rest.substr(0, comma);
-    rest = comma == std::string_view::npos ? "" : rest.substr(comma + 1);
-    size_t eq = kv.find('=');
-    if (eq == std::string_view::npos || !parse_key(kv.substr(0, eq), kv.substr(eq + 1), &r)) {
-      *err = "bad setting '" + std::string(kv) + "' in '" + std::string(text) + "'";
-      return false;
-    }
-  }
+  auto set = [&](std::string_view key, std::string_view val) { return parse_key(key, val, &r); };
+  if (!for_each_setting(text, rest, err, set)) return false;
   out->rule[out->n++] = r;
   return true;
 }
@@ -113,15 +107,9 @@ const char* fault_name(FaultKind k) { return k < kFaultKinds ? kKindNames[k] : "
 
 Status faults_parse(std::string_view text, FaultRules* out, std::string* err) {
   *out = FaultRules{};
-  while (!text.empty()) {
-    size_t semi = text.find(';');
-    std::string_view part = text.substr(0, semi);
-    text = semi == std::string_view::npos ? "" : text.substr(semi + 1);
-    while (!part.empty() && part.front() == ' ') part.remove_prefix(1);
-    while (!part.empty() && part.back() == ' ') part.remove_suffix(1);
-    if (!part.empty() && !parse_rule(part, out, err)) return Status::invalid;
-  }
-  return Status::ok;
+  bool ok =
+      for_each_part(text, ';', [&](std::string_view part) { return parse_rule(part, out, err); });
+  return ok ? Status::ok : Status::invalid;
 }
 
 std::string faults_format(const FaultRules& rules) {
@@ -171,15 +159,12 @@ void faults_clear(Segment* seg) { faults_set(seg, FaultRules{}); }
 FaultRules faults_get(const Segment* seg) {
   const FaultTable& t = seg->hdr()->faults;
   FaultRules r;
-  for (;;) {
-    uint32_t s1 = t.seq.load(std::memory_order_acquire);
-    if (s1 & 1) continue;
+  seqlock_read(t.seq, [&] {
     r.n = t.nrules.load(std::memory_order_acquire);
     r.seed = t.seed;
     std::memcpy(r.rule, t.rules, sizeof r.rule);
-    std::atomic_thread_fence(std::memory_order_acquire);
-    if (t.seq.load(std::memory_order_relaxed) == s1) return r;
-  }
+  });
+  return r;
 }
 
 FaultCounters faults_counters(const Segment* seg) {

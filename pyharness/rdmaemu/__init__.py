@@ -7,6 +7,8 @@ libc interposer and puts this package on the path:
     census(), port(), set_port()      the fabric from outside (emu-ctl); census(device=) on a
                                       real device: the kernel's RDMA netlink
     set_faults(), clear_faults(), faults()   wire faults by seed (docs/reliability.md)
+    set_inject(), inject(), inject_event(), inject_qp_error(), inject_cq_overrun()   error
+                                      injection on demand (docs/reliability.md)
     Scenario, post, poll, run(), replay(), builtin()   the deterministic scheduler
     Player                            a process that runs verbs steps on command
 """
@@ -16,14 +18,16 @@ from . import _rdmaemu
 from ._rdmaemu import (Campaign, DeviceInfo, PortInfo, RaceEvent, Run, VerbsError, builtin,
                        builtin_scenarios, devices, race_events, races_recorded)
 from .census import Census, census, kernel_census
-from .control import clear_faults, faults, port_state, set_faults, set_port
+from .control import (clear_faults, clear_inject, faults, inject, inject_cq_overrun, inject_event,
+                      inject_qp_error, port_state, set_faults, set_inject, set_port)
 from .players import Player
 from .scenario import Scenario, flush, poll, post, replay, run, yield_
 
 __all__ = [
     "Campaign", "Census", "DeviceInfo", "Player", "PortInfo", "RaceEvent", "Run", "Scenario",
     "VerbsError", "builtin", "builtin_scenarios", "census", "clear_faults", "devices", "faults",
-    "flush", "kernel_census", "poll", "set_faults",
+    "flush", "kernel_census", "poll", "set_faults", "clear_inject", "inject", "inject_cq_overrun",
+    "inject_event", "inject_qp_error", "set_inject",
     "port_state", "post", "race_events", "races_recorded", "replay", "run", "set_port",
     "yield_", "preloaded",
 ]

@@ -45,3 +45,48 @@ def faults(fabric: str = None, timeout: float = 30) -> dict:
         key, _, value = line.partition(" ")
         out[key] = value if key == "rules" else int(value)
     return out
+
+
+def set_inject(rules: str, fabric: str = None, timeout: float = 30) -> None:
+    """Replaces the fabric's error injection rules (EMU_INJECT's grammar, docs/reliability.md
+    "Error injection"): `wc:status=...` completes a chosen send WR with a chosen status,
+    `fail:verb=...,errno=...` fails the Nth creation verb. Their counts start at zero."""
+    _ctl(["inject", "set", rules], fabric, timeout)
+
+
+def clear_inject(fabric: str = None, timeout: float = 30) -> None:
+    """Removes every error injection rule."""
+    _ctl(["inject", "clear"], fabric, timeout)
+
+
+def inject(fabric: str = None, timeout: float = 30) -> dict:
+    """The fabric's injection rules (key "rules", a string, "none" without any) and, per rule
+    index, how often it acted (key "fired", a list of ints)."""
+    out = {"rules": "none", "fired": []}
+    for line in _ctl(["inject"], fabric, timeout).splitlines():
+        key, _, value = line.partition(" ")
+        if key == "rules":
+            out["rules"] = value
+        elif key == "fired":
+            out["fired"].append(int(value.split()[1]))
+    return out
+
+
+def inject_event(event: str, obj, port: int = None, fabric: str = None,
+                 timeout: float = 30) -> None:
+    """Raises async event `event` (qp_fatal, cq_err, srq_limit_reached, port_err, device_fatal,
+    ...; any ibv_event_type name) on obj (a QP number, a CQ or SRQ handle, or a device name for
+    port and device events, with port) with the state change hardware makes with it."""
+    args = ["inject", "event", event, str(obj)] + ([str(port)] if port is not None else [])
+    _ctl(args, fabric, timeout)
+
+
+def inject_qp_error(qpn: int, fabric: str = None, timeout: float = 30) -> None:
+    """Moves QP qpn to ERR as a fatal error would (IBV_EVENT_QP_FATAL to its owner)."""
+    _ctl(["inject", "qp-error", str(qpn)], fabric, timeout)
+
+
+def inject_cq_overrun(cq: int, fabric: str = None, timeout: float = 30) -> None:
+    """Makes the next CQE of the CQ with handle cq find it full: IBV_EVENT_CQ_ERR, and its QPs to
+    ERR with IBV_EVENT_QP_FATAL."""
+    _ctl(["inject", "overrun", str(cq)], fabric, timeout)

@@ -33,6 +33,21 @@ def listening(port):
     return False
 
 
+def start_listening(argv, env, port, deadline=30):
+    """Starts a server and returns it once its TCP port listens (a condition polled under a
+    bounded deadline), or None when it ended or did not listen in time (killed, output printed)."""
+    srv = subprocess.Popen(argv, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                           text=True)
+    end = time.monotonic() + deadline
+    while not listening(port):
+        if srv.poll() is not None or time.monotonic() > end:
+            srv.kill()
+            print("FAIL server never listened\n", srv.communicate()[0])
+            return None
+        time.sleep(0.01)  # polling a condition with a bounded deadline
+    return srv
+
+
 def check(label, text, rc, args_rc, patterns, absent):
     ok = True
     if rc != args_rc:

@@ -16,10 +16,9 @@ import os
 import re
 import subprocess
 import sys
-import time
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pair import listening  # noqa: E402
+from pair import start_listening  # noqa: E402
 
 
 def tshark(capture, *args):
@@ -62,15 +61,9 @@ def main():
     ok = True
     srv = None
     try:
-        srv = subprocess.Popen([a.emu_run] + pp, env=env, stdout=subprocess.PIPE,
-                               stderr=subprocess.STDOUT, text=True)
-        deadline = time.monotonic() + 30
-        while not listening(a.port):
-            if srv.poll() is not None or time.monotonic() > deadline:
-                srv.kill()
-                print("FAIL server never listened\n", srv.communicate()[0])
-                return 1
-            time.sleep(0.01)  # polling a condition with a bounded deadline
+        srv = start_listening([a.emu_run] + pp, env, a.port)
+        if srv is None:
+            return 1
         try:
             cli = subprocess.run([a.emu_run] + pp + ["localhost"], env=env, stdout=subprocess.PIPE,
                                  stderr=subprocess.STDOUT, text=True, timeout=a.timeout)

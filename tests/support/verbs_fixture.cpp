@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdio>
 #include <cstring>
 #include <string>
 
@@ -331,6 +332,17 @@ int post_srq(ibv_srq* srq, uint64_t wr_id, ibv_sge* sg, int n) {
 
 int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n) {
   return post_one_recv(ibv_post_recv, "ibv_post_recv", qp, wr_id, sg, n);
+}
+
+std::string run_command(const std::string& command) {
+  std::string cmd = command + " 2>&1";
+  FILE* f = popen(cmd.c_str(), "r");
+  if (!f) return "FAILED: " + command + ": popen";
+  std::string out;
+  char buf[256];
+  while (std::fgets(buf, sizeof buf, f)) out += buf;
+  if (pclose(f) != 0) out = "FAILED: " + command + ": " + out;
+  return out;
 }
 
 void fill_pattern(uint8_t* d, size_t n, uint8_t seed, uint8_t step) {

@@ -8,6 +8,7 @@
 #include <chrono>
 #include <cstdint>
 #include <initializer_list>
+#include <string>
 #include <vector>
 
 namespace vt {
@@ -131,6 +132,10 @@ void expect_destroyed(const std::vector<T*>& made, Destroy destroy) {
     }
   }
 }
+
+// The output (stdout and stderr) of a shell command, or "FAILED: COMMAND: output" if it did not
+// exit with 0 (a tool such as emu-ctl, run in this process's fabric).
+std::string run_command(const std::string& command);
 
 // Test payloads: byte i of a pattern is seed + i * step.
 void fill_pattern(uint8_t* d, size_t n, uint8_t seed, uint8_t step);

@@ -24,16 +24,7 @@ namespace {
 const bool kShortTimeouts = setenv("EMU_ACK_TIMEOUT_SCALE", "0.01", 0) == 0;
 
 // `emu-ctl ARGS` in this process's fabric: its output; a gtest failure if it fails.
-std::string ctl(const std::string& args) {
-  std::string cmd = std::string(EMU_CTL) + " " + args + " 2>&1";
-  FILE* f = popen(cmd.c_str(), "r");
-  if (!f) return "popen failed";
-  std::string out;
-  char buf[256];
-  while (std::fgets(buf, sizeof buf, f)) out += buf;
-  if (pclose(f) != 0) out = "FAILED: " + cmd + ": " + out;
-  return out;
-}
+std::string ctl(const std::string& args) { return run_command(std::string(EMU_CTL) + " " + args); }
 
 uint64_t fnv(uint64_t h, const void* p, size_t n) {
   const uint8_t* b = static_cast<const uint8_t*>(p);

@@ -6,6 +6,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "emu/inject_layout.h"
 #include "emu/shm_lock.h"
 #include "emu/wire_layout.h"
 
@@ -24,7 +25,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 29;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 30;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -74,10 +75,20 @@ enum AsyncEvent : uint32_t {
   kEvQpReqErr = 2,
   kEvQpAccessErr = 3,
   kEvCommEst = 4,
+  kEvSqDrained = 5,
+  kEvPathMig = 6,
+  kEvPathMigErr = 7,
+  kEvDeviceFatal = 8,
   kEvPortActive = 9,
   kEvPortErr = 10,
+  kEvLidChange = 11,
+  kEvPkeyChange = 12,
+  kEvSmChange = 13,
+  kEvSrqErr = 14,
   kEvSrqLimit = 15,
   kEvLastWqe = 16,
+  kEvClientReregister = 17,
+  kEvGidChange = 18,
 };
 
 // Link layers and GID types use the numbering of IBV_LINK_LAYER_* and ibv_gid_type.
@@ -296,8 +307,8 @@ struct CqSlot {
   alignas(64) std::atomic<uint32_t> ci;  // consumer index (the CQ doorbell record)
   // Rarely written.
   alignas(64) std::atomic<uint32_t> arm;  // CqArm
-  std::atomic<uint32_t> overrun;
-  std::atomic<uint32_t> stalled_qps;  // QPs completing here whose head WQE waits for a retry
+  std::atomic<uint32_t> overrun;          // CqOverrun
+  std::atomic<uint32_t> stalled_qps;      // QPs completing here whose head WQE waits for a retry
 };
 
 // CqSlot::ring: a ring's offset (4096-aligned), its log2 CQE count in bits 0-5 and, in bits 6-11,
@@ -553,6 +564,7 @@ struct Header {
   RaceLog races;
   FaultTable faults;     // wire faults (emu/faults.h)
   WireQp wire[kMaxQps];  // per QP slot: its head message on the packet wire (emu/wire/)
+  InjectTable inject;    // error injection rules (emu/inject.h)
 };
 
 }  // namespace emu
