@@ -10,6 +10,7 @@
 
 #include "emu/barriers.h"
 #include "emu/device.h"
+#include "emu/kill_point.h"
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
@@ -391,6 +392,7 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     return -1;
   }
   cq->lock.lock();
+  EMU_KILL_POINT(KillPoint::cq_lock);
   maybe_progress(cq);
   int i = 0;
   uint64_t ts;

@@ -7,6 +7,7 @@
 #include "device/engine.h"
 #include "device/engine_internal.h"
 #include "device/wqe_parse.h"
+#include "emu/kill_point.h"
 #include "shm/shared_map.h"
 
 namespace emu {
@@ -234,6 +235,7 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   uint8_t resp_syndrome = 0;
   {
     ShmLockGuard held(recv_lock(rq), seg_->self());
+    EMU_KILL_POINT(KillPoint::recv_lock);  // the peer's lock, held by us
     if (recv_empty_wait(x.qp, rq)) return rnr(x);
     ExecOutcome early;
     if (!send_payload(x, rq, &rc, &resp_syndrome, &early)) return early;
