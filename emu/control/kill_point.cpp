@@ -12,7 +12,7 @@ namespace emu {
 namespace {
 
 constexpr const char* kNames[] = {
-    "doorbell", "qp_lock",     "cq_lock",      "srq_lock",    "bf_copy",        "heap_alloc",
+    "doorbell",    "qp_lock",      "cq_lock",     "srq_lock",  "bf_copy",     "heap_alloc",
     "slot_create", "slot_destroy", "engine_lock", "recv_lock", "cm_req_sent", "cm_established",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == static_cast<size_t>(KillPoint::count));
@@ -34,8 +34,9 @@ bool parse_u64(const char* s, uint64_t* v) {
   return *end == 0;
 }
 
-// Read before main: the provider's library is loaded by then, and no point can be passed earlier.
-__attribute__((constructor)) void read_kill_at() {
+// Read before main, and before any other constructor of the program or library (one may already
+// pass a point: a test's probe that attaches and allocates).
+__attribute__((constructor(101))) void read_kill_at() {
   const char* text = std::getenv("EMU_KILL_AT");
   if (!text || !*text) return;
   if (!parse_kill_at(text, &g_target)) {

@@ -104,19 +104,22 @@ class Sweep:
                 return True
         return surv.p.poll() is not None
 
-    def check_census(self, c, label, procs, final):
+    # dead: the victim's pid, or None once every process is gone. (A survivor that exits while the
+    # census runs may be seen dead after the census's sweep: its objects go with the next sweep.)
+    def check_census(self, c, label, procs, dead=None):
         if c is None:
             self.fail("the census did not answer (a lock left held?)", "hangs", label, procs)
             return
-        if c["dead_owned"]:
-            self.fail(f"owned by the dead: {c['dead_owned']}", "dead_owned", label, procs)
+        left = [o for o in c["dead_owned"] if dead is None or o["owner_pid"] == dead]
+        if left:
+            self.fail(f"owned by the dead: {left}", "dead_owned", label, procs)
         if c["locks_held_by_dead"]:
             self.fail(f"locks held by the dead after the sweep: {c['locks_held_by_dead']}",
                       "hangs", label, procs)
         if c["leaked_heap_blocks"] != 0:
             self.totals["leaked_heap_blocks"] += max(1, c["leaked_heap_blocks"])
             print(f"FAIL {label}: leaked heap blocks {c['leaked_heap_blocks']}")
-        if final and c["objects"]:
+        if dead is None and c["objects"]:
             self.fail(f"left after every process went: {c['objects']}", "dead_owned", label, procs)
 
     def one(self, i, kind):
@@ -161,7 +164,8 @@ class Sweep:
         else:
             self.totals["kills"] += 1
             self.totals[kind] += 1
-            self.check_census(self.census(env), label, procs.items(), final=False)
+            pid = int(re.search(r"EMU_KILL_AT: pid (\d+)", vic.text()).group(1))
+            self.check_census(self.census(env), label, procs.items(), dead=pid)
         if surv:
             ended = self.survivor_done(surv, env, killed)
             if surv.p.poll() is None:
@@ -181,7 +185,7 @@ class Sweep:
         self.finish_fabric(env, fabric, label, procs)
 
     def finish_fabric(self, env, fabric, label, procs):
-        self.check_census(self.census(env), label, procs.items(), final=True)
+        self.check_census(self.census(env), label, procs.items())
         seg = os.path.join(self.shm, f"rdmaemu-{os.getuid()}-{fabric}")
         if os.path.exists(seg):
             self.fail("the fabric's segment file was left", "dead_owned", label, procs.items())

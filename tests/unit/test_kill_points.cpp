@@ -124,6 +124,8 @@ TEST(HeapAudit, BlocksHalfAllocatedOrHalfFreedAreReclaimed) {
 TEST(HeapAudit, AProcessKilledInsideAnAllocationLeaksABlockTheSweepReclaims) {
   Segment* s = Segment::get();
   ASSERT_NE(s, nullptr);
+  s->sweep_dead();  // what earlier tests of this process left
+  ASSERT_TRUE(s->audit_heap(true, true).done);
   uint64_t before = heap_free_bytes(s);
   std::string out;
   int rc = spawn_self({"EMU_UNIT_PROBE=alloc", "EMU_FABRIC=" + config().fabric,
@@ -145,6 +147,8 @@ TEST(HeapAudit, AProcessKilledInsideAnAllocationLeaksABlockTheSweepReclaims) {
 TEST(HeapAudit, RingsOfASlotWhoseDestroyDiedAreReclaimedByTheSweep) {
   Segment* s = Segment::get();
   Header* h = s->hdr();
+  s->sweep_dead();
+  ASSERT_TRUE(s->audit_heap(true, true).done);
   uint64_t before = heap_free_bytes(s);
   int fds[2];
   ASSERT_EQ(pipe(fds), 0);

@@ -43,7 +43,7 @@ bool parse_kill_at(const char* text, KillTarget* out);
 }  // namespace emu
 
 // One predictable branch on a flag that does not change after load.
-#define EMU_KILL_POINT(p)                                               \
-  do {                                                                  \
+#define EMU_KILL_POINT(p)                                                   \
+  do {                                                                      \
     if (__builtin_expect(::emu::g_kill_armed, 0)) ::emu::kill_point_hit(p); \
   } while (0)
