@@ -1,5 +1,6 @@
-// Process death at a chosen point (emu/kill_point.h) and the heap audit that reclaims what a
-// death leaks (Segment::audit_heap, ShmHeap::audit): docs/reliability.md, "Process death".
+// Process death at a chosen point (emu/kill_point.h) and the sweep's heap audit that reclaims
+// what a death leaks (Segment::audit_heap; ShmHeap::audit alone: test_shm_heap.cpp):
+// docs/reliability.md, "Process death".
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -9,13 +10,11 @@
 #include <cstring>
 #include <set>
 #include <string>
-#include <thread>
-#include <vector>
 
 #include "emu/config.h"
 #include "emu/kill_point.h"
 #include "emu/segment.h"
-#include "shm/shm_heap.h"
+#include "shm/shm_heap.h"  // ShmHeap::free_bytes
 #include "spawn_self.h"
 
 using namespace emu;
@@ -23,28 +22,14 @@ using namespace emu;
 namespace {
 
 // EMU_UNIT_PROBE=alloc: attach and allocate from the heap (EMU_KILL_AT=heap_alloc kills it there).
-__attribute__((constructor)) void maybe_probe() {
-  const char* probe = std::getenv("EMU_UNIT_PROBE");
-  if (!probe || std::string(probe) != "alloc") return;
+int attach_and_alloc() {
   Segment* s = Segment::get();
-  if (!s) _exit(3);
-  s->alloc(8192, 4096);
-  _exit(0);
+  return s && s->alloc(8192, 4096) ? 0 : 3;
 }
-
-struct Arena {
-  std::vector<uint64_t> mem;
-  ShmHeapHeader* h;
-  explicit Arena(size_t bytes) : mem(bytes / 8) {
-    h = reinterpret_cast<ShmHeapHeader*>(mem.data());
-    ShmHeap::init(base(), h, 4096, bytes);
-  }
-  char* base() { return reinterpret_cast<char*>(mem.data()); }
-  ShmHeap heap() { return ShmHeap(base(), h); }
-  uint8_t& order_byte(uint64_t off) {
-    return reinterpret_cast<uint8_t*>(base() + h->order_off)[(off - h->heap_off) / kHeapMinBlock];
-  }
-};
+__attribute__((constructor)) void maybe_alloc_probe() {
+  const char* probe = std::getenv("EMU_UNIT_PROBE");
+  if (probe && std::strcmp(probe, "alloc") == 0) _exit(attach_and_alloc());
+}
 
 uint64_t heap_free_bytes(Segment* s) {
   return ShmHeap(static_cast<char*>(s->at(0)), &s->hdr()->heap).free_bytes();
@@ -86,39 +71,6 @@ TEST(KillAt, RandomDrawsEveryPointFromItsSeedAlike) {
     points.insert(static_cast<int>(a.point));
   }
   EXPECT_EQ(points.size(), static_cast<size_t>(KillPoint::count));
-}
-
-TEST(HeapAudit, ABlockNoOneNamesIsLeakedAndGivenBack) {
-  Arena a(4 << 20);
-  ShmHeap heap = a.heap();
-  uint64_t initial = heap.free_bytes();
-  uint64_t x = heap.alloc(100, 64), y = heap.alloc(8192, 4096), z = heap.alloc(64, 64);
-  uint64_t all[] = {x, y, z}, without_y[] = {x, z};
-  EXPECT_EQ(heap.audit(all, 3, false).blocks, 0u);
-  HeapLeaks leaks = heap.audit(without_y, 2, false);
-  EXPECT_EQ(leaks.blocks, 1u);
-  EXPECT_EQ(leaks.bytes, 8192u);
-  EXPECT_EQ(heap.audit(without_y, 2, true).blocks, 1u);
-  EXPECT_EQ(heap.audit(without_y, 2, false).blocks, 0u) << "given back";
-  heap.free(x);
-  heap.free(z);
-  EXPECT_EQ(heap.free_bytes(), initial) << "the reclaimed block merged with its buddies";
-}
-
-// The states a death leaves (shm_heap.cpp's comments): a block taken without its order byte
-// (killed inside alloc), and a block whose order byte a free cleared before giving it back.
-TEST(HeapAudit, BlocksHalfAllocatedOrHalfFreedAreReclaimed) {
-  Arena a(4 << 20);
-  ShmHeap heap = a.heap();
-  uint64_t initial = heap.free_bytes();
-  uint64_t taken = heap.alloc(4096, 4096), half_freed = heap.alloc(256, 64);
-  a.order_byte(taken) = 0;
-  a.order_byte(half_freed) = 0;
-  uint64_t named[] = {half_freed};  // its dying slot still names it
-  HeapLeaks leaks = heap.audit(named, 1, true);
-  EXPECT_EQ(leaks.bytes, 4096u + 256u);
-  EXPECT_EQ(heap.free_bytes(), initial);
-  EXPECT_EQ(heap.audit(nullptr, 0, false).blocks, 0u);
 }
 
 TEST(HeapAudit, AProcessKilledInsideAnAllocationLeaksABlockTheSweepReclaims) {
