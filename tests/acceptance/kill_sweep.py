@@ -17,13 +17,14 @@ Then, every step bounded by a deadline and none of them a sleep:
     the dead with nothing owed: alive, every QP of its own with no send the device has not executed
     (census sq_pending 0), as a receive or a TCP read from a dead peer waits on hardware. Then it
     is killed. Anything else at the deadline is a hang;
+  - the survivor must not die of a signal (a crash) but the sweep's own SIGKILL;
   - no output may show a race the device recorded, and once every process is gone the fabric's
     census is empty and its segment file gone.
 --xrc-test runs XrcKill.RandomKills (three processes, one or two killed at a random step) for K
 iterations with the same seed; its kills count too (one or two per iteration, as it prints).
-Prints one line per kill and the totals: `kills K (rc R, cm C, xrc X) misses M hangs H
-dead_owned D leaked_heap_blocks L waited_for_dead W`. Exit 0 iff hangs, dead_owned and
-leaked_heap_blocks are 0 and at least N kills were made.
+Prints one line per kill and the totals: `kills K (rc R, cm C, xrc X) misses M hangs H crashes C
+dead_owned D leaked_heap_blocks L races R waited_for_dead W retry_exc_err E`. Exit 0 iff hangs,
+crashes, dead_owned, leaked_heap_blocks and races are 0 and at least N pair kills were made.
 """
 import argparse
 import json
@@ -54,7 +55,7 @@ class Sweep:
     def __init__(self, a):
         self.a = a
         self.rng = random.Random(a.seed)
-        self.totals = dict(kills=0, rc=0, cm=0, xrc=0, misses=0, hangs=0, dead_owned=0,
+        self.totals = dict(kills=0, rc=0, cm=0, xrc=0, misses=0, hangs=0, crashes=0, dead_owned=0,
                            leaked_heap_blocks=0, waited_for_dead=0, races=0, retry_exc=0)
         self.shm = os.environ.get("EMU_SHM_DIR", "/dev/shm")
 
@@ -175,6 +176,10 @@ class Sweep:
                     self.fail("the survivor hangs with sends owed", "hangs", label, procs.items())
                 surv.p.kill()
             surv.finish(DEADLINE)
+            if surv.p.returncode is not None and surv.p.returncode < 0 and \
+                    surv.p.returncode != -9:
+                self.fail(f"the survivor crashed (signal {-surv.p.returncode})", "crashes", label,
+                          procs.items())
             if "transport retry counter exceeded" in surv.text():
                 self.totals["retry_exc"] += 1
         for name, p in procs.items():
@@ -237,11 +242,11 @@ def main():
     t = s.totals
     secs = time.monotonic() - t0
     print(f"kills {t['kills']} (rc {t['rc']}, cm {t['cm']}, xrc {t['xrc']}) misses {t['misses']} "
-          f"hangs {t['hangs']} dead_owned {t['dead_owned']} leaked_heap_blocks "
+          f"hangs {t['hangs']} crashes {t['crashes']} dead_owned {t['dead_owned']} leaked_heap_blocks "
           f"{t['leaked_heap_blocks']} races {t['races']} waited_for_dead {t['waited_for_dead']} "
           f"retry_exc_err {t['retry_exc']} in {secs:.0f} s ({t['kills'] / max(secs, 1):.2f}/s)")
     ok = (t["rc"] + t["cm"] >= a.kills and not any(t[k] for k in (
-        "hangs", "dead_owned", "leaked_heap_blocks", "races")))
+        "hangs", "crashes", "dead_owned", "leaked_heap_blocks", "races")))
     print("PASS kill_sweep" if ok else "FAIL kill_sweep")
     return 0 if ok else 1
 
