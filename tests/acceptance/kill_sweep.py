@@ -160,6 +160,9 @@ class Sweep:
         if vic and rc is None:
             self.fail("the victim neither died nor ended", "hangs", label, procs.items())
         killed = rc == -9 and "EMU_KILL_AT: pid" in vic.text()
+        if rc is not None and rc < 0 and not killed:
+            self.fail(f"the victim crashed (signal {-rc}) before its point", "crashes", label,
+                      procs.items())
         if not killed:
             self.totals["misses"] += 1
         else:
