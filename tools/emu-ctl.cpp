@@ -6,6 +6,7 @@
 //   emu-ctl port DEV PORT down|up   take the port down (a cable pull) or bring it back up
 //   emu-ctl census [--json]         every object, its owner process, XRC domains and TGT QPs
 //   emu-ctl check                   the segment consistency checker (emu/check.h)
+//   emu-ctl heap [--reclaim]        the heap audit: blocks leaked by processes killed mid-change
 //   emu-ctl races [--json] [--from N]  the race events the devices recorded
 //   emu-ctl faults [set RULES|clear]  the fabric's wire fault rules and counters (emu/faults.h)
 //   emu-ctl inject [...]            error injection: rules, async events, QP errors, overruns
@@ -49,6 +50,7 @@ int cmd_port(int argc, char** argv);
 int cmd_census(int argc, char** argv);
 int cmd_races(int argc, char** argv);
 int cmd_check(int argc, char** argv);
+int cmd_heap(int argc, char** argv);
 int cmd_faults(int argc, char** argv);
 int cmd_inject(int argc, char** argv);
 int cmd_knobs(int argc, char** argv);
@@ -74,6 +76,13 @@ const Command kCommands[] = {
      "(each block free or owned by one object), process records and shared locks; prints each "
      "problem and exits 1 if any. Run it on a quiet fabric (no object made or destroyed meanwhile)",
      cmd_check},
+    {"heap", "[--reclaim]",
+     "the heap audit (docs/reliability.md, \"Process death\"): the segment heap's blocks that "
+     "are neither free nor named by an object — left by a process killed inside an allocation "
+     "or a free, or by a sweeper killed part way — as `N leaked heap blocks (B bytes)`; "
+     "--reclaim gives them back (the sweep of the dead does so too). Waits for objects being "
+     "made. Attaching runs the sweep first",
+     cmd_heap},
     {"races", "[--json] [--from N]",
      "the race events the devices recorded (torn BlueFlame WQEs, doorbell records going "
      "backwards or ahead, double and stale WQEs, lock-free QPs entered by two threads: "
@@ -214,6 +223,7 @@ int cmd_census(int argc, char** argv) {
   emu::Census c;
   if (fabric_is_empty()) {
     c.fabric = emu::config().fabric;
+    c.leaked_heap_blocks = 0;
     c.race_counts.assign(emu::config().num_devices, std::vector<uint64_t>(emu::kRaceKinds, 0));
     std::fputs((json ? emu::census_json(c) : emu::census_text(c)).c_str(), stdout);
     return 0;
@@ -238,6 +248,30 @@ int cmd_check(int argc, char**) {
 }
 
 int cmd_inject(int argc, char** argv) { return emu_ctl_inject(argc, argv, attach); }
+
+int cmd_heap(int argc, char** argv) {
+  bool reclaim = argc == 2 && std::strcmp(argv[1], "--reclaim") == 0;
+  if (argc > 2 || (argc == 2 && !reclaim)) {
+    std::fprintf(stderr, "usage: emu-ctl heap [--reclaim]\n");
+    return kExitUsage;
+  }
+  if (fabric_is_empty()) {
+    std::printf("0 leaked heap blocks (0 bytes): no segment\n");
+    return 0;
+  }
+  emu::Segment* seg = attach();
+  if (!seg) return kExitFailed;
+  emu::HeapAudit a = seg->audit_heap(reclaim, true);
+  if (!a.done) {
+    std::fprintf(stderr, "emu-ctl: the heap audit could not run\n");
+    return kExitFailed;
+  }
+  std::printf("%llu leaked heap blocks (%llu bytes)%s\n",
+              static_cast<unsigned long long>(a.leaked_blocks),
+              static_cast<unsigned long long>(a.leaked_bytes),
+              reclaim && a.leaked_blocks ? ", given back" : "");
+  return 0;
+}
 
 int cmd_faults(int argc, char** argv) {
   bool set = argc >= 3 && std::strcmp(argv[1], "set") == 0;

@@ -13,6 +13,7 @@
 #include "cm_addr.h"
 #include "cm_knobs.h"
 #include "cm_rendezvous.h"
+#include "emu/kill_point.h"
 
 namespace emu::prov::cm {
 namespace {
@@ -120,6 +121,7 @@ int do_connect(Ctx& c, const rdma_ucm_connect& cmd) {
   c.state = ConnState::kReqSent;
   arm_timer(c, knob_connect_timeout_ms());
   rv_send(fd, m);
+  EMU_KILL_POINT(emu::KillPoint::cm_req_sent);
   return 0;
 }
 

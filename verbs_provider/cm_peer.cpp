@@ -17,6 +17,7 @@
 #include "cm_knobs.h"
 #include "cm_rendezvous.h"
 #include "emu/config.h"
+#include "emu/kill_point.h"
 
 namespace emu::prov::cm {
 namespace {
@@ -174,6 +175,7 @@ void on_msg(Ctx& c, const Msg& m) {
     case MsgType::kRtu:
       if (c.state != ConnState::kRepSent) break;
       c.state = ConnState::kEstablished;
+      EMU_KILL_POINT(emu::KillPoint::cm_established);
       push_event_ref(c, kEvEstablished, 0).resp.param.conn.private_data_len = kRtuPrivate;
       break;
     case MsgType::kDreq:

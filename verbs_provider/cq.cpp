@@ -7,10 +7,13 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <mutex>
+#include <unordered_set>
 
 #include "emu/barriers.h"
 #include "emu/device.h"
 #include "emu/inject.h"
+#include "emu/kill_point.h"
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
@@ -258,6 +261,18 @@ void srq_reclaim_cqes(EmuQp* qp) {
 
 namespace {
 
+// Destroyed channels keep their memory for the process's life (a few dozen bytes each): a program
+// may still wait on one from another thread — rping's CQ thread, when its main thread cleans up
+// after a failed rdma_accept (the kill sweep's cm_req_sent point) — and the kernel answers a read
+// of the closed fd with an error, where freed memory would make ibv_get_cq_event crash.
+std::mutex g_dead_channels_mu;
+std::unordered_set<const ibv_comp_channel*> g_dead_channels;
+
+bool dead_channel(const ibv_comp_channel* ch) {
+  std::lock_guard<std::mutex> g(g_dead_channels_mu);
+  return g_dead_channels.count(ch) != 0;
+}
+
 bool proc_has_stalled_qps() {
   Segment* seg = segment();
   return seg->hdr()->procs[seg->self()].stalled_qps.load(std::memory_order_relaxed) != 0;
@@ -414,6 +429,7 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     return -1;
   }
   cq->lock.lock();
+  EMU_KILL_POINT(KillPoint::cq_lock);
   maybe_progress(cq);
   int i = 0;
   uint64_t ts;
@@ -533,9 +549,12 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   int refs = channel->refcnt;
   pthread_mutex_unlock(&channel->context->mutex);
   if (refs) return EBUSY;
-  close(channel->fd);
-  close(to_channel(channel)->wfd);
-  delete to_channel(channel);
+  int fd = channel->fd;
+  channel->fd = -1;  // a late ibv_get_cq_event reads nothing else's
+  close(fd);
+  close(to_channel(channel)->wfd);  // a reader blocked in it sees the end of the pipe
+  std::lock_guard<std::mutex> g(g_dead_channels_mu);
+  g_dead_channels.insert(channel);
   return 0;
 }
 
@@ -606,6 +625,10 @@ int ibv_destroy_cq(ibv_cq* ibcq) {
 }
 
 int ibv_get_cq_event(ibv_comp_channel* channel, ibv_cq** cq, void** cq_context) {
+  if (dead_channel(channel)) {
+    errno = EBADF;
+    return -1;
+  }
   if (!is_emu(channel->context)) {
     auto fn = REAL(ibv_get_cq_event, "IBVERBS_1.1");
     return fn ? fn(channel, cq, cq_context) : -1;

@@ -5,6 +5,7 @@
 
 #include "emu/barriers.h"
 #include "emu/device.h"
+#include "emu/kill_point.h"
 #include "emu/mmio.h"
 #include "emu/reclaim.h"
 #include "emu/transport.h"
@@ -63,6 +64,7 @@ void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
   }
   use.lock.unlock();
   for (uint32_t i = 0; i < n; ++i) device_doorbell(heads[i]);
+  EMU_KILL_POINT(KillPoint::doorbell);
 }
 }  // namespace
 
@@ -208,6 +210,7 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     return EPERM;
   }
   bool owned = queue_enter(qp, kOwnerSend);
+  EMU_KILL_POINT(KillPoint::qp_lock);
   uint32_t state = qp->shm->qp_state.load(std::memory_order_relaxed);
   int err = 0;
   uint32_t nreq = 0, last_block = 0, last_bbs = 0;

@@ -6,6 +6,7 @@
 
 #include "emu/barriers.h"
 #include "emu/inject.h"
+#include "emu/kill_point.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
 #include "emu/xrc.h"
@@ -84,6 +85,7 @@ int emu_post_srq_recv(ibv_srq* ibsrq, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   }
   uint32_t seg_bytes = s->stride - sizeof(SrqNextSeg);
   bool owned = srq_enter(s);
+  EMU_KILL_POINT(KillPoint::srq_lock);
   int err = 0;
   uint32_t nreq = 0;
   for (; wr; wr = wr->next) {

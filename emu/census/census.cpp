@@ -89,9 +89,9 @@ std::string object_json(const CensusObject& x) {
   char b[200];
   std::snprintf(b, sizeof b,
                 ",\"index\":%u,\"dev\":%u,\"number\":%llu,\"owner_pid\":%d,"
-                "\"owner_alive\":%s,\"dying\":%s,\"type\":",
+                "\"owner_alive\":%s,\"dying\":%s,\"sq_pending\":%u,\"type\":",
                 x.index, x.dev, static_cast<unsigned long long>(x.number), x.owner_pid,
-                x.owner_alive ? "true" : "false", x.dying ? "true" : "false");
+                x.owner_alive ? "true" : "false", x.dying ? "true" : "false", x.sq_pending);
   o += b;
   json_str(&o, x.type);
   o += ",\"state\":";
@@ -167,6 +167,11 @@ Census take_census(Segment* seg) {
     }
     add("qp", i, q.dev, q.qpn, q.owner, qp_type_name(q.type), qp_state_name(q.qp_state.load()),
         dying);
+    if (!dying && q.dbrec_off) {
+      // The driver's send counter (big-endian, 16 bits) against the device's next block.
+      uint32_t posted = __builtin_bswap32(static_cast<const uint32_t*>(seg->at(q.dbrec_off))[1]);
+      c.objects.back().sq_pending = (posted - q.sq_ci) & 0xffff;
+    }
   }
   for (uint32_t i = 0; i < kMaxXrcds; ++i) {
     const XrcdSlot& d = h->xrcds[i];
@@ -196,6 +201,23 @@ Census take_census(Segment* seg) {
   // every other object has no business outliving its process once the sweep has seen it die.
   for (const CensusObject& o : c.objects)
     if (!o.owner_alive && !(o.kind == "qp" && o.type == "XRC_RECV")) c.dead_owned.push_back(o);
+  auto held_by_dead = [&](const ShmLock& l) {
+    uint32_t w = l.word.load(std::memory_order_relaxed);
+    if (w != 0 && !proc_slot_alive(w - 1)) ++c.locks_held_by_dead;
+  };
+  held_by_dead(h->table_lock);
+  held_by_dead(h->atomic_lock);
+  held_by_dead(h->xrc_lock);
+  for (const QpSlot& q : h->qps) {
+    held_by_dead(q.sq_engine);
+    held_by_dead(q.rq_lock);
+  }
+  for (const SrqSlot& s : h->srqs) held_by_dead(s.lock);
+  HeapAudit heap = seg->audit_heap(false, true);
+  if (heap.done) {
+    c.leaked_heap_blocks = static_cast<int64_t>(heap.leaked_blocks);
+    c.leaked_heap_bytes = heap.leaked_bytes;
+  }
   c.races_total = races_recorded(seg);
   for (uint32_t d = 0; d < h->num_devices; ++d) {
     std::vector<uint64_t>& row = c.race_counts.emplace_back(kRaceKinds, 0);
@@ -256,6 +278,10 @@ std::string census_text(const Census& c) {
   std::snprintf(b, sizeof b, "owned by dead processes (not kept by a policy): %zu\n",
                 c.dead_owned.size());
   o += b;
+  std::snprintf(b, sizeof b, "leaked heap blocks: %lld (%llu bytes)\nlocks held by the dead: %u\n",
+                static_cast<long long>(c.leaked_heap_blocks),
+                static_cast<unsigned long long>(c.leaked_heap_bytes), c.locks_held_by_dead);
+  o += b;
   std::snprintf(b, sizeof b, "race events: %llu\n", static_cast<unsigned long long>(c.races_total));
   o += b;
   for (size_t d = 0; d < c.race_counts.size(); ++d)
@@ -308,7 +334,10 @@ std::string census_json(const Census& c) {
   o += "],\"dead_owned\":[";
   for (size_t i = 0; i < c.dead_owned.size(); ++i)
     o += (i ? "," : "") + object_json(c.dead_owned[i]);
-  o += "],\"races\":{\"total\":" + std::to_string(c.races_total) + ",\"by_device\":[";
+  o += "],\"leaked_heap_blocks\":" + std::to_string(c.leaked_heap_blocks) +
+       ",\"leaked_heap_bytes\":" + std::to_string(c.leaked_heap_bytes) +
+       ",\"locks_held_by_dead\":" + std::to_string(c.locks_held_by_dead);
+  o += ",\"races\":{\"total\":" + std::to_string(c.races_total) + ",\"by_device\":[";
   for (size_t d = 0; d < c.race_counts.size(); ++d) {
     o += d ? ",{" : "{";
     for (uint32_t k = 1; k < kRaceKinds; ++k)

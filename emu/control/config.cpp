@@ -85,6 +85,13 @@ const KnobDoc kKnobs[] = {
      "frames on Ethernet ports, InfiniBand packets (LRH first) on InfiniBand ports, injected "
      "faults and retransmissions in packet comments. Several processes may name the same file; "
      "it is created when missing (remove it before a run for a fresh capture)."},
+    {"EMU_KILL_AT", "",
+     "Process death at a chosen point (docs/reliability.md, \"Process death\"): `POINT[:N]` "
+     "SIGKILLs the process the Nth time (default 1) it passes POINT: doorbell, qp_lock, cq_lock, "
+     "srq_lock, bf_copy, heap_alloc, slot_create, slot_destroy, engine_lock, recv_lock, "
+     "cm_req_sent, cm_established. `random:SEED[:MAXN]` draws the point and an N in [1, MAXN] "
+     "(default 64) from SEED. The process writes `rdmaemu: EMU_KILL_AT: pid P killed at POINT "
+     "#N` first."},
     {"EMU_PCAP_SNAPLEN", "65535", "Bytes of each packet EMU_PCAP keeps (at least 64)."},
     {"EMU_PCAP_LIMIT", "100000",
      "Packets a process writes to EMU_PCAP at most; past it the capture stops (logged once)."},

@@ -10,6 +10,7 @@
 #include "device/doorbell.h"
 #include "device/engine_internal.h"
 #include "emu/barriers.h"
+#include "emu/kill_point.h"
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
@@ -99,6 +100,7 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
     {
       ShmTryLockGuard runner(qp.sq_engine, seg_->self());
       if (!runner.owns()) return;  // the runner re-checks for us
+      EMU_KILL_POINT(KillPoint::engine_lock);
       // A load first: an exchange per doorbell would be one more full barrier per post.
       run_sq(qp,
              qp.retry_now.load(std::memory_order_relaxed) != 0 && qp.retry_now.exchange(0) != 0);

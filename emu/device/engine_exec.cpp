@@ -7,6 +7,7 @@
 #include "device/engine.h"
 #include "device/engine_internal.h"
 #include "device/wqe_parse.h"
+#include "emu/kill_point.h"
 #include "shm/shared_map.h"
 
 namespace emu {
@@ -235,6 +236,7 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   TmVerdict tm{};
   {
     ShmLockGuard held(recv_lock(rq), seg_->self());
+    EMU_KILL_POINT(KillPoint::recv_lock);  // the peer's lock, held by us
     // A tag matching SRQ: a message matching a posted tag takes no SRQ receive.
     if (rq.srq && rq.srq->tm_tags) [[unlikely]]
       tm = tm_classify(x, *rq.srq);

@@ -5,6 +5,7 @@
 #include "device/progress.h"
 #include "emu/barriers.h"
 #include "emu/config.h"
+#include "emu/kill_point.h"
 #include "emu/race_log.h"
 #include "emu/sched.h"
 #include "emu/segment.h"
@@ -37,12 +38,23 @@ uint64_t drain_one(const PendingBf& p, bool reg_locked = false) {
 
 uint64_t mmio_bf_begin() { return bf_tag(writer_tid(), ++t_wc.burst ? t_wc.burst : ++t_wc.burst); }
 
+// A chunk's eight 8-byte stores; under EMU_KILL_AT a death can fall between the fourth and fifth.
+static void copy_bf_chunk(void* dst, const void* src) {
+  if (__builtin_expect(g_kill_armed, 0)) {
+    mmio_words_store(dst, src, 32);
+    kill_point_hit(KillPoint::bf_copy);
+    mmio_words_store(static_cast<uint8_t*>(dst) + 32, static_cast<const uint8_t*>(src) + 32, 32);
+    return;
+  }
+  mmio_copy_chunk64(dst, src);
+}
+
 void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint64_t tag) {
   sched::point(sched::kPointBfChunk, reinterpret_cast<uintptr_t>(reg.bf[buf] + i * kSendWqeBB),
                tag);
   // Under a visibility profile the poster's write-combining entry holds the chunk until delivery.
   if (!sched::buffer_wc_chunk(reg.bf[buf] + i * kSendWqeBB, src, &reg.bf_tag[buf][i], tag)) {
-    mmio_copy_chunk64(reg.bf[buf] + i * kSendWqeBB, src);
+    copy_bf_chunk(reg.bf[buf] + i * kSendWqeBB, src);
     reg.bf_tag[buf][i].store(tag, std::memory_order_release);
   }
   // Remember the buffer as pending (once per burst).

@@ -55,6 +55,7 @@ Status resize_cq(Segment* seg, CqSlot& c, uint32_t log, uint32_t ci, uint64_t* r
   } else if (c.pi.load(std::memory_order_acquire) - ci > cnt) {
     return Status::invalid;
   }
+  HeapUse use(seg);  // until the ring word names the new ring (Segment::audit_heap)
   uint64_t off = seg->alloc(size_t(cnt) * sizeof(Cqe64), 4096);
   if (!off) {
     c.ring.store(old_word, std::memory_order_release);

@@ -1,6 +1,7 @@
 // QPs' lives (emu/objects.h): send/receive QPs and XRC TGT QPs, their rings, their reset.
 #include "emu/barriers.h"
 #include "emu/device.h"  // reset_race_state
+#include "emu/kill_point.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
 #include "emu/wqe.h"
@@ -18,6 +19,7 @@ struct QpRings {
 // The slot is live (the sweep's if we die) before its rings exist: a death in between leaves
 // offsets the sweep frees, 0 for those not yet allocated (free ignores 0).
 Status claim_qp(Segment* seg, const QpRings& r, uint32_t* idx) {
+  HeapUse use(seg);
   if (seg->alloc_qp(idx) != Status::ok) return Status::no_memory;
   QpSlot& s = seg->hdr()->qps[*idx];
   s.sq_off = seg->alloc(r.sq_bytes, r.ring_align);
@@ -98,6 +100,7 @@ void retire_qp(Segment* seg, QpSlot& s) {
 
 void free_rings(Segment* seg, const QpSlot& s) {
   seg->free(s.sq_off);
+  EMU_KILL_POINT(KillPoint::slot_destroy);  // dying, one ring freed: the rest the sweep's
   seg->free(s.rq_off);
   seg->free(s.dbrec_off);
   seg->free(s.wrec_off);

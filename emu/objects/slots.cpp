@@ -9,6 +9,7 @@
 namespace emu {
 
 Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx) {
+  HeapUse use(seg);  // until buf_off names the ring (Segment::audit_heap)
   if (seg->alloc_cq(idx) != Status::ok) return Status::no_memory;
   CqSlot& c = seg->hdr()->cqs[*idx];
   uint32_t cnt = 1u << spec.log_cqe_cnt;
@@ -43,6 +44,7 @@ void retire_cq(Segment* seg, CqSlot& c) {
 void free_rings(Segment* seg, const CqSlot& c) { seg->free(c.buf_off); }
 
 Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx) {
+  HeapUse use(seg);
   if (seg->alloc_srq(idx) != Status::ok) return Status::no_memory;
   SrqSlot& s = seg->hdr()->srqs[*idx];
   s.buf_off = seg->alloc(size_t(spec.wqe_cnt) * spec.stride, 4096);
@@ -139,6 +141,7 @@ Status create_pd(Segment* seg, uint32_t dev, uint32_t ctx, uint32_t* idx) {
 void retire_pd(PdSlot& p) { p.state.store(kSlotFree); }
 
 Status create_ctx(Segment* seg, const ContextSpec& spec, uint32_t* idx) {
+  HeapUse use(seg);
   if (seg->alloc_ctx(idx) != Status::ok) return Status::no_memory;
   ContextSlot& c = seg->hdr()->ctxs[*idx];
   c.dev = spec.dev;

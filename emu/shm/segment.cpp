@@ -18,6 +18,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "emu/kill_point.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
 #include "emu/wqe.h"
@@ -82,6 +83,7 @@ Status alloc_slot(
       s.owner = self;
       init(s);
       s.state.store(kSlotLive, std::memory_order_release);
+      EMU_KILL_POINT(KillPoint::slot_create);  // live and ours, table lock held
       *idx = i;
       return Status::ok;
     }
@@ -285,6 +287,12 @@ void Segment::free(uint64_t off) {
   ShmHeap(base_, &hdr_->heap, &backing).free(off);
 }
 
+HeapLeaks Segment::audit_heap_blocks(const uint64_t* heads, size_t n, bool reclaim) {
+  AllocLock lock(lock_fd_);
+  SegmentBacking backing(this);
+  return ShmHeap(base_, &hdr_->heap, &backing).audit(heads, n, reclaim);
+}
+
 void Segment::release(uint64_t off, uint64_t len) { release_pages(lock_fd_, off, len); }
 
 Status Segment::alloc_ctx(uint32_t* idx) {
@@ -454,6 +462,11 @@ int Segment::sweep_dead() {
     r.state.store(kProcFree);
     ++n;
   }
+  // Blocks the dead leaked inside an allocation or a free, and rings a dead sweeper left behind
+  // (its victim's slots freed above without them). Outside the table lock, which a process
+  // making an object takes while it holds the heap-use lock; not waiting for such a process
+  // (the next sweep gets the blocks).
+  if (n > 0) audit_heap(true, false);
   return n;
 }
 

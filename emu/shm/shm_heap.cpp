@@ -3,6 +3,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "emu/kill_point.h"
+
 namespace emu {
 namespace {
 
@@ -108,6 +110,7 @@ uint64_t ShmHeap::alloc(size_t bytes, size_t align) {
     give_back(order, i);
     return 0;
   }
+  EMU_KILL_POINT(KillPoint::heap_alloc);  // taken, not yet a block's head: a leaked block
   store_byte(reinterpret_cast<uint8_t*>(base_ + h_->order_off) + block,
              static_cast<uint8_t>(order + 1));
   std::memset(base_ + off, 0, kHeapMinBlock << order);

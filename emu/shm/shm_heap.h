@@ -25,6 +25,11 @@ class HeapBacking {
   ~HeapBacking() = default;
 };
 
+struct HeapLeaks {
+  uint64_t blocks = 0;  // leaked blocks (maximal aligned runs of the buddy system)
+  uint64_t bytes = 0;
+};
+
 class ShmHeap {
  public:
   // base: the segment; h: its heap header (inside the segment). Lays the heap out over
@@ -47,6 +52,13 @@ class ShmHeap {
     uint64_t off, bytes;
   };
   std::vector<Block> check(uint64_t segment_size, std::vector<std::string>* problems) const;
+
+  // The heap audit (shm/heap_audit.cpp): the blocks neither free nor inside a block whose head
+  // offset is in `heads` (what the objects name) are leaked — taken by a process killed inside an
+  // allocation, or left by one killed while freeing. With `reclaim` they are given back. The
+  // caller holds the allocator's lock, and no block may be between its allocation and the store
+  // that names it in a slot (Segment::audit_heap sees to both).
+  HeapLeaks audit(const uint64_t* heads, size_t n, bool reclaim);
 
  private:
   uint64_t* bitmap(uint32_t order) const {

@@ -1,6 +1,7 @@
 // The errnos of the verbs edge, one test each, and that a refused call changed nothing.
 #include <cerrno>
 #include <cstring>
+#include <future>
 
 #include "verbs_fixture.h"
 
@@ -315,6 +316,26 @@ TEST_F(Errno, DestroyChannelInUse) {
   EXPECT_EQ(ibv_req_notify_cq(c2, 0), 0) << "the CQ and its channel still work";
   EXPECT_EQ(ibv_destroy_cq(c2), 0);
   EXPECT_EQ(ibv_destroy_comp_channel(ch), 0);
+}
+
+// A wait on a channel another thread destroyed (rping's CQ thread after its main thread cleaned
+// up a failed rdma_accept: the kill sweep's survivor crashed there) fails as the kernel's read of
+// a closed fd does, instead of touching freed memory. A thread already waiting wakes with -1.
+TEST_F(Errno, WaitOnADestroyedChannelFails) {
+  ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
+  ASSERT_NE(ch, nullptr);
+  std::future<int> waiter = std::async(std::launch::async, [ch] {
+    ibv_cq* cq;
+    void* cq_ctx;
+    return ibv_get_cq_event(ch, &cq, &cq_ctx);
+  });
+  ASSERT_EQ(ibv_destroy_comp_channel(ch), 0);
+  EXPECT_EQ(waiter.get(), -1);
+  ibv_cq* cq;
+  void* cq_ctx;
+  errno = 0;
+  EXPECT_EQ(ibv_get_cq_event(ch, &cq, &cq_ctx), -1);
+  EXPECT_EQ(errno, EBADF);
 }
 
 TEST_F(Errno, CreateCqBadSize) {

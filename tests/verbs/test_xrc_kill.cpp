@@ -42,6 +42,7 @@ const char* const kWhoName[] = {"creator", "opener", "sender"};
 void check_census_mid(const CensusView& c, const std::string& where) {
   ASSERT_TRUE(c.ok) << where;
   EXPECT_EQ(c.dead_owned, 0u) << where << c.json;
+  EXPECT_EQ(c.leaked_heap_blocks, 0) << where << "heap blocks leaked by the dead\n" << c.json;
   for (const CensusView::Tgt& t : c.tgts) {
     bool live_holder = false;
     for (bool a : t.holder_alive) {
@@ -74,6 +75,7 @@ TEST(XrcKill, RandomKills) {
   RecordProperty("seed", std::to_string(seed));
   std::mt19937_64 rng(seed);
   auto t0 = std::chrono::steady_clock::now();
+  long kills = 0;  // processes SIGKILLed as victims (the kill sweep counts them)
 
   for (long it = 0; it < iterations && !HasFailure(); ++it) {
     const Policy& pol = kPolicies[rng() % 4];
@@ -145,7 +147,10 @@ TEST(XrcKill, RandomKills) {
 
     auto kill_victims = [&] {
       for (int w = 0; w < kPlayers; ++w)
-        if (victim[w]) p[w].kill_now();
+        if (victim[w]) {
+          p[w].kill_now();
+          ++kills;
+        }
     };
     for (size_t s = 0; s <= kSteps; ++s) {
       // Inside a step only when the step's own player is a victim; otherwise before the step.
@@ -185,9 +190,10 @@ TEST(XrcKill, RandomKills) {
     EXPECT_TRUE(c.objects.empty()) << where << "left after every process went\n" << c.json;
     EXPECT_TRUE(c.xrcds.empty()) << where << c.json;
     EXPECT_TRUE(c.tgts.empty()) << where << c.json;
+    EXPECT_EQ(c.leaked_heap_blocks, 0) << where << c.json;
   }
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-  std::printf("%ld iterations in %.1f s\n", iterations, secs);
+  std::printf("%ld iterations in %.1f s\nXRC kills %ld\n", iterations, secs, kills);
 }
 
 }  // namespace

@@ -289,6 +289,7 @@ std::string player_step(PlayerState& p, const std::string& line) {
     s += "O " + o.kind + " " + (o.type.empty() ? "-" : o.type) + " " + std::to_string(o.owner_pid) +
          " " + (o.owner_alive ? "1" : "0") + "\n";
   s += "D " + std::to_string(c.dead_owned.size()) + "\n";
+  s += "H " + std::to_string(c.leaked_heap_blocks) + "\n";
   s += "J " + emu::census_json(c);
   write_frame(kPeerOut, s);
   _exit(0);
@@ -444,6 +445,9 @@ CensusView take_census_view() {
       }
       case 'D':
         in >> v.dead_owned;
+        break;
+      case 'H':
+        in >> v.leaked_heap_blocks;
         break;
       case 'J':
         v.json = line.substr(2);

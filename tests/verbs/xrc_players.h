@@ -81,6 +81,7 @@ struct CensusView {
   std::vector<Xrcd> xrcds;
   std::vector<Object> objects;
   size_t dead_owned = 0;
+  long leaked_heap_blocks = -1;  // the heap audit's count (-1: not run)
   std::string json;
 
   const Tgt* tgt(uint32_t qpn) const;

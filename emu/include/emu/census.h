@@ -29,6 +29,10 @@ struct CensusObject {
   int owner_pid;      // the process that made it (a TGT QP: its creator)
   bool owner_alive;
   bool dying;  // being destroyed (unfindable, waiting for engines to leave)
+  // QPs: send WQEs rung in but not yet executed by the device (it owes their completions; a
+  // process with none outstanding that waits for a receive from a dead peer waits for good, as
+  // on hardware: the kill sweeps tell that from a hang by it).
+  uint32_t sq_pending = 0;
 };
 
 struct CensusHandle {
@@ -73,6 +77,15 @@ struct Census {
   // Objects whose owner is dead and that no policy keeps (a TGT QP alive through a handle or its
   // domain is kept on purpose): what the kill tests require to be empty after a sweep.
   std::vector<CensusObject> dead_owned;
+  // The heap audit (Segment::audit_heap, waiting for objects being made): blocks neither free nor
+  // named by an object, which the sweep of the dead gives back. leaked_heap_blocks is -1 if the
+  // audit could not run.
+  int64_t leaked_heap_blocks = -1;
+  uint64_t leaked_heap_bytes = 0;
+  // Shared locks (ShmLock: table, XRC, atomics, QP send engines and receive queues, SRQs) whose
+  // recorded holder is dead: each is taken over by its next taker, and the sweep frees the queue
+  // locks; after a sweep, with no taker since, the table, XRC and atomic locks may still show.
+  uint32_t locks_held_by_dead = 0;
   // Race events the devices recorded (docs/doorbells.md): counts per device and kind since the
   // segment was made, and the last events still in the log (at most kRaceLogLen).
   uint64_t races_total = 0;

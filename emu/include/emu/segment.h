@@ -11,6 +11,16 @@
 
 namespace emu {
 
+struct HeapLeaks;  // shm/shm_heap.h
+
+// What the heap audit found (Segment::audit_heap).
+struct HeapAudit {
+  bool done = false;  // false: a process was making an object, or one of our threads was
+  bool reclaimed = false;
+  uint64_t leaked_blocks = 0;
+  uint64_t leaked_bytes = 0;
+};
+
 class Segment {
  public:
   // The process-wide segment, attached on first use. Returns nullptr (and logs why) on failure.
@@ -63,7 +73,17 @@ class Segment {
   QpSlot* find_qp(uint32_t qpn) const;
   SrqSlot* find_srq(uint32_t srqn) const;
 
-  // Frees every object of processes that died without cleaning up. Returns how many processes.
+  // Held (HeapUse) from a ring's allocation to the store that names it in its slot: until then
+  // the heap audit cannot tell the block from a leaked one, so it waits (or passes) meanwhile.
+  void heap_use_begin();
+  void heap_use_end();
+  // The heap audit: counts the heap blocks that no live or dying slot names and that are not free
+  // (left by processes killed inside an allocation or a free), and gives them back if `reclaim`.
+  // wait: for objects being made to be done; else an audit that would wait is not done.
+  HeapAudit audit_heap(bool reclaim, bool wait);
+
+  // Frees every object of processes that died without cleaning up, then gives back the heap
+  // blocks leaked by deaths (audit_heap). Returns how many processes.
   int sweep_dead();
   bool proc_alive(uint32_t slot) const;
 
@@ -90,6 +110,7 @@ class Segment {
   void release_proc_objects(uint32_t proc);
   template <class Owned>
   void release_objects(Owned owned, bool owner_dead);
+  HeapLeaks audit_heap_blocks(const uint64_t* heads, size_t n, bool reclaim);
 
   int lock_fd_ = -1;  // the segment file: mapped, flocked by the allocator, OFD-locked for its life
   const Config* cfg_ = nullptr;
@@ -100,6 +121,18 @@ class Segment {
   Header* hdr_ = nullptr;
   uint32_t self_ = 0;
   int pid_ = 0;
+};
+
+// A Segment::heap_use_begin/end pair over a scope.
+class HeapUse {
+ public:
+  explicit HeapUse(Segment* seg) : seg_(seg) { seg_->heap_use_begin(); }
+  ~HeapUse() { seg_->heap_use_end(); }
+  HeapUse(const HeapUse&) = delete;
+  HeapUse& operator=(const HeapUse&) = delete;
+
+ private:
+  Segment* seg_;
 };
 
 uint64_t proc_start_time(int pid);
