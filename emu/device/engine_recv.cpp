@@ -165,23 +165,6 @@ bool ud_path_reaches(const PortState& from, const PortState& to, uint16_t dlid, 
   return to.lid == dlid && (!grh || port_gid_index(to, dgid, kGidTypeIb) >= 0);
 }
 
-// The part [off, off + len) of a span list.
-Sges sub_spans(const Sges& s, uint64_t off, uint64_t len) {
-  Sges out;
-  for (int i = 0; i < s.n && len; ++i) {
-    if (off >= s.span[i].len) {
-      off -= s.span[i].len;
-      continue;
-    }
-    uint64_t take = std::min(s.span[i].len - off, len);
-    out.span[out.n++] = {s.span[i].addr + off, take};
-    out.total += take;
-    len -= take;
-    off = 0;
-  }
-  return out;
-}
-
 // Whether q joined the group; RoCE has no LIDs: the group is its GID alone.
 bool joined(const QpSlot& q, const uint8_t gid[16], uint16_t lid, bool gid_only) {
   for (uint32_t i = 0; i < q.n_mcast && i < kMaxMcastPerQp; ++i)
@@ -283,13 +266,7 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   rc.qpn = r.qpn;
   rc.src_qpn = pkt.src_qpn | uint32_t(pkt.sl) << 24 | (pkt.has_grh ? kCqeRqpnGrh : 0);
   rc.slid = pkt.slid;
-  if (syndrome) {
-    rc.cqe_opcode = kCqeRespErr;
-    rc.syndrome = syndrome;
-    write_cqe(h_->cqs[r.recv_cq], rc);
-    enter_error(r);
-    return;
-  }
+  if (syndrome) return receive_failed(r, &rc, syndrome);
   bool imm = ctrl_opcode(*pkt.ctrl) == kOpSendImm;
   rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
   rc.byte_cnt = static_cast<uint32_t>(kGrhBytes + pkt.local->total);
@@ -298,13 +275,24 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   write_cqe(h_->cqs[r.recv_cq], rc);
 }
 
-bool Engine::ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index,
-                        uint8_t* syndrome) {
+void Engine::receive_failed(QpSlot& r, CqeInfo* rc, uint8_t syndrome) {
+  rc->cqe_opcode = kCqeRespErr;
+  rc->syndrome = syndrome;
+  write_cqe(h_->cqs[r.recv_cq], *rc);
+  enter_error(r);
+}
+
+bool Engine::recv_head_scatter(const RecvRef& q, uint16_t* wqe_index, Sges* scatter) {
   uint32_t seg_bytes;
   const uint8_t* wqe = recv_head(q, &seg_bytes, wqe_index);
-  Sges scatter;
   bool addr_is_va;
-  if (!recv_scatter(q, wqe, seg_bytes, &scatter, &addr_is_va)) {
+  return recv_scatter(q, wqe, seg_bytes, scatter, &addr_is_va);
+}
+
+bool Engine::ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index,
+                        uint8_t* syndrome) {
+  Sges scatter;
+  if (!recv_head_scatter(q, wqe_index, &scatter)) {
     *syndrome = kSynLocalProt;
     return true;
   }
