@@ -33,6 +33,14 @@ void put(uint8_t* value, uint8_t* mask, const void* v, const void* m, size_t n) 
   }
 }
 
+// The addresses an IPv4 spec (plain or extended) names.
+template <class Spec>
+void put_ipv4(const Spec& s, FlowSlot* flow) {
+  put(flow->value.src_ip, flow->mask.src_ip, &s.val.src_ip, &s.mask.src_ip, 4);
+  put(flow->value.dst_ip, flow->mask.dst_ip, &s.val.dst_ip, &s.mask.dst_ip, 4);
+  flow->needs |= kLayerIpv4;
+}
+
 // One spec into the rule; 0, EINVAL (a size that is not the spec's), EOPNOTSUPP (a spec emu
 // does not steer by: tunnels, inner headers, MPLS, ESP, tags, actions).
 int add_spec(const ibv_flow_spec* spec, FlowSlot* flow) {
@@ -52,21 +60,17 @@ int add_spec(const ibv_flow_spec* spec, FlowSlot* flow) {
     case IBV_FLOW_SPEC_IPV4: {
       const ibv_flow_spec_ipv4& s = spec->ipv4;
       if (s.size != sizeof s) return EINVAL;
-      put(v.src_ip, m.src_ip, &s.val.src_ip, &s.mask.src_ip, 4);
-      put(v.dst_ip, m.dst_ip, &s.val.dst_ip, &s.mask.dst_ip, 4);
-      flow->needs |= kLayerIpv4;
+      put_ipv4(s, flow);
       return 0;
     }
     case IBV_FLOW_SPEC_IPV4_EXT: {
       const ibv_flow_spec_ipv4_ext& s = spec->ipv4_ext;
       if (s.size != sizeof s) return EINVAL;
-      put(v.src_ip, m.src_ip, &s.val.src_ip, &s.mask.src_ip, 4);
-      put(v.dst_ip, m.dst_ip, &s.val.dst_ip, &s.mask.dst_ip, 4);
+      put_ipv4(s, flow);
       put(&v.proto, &m.proto, &s.val.proto, &s.mask.proto, 1);
       put(&v.tos, &m.tos, &s.val.tos, &s.mask.tos, 1);
       put(&v.ttl, &m.ttl, &s.val.ttl, &s.mask.ttl, 1);
       put(&v.ip_flags, &m.ip_flags, &s.val.flags, &s.mask.flags, 1);
-      flow->needs |= kLayerIpv4;
       return 0;
     }
     case IBV_FLOW_SPEC_IPV6: {

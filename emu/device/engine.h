@@ -264,8 +264,10 @@ class Engine {
   // lost and the receive stays; true: consume it (*syndrome: the responder's error, if any).
   // Receives that fail at the responder: its error CQE, and the QP enters ERR.
   void receive_failed(QpSlot& r, CqeInfo* rc, uint8_t syndrome);
-  // The head receive WQE's index and scatter list (false: a bad L_Key in it).
-  bool recv_head_scatter(const RecvRef& q, uint16_t* wqe_index, engine_detail::Sges* scatter);
+  // The head receive WQE's index and scatter list, if it takes `need` bytes; else false and the
+  // receiver's syndrome (a bad L_Key in it: LOC_PROT, too small: LOC_LEN).
+  bool recv_target(const RecvRef& q, uint64_t need, uint16_t* wqe_index,
+                   engine_detail::Sges* scatter, uint8_t* syndrome);
   // Raw packet QPs (engine_raw.cpp): a frame to the QPs whose flow rules take it on every port
   // its destination MAC reaches.
   struct RawFrame;

@@ -131,16 +131,9 @@ void Engine::deliver_raw(const RawFrame& fr, const FlowSlot& flow) {
 
 bool Engine::raw_payload(const RawFrame& fr, const RecvRef& q, uint16_t* wqe_index,
                          uint8_t* syndrome) {
-  Sges scatter;
-  if (!recv_head_scatter(q, wqe_index, &scatter)) {
-    *syndrome = kSynLocalProt;
-    return true;
-  }
   const Sges& local = *fr.local;
-  if (scatter.total < local.total) {
-    *syndrome = kSynLocalLength;
-    return true;
-  }
+  Sges scatter;
+  if (!recv_target(q, local.total, wqe_index, &scatter, syndrome)) return true;
   Sges dst = sub_spans(scatter, 0, local.total);
   CopyResult cr =
       dma_copy(fr.local_pid, local.span, local.n, h_->procs[q.qp->owner].pid, dst.span, dst.n);

@@ -282,25 +282,23 @@ void Engine::receive_failed(QpSlot& r, CqeInfo* rc, uint8_t syndrome) {
   enter_error(r);
 }
 
-bool Engine::recv_head_scatter(const RecvRef& q, uint16_t* wqe_index, Sges* scatter) {
+bool Engine::recv_target(const RecvRef& q, uint64_t need, uint16_t* wqe_index, Sges* scatter,
+                         uint8_t* syndrome) {
   uint32_t seg_bytes;
   const uint8_t* wqe = recv_head(q, &seg_bytes, wqe_index);
   bool addr_is_va;
-  return recv_scatter(q, wqe, seg_bytes, scatter, &addr_is_va);
+  if (!recv_scatter(q, wqe, seg_bytes, scatter, &addr_is_va))
+    *syndrome = kSynLocalProt;
+  else if (scatter->total < need)
+    *syndrome = kSynLocalLength;
+  return *syndrome == 0;
 }
 
 bool Engine::ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index,
                         uint8_t* syndrome) {
-  Sges scatter;
-  if (!recv_head_scatter(q, wqe_index, &scatter)) {
-    *syndrome = kSynLocalProt;
-    return true;
-  }
   const Sges& local = *pkt.local;
-  if (scatter.total < kGrhBytes + local.total) {
-    *syndrome = kSynLocalLength;
-    return true;
-  }
+  Sges scatter;
+  if (!recv_target(q, kGrhBytes + local.total, wqe_index, &scatter, syndrome)) return true;
   int rpid = h_->procs[q.qp->owner].pid;
   CopyResult cr = CopyResult::ok;
   bool local_here = pkt.local_pid == 0 || pkt.local_pid == seg_->pid();

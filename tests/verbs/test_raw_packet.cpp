@@ -165,6 +165,15 @@ class RawPacket : public VerbsTest {
     Report rep = {};
     peer.finish(&rep, kDeadline);
   }
+  // The UDP rule on qp, then the sending peer started.
+  ibv_flow* steer_then_start(ibv_qp* qp, Peer& peer) {
+    UdpRule r = udp_rule(kEthPort, kDport);
+    ibv_flow* f = ibv_create_flow(qp, &r.attr);
+    EXPECT_NE(f, nullptr) << errno;
+    Info info = {};
+    peer.start("raw-sender", &info);
+    return f;
+  }
   void post_receives(ibv_qp* qp, uint32_t n) {
     for (uint32_t i = 0; i < n; ++i) {
       ibv_sge sge = rb.sge(i * kFrameLen, kFrameLen);
@@ -245,12 +254,9 @@ TEST_F(RawPacket, RulesSteerAnotherProcesssFrames) {
   ASSERT_EQ(raw_to_rts(b, kEthPort), 0);
   post_receives(a, 8);
   post_receives(b, 8);
-  UdpRule r = udp_rule(kEthPort, kDport);
-  ibv_flow* f = ibv_create_flow(a, &r.attr);
-  ASSERT_NE(f, nullptr) << errno;
   Peer peer;
-  Info info = {};
-  peer.start("raw-sender", &info);
+  ibv_flow* f = steer_then_start(a, peer);
+  ASSERT_TRUE(f && !HasFatalFailure());
   send_frames(peer, {kDport, kDport + 1, kDport});
   end_peer(peer);
   std::vector<ibv_wc> wc = drain(cq);
@@ -316,12 +322,9 @@ TEST_F(RawPacket, RssSpreadsFlowsOverWqsDeterministically) {
                      IBV_RX_HASH_SRC_IPV4 | IBV_RX_HASH_DST_IPV4};
   ibv_qp* rss = ibv_create_qp_ex(ctx, &xa);
   ASSERT_NE(rss, nullptr) << errno;
-  UdpRule r = udp_rule(kEthPort, kDport);
-  ibv_flow* f = ibv_create_flow(rss, &r.attr);
-  ASSERT_NE(f, nullptr) << errno;
   Peer peer;
-  Info info = {};
-  peer.start("raw-sender", &info);
+  ibv_flow* f = steer_then_start(rss, peer);
+  ASSERT_TRUE(f && !HasFatalFailure());
   std::map<uint32_t, uint32_t> wq_of_frame[2];  // per round: frame -> the WQ that received it
   for (int round = 0; round < 2; ++round) {
     send_frames(peer, std::vector<uint16_t>(kFrames, kDport));
