@@ -1,5 +1,6 @@
 // Flow steering (ibv_create_flow(3)) on raw packet QPs: each rule's specs become one masked key
 // (emu/raw.h) in the segment, so the engine of whichever process sends a frame steers it here.
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -35,7 +36,7 @@ void put(uint8_t* value, uint8_t* mask, const void* v, const void* m, size_t n) 
 
 // The addresses an IPv4 spec (plain or extended) names.
 template <class Spec>
-void put_ipv4(const Spec& s, FlowSlot* flow) {
+void put_ipv4(const Spec& s, FlowRule* flow) {
   put(flow->value.src_ip, flow->mask.src_ip, &s.val.src_ip, &s.mask.src_ip, 4);
   put(flow->value.dst_ip, flow->mask.dst_ip, &s.val.dst_ip, &s.mask.dst_ip, 4);
   flow->needs |= kLayerIpv4;
@@ -43,7 +44,7 @@ void put_ipv4(const Spec& s, FlowSlot* flow) {
 
 // One spec into the rule; 0, EINVAL (a size that is not the spec's), EOPNOTSUPP (a spec emu
 // does not steer by: tunnels, inner headers, MPLS, ESP, tags, actions).
-int add_spec(const ibv_flow_spec* spec, FlowSlot* flow) {
+int add_spec(const ibv_flow_spec* spec, FlowRule* flow) {
   FrameKey& v = flow->value;
   FrameKey& m = flow->mask;
   switch (spec->hdr.type) {
@@ -100,7 +101,7 @@ int add_spec(const ibv_flow_spec* spec, FlowSlot* flow) {
 }
 
 // The rule for attr, or an errno: what ibv_create_flow(3) and the kernel refuse.
-int compile_flow(const EmuQp* qp, const ibv_flow_attr* attr, FlowSlot* flow) {
+int compile_flow(const EmuQp* qp, const ibv_flow_attr* attr, FlowRule* flow) {
   if (attr->comp_mask) return EINVAL;
   if (attr->flags) return EOPNOTSUPP;  // DONT_TRAP, EGRESS: not done
   if (attr->type > IBV_FLOW_ATTR_SNIFFER) return EINVAL;
@@ -130,21 +131,18 @@ ibv_flow* emu_create_flow(ibv_qp* ibqp, ibv_flow_attr* attr) {
   // The kernel steers to UD and raw packet QPs only (EINVAL for the rest); emu steers raw ones.
   if (ibqp->qp_type == IBV_QPT_UD) return fail_null<ibv_flow>(EOPNOTSUPP);
   if (ibqp->qp_type != IBV_QPT_RAW_PACKET || !attr) return fail_null<ibv_flow>(EINVAL);
-  FlowSlot rule{};
+  FlowRule rule{};
   if (int e = compile_flow(qp, attr, &rule)) return fail_null<ibv_flow>(e);
   Segment* seg = segment();
   uint32_t idx;
   if (create_flow(seg, &idx) != Status::ok) return fail_null<ibv_flow>(ENOMEM);
   FlowSlot& f = seg->hdr()->raw.flows[idx];
-  f.qp = qp->slot;
-  f.dev = rule.dev;
-  f.port = rule.port;
-  f.kind = rule.kind;
-  f.needs = rule.needs;
-  f.priority = rule.priority;
-  f.value = rule.value;
-  f.mask = rule.mask;
-  f.qpn = ibqp->qp_num;  // last: a rule with no QP number is not yet one (the engine skips it)
+  rule.qp = qp->slot;
+  f.rule = rule;
+  // Last, after the rest (an engine that reads the number reads them after it): a rule with no
+  // QP number is not yet one, and engines skip it.
+  std::atomic_thread_fence(std::memory_order_release);
+  f.rule.qpn = ibqp->qp_num;
   publish_flow(seg, f);
   qp->flows.fetch_add(1);
   std::lock_guard<std::mutex> g(g_flows_mu);

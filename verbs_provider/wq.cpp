@@ -88,15 +88,8 @@ ibv_wq* emu_create_wq(ibv_context* context, ibv_wq_init_attr* attr) {
   }
   w->rq = to_qp(q);
   ibv_wq& wq = w->wq;
-  wq.context = context;
-  wq.wq_context = attr->wq_context;
-  wq.pd = attr->pd;
-  wq.cq = attr->cq;
-  wq.wq_num = q->qp_num;
-  wq.handle = q->handle;
-  wq.state = IBV_WQS_RESET;
-  wq.wq_type = IBV_WQT_RQ;
-  wq.post_recv = wq_post_recv;
+  wq = ibv_wq{context,    attr->wq_context, attr->pd, attr->cq, q->qp_num, q->handle, IBV_WQS_RESET,
+              IBV_WQT_RQ, wq_post_recv,     {},       {},       0,         0};
   pthread_mutex_init(&wq.mutex, nullptr);
   pthread_cond_init(&wq.cond, nullptr);
   attr->max_wr = w->rq->max_recv_wr;

@@ -28,8 +28,8 @@ struct Engine::RawFrame {
 namespace {
 
 bool flow_on(const FlowSlot& f, uint32_t dev, uint8_t port) {
-  return f.state.load(std::memory_order_acquire) == kSlotLive && f.qpn != 0 && f.dev == dev &&
-         f.port == port;
+  return f.state.load(std::memory_order_acquire) == kSlotLive && f.rule.qpn != 0 &&
+         f.rule.dev == dev && f.rule.port == port;
 }
 
 // Whether the frame's destination MAC names this port (a multicast or broadcast one names all).
@@ -78,28 +78,28 @@ void Engine::steer_raw(const RawFrame& fr, uint32_t dev, uint8_t port) {
   RawSteering& raw = h_->raw;
   uint32_t best = UINT32_MAX;
   for (const FlowSlot& f : raw.flows)
-    if (flow_on(f, dev, port) && f.kind == kFlowNormal && f.priority < best &&
-        flow_matches(f, fr.key, fr.layers))
-      best = f.priority;
+    if (flow_on(f, dev, port) && f.rule.kind == kFlowNormal && f.rule.priority < best &&
+        flow_matches(f.rule, fr.key, fr.layers))
+      best = f.rule.priority;
   bool multicast = fr.key.dmac[0] & 1;
   constexpr int kSeen = 16;  // a QP with several rules that take the frame gets one copy
   uint32_t seen[kSeen];
   int nseen = 0;
   for (const FlowSlot& f : raw.flows) {
-    if (!flow_on(f, dev, port) || f.qpn == fr.src_qpn) continue;
-    bool take =
-        f.kind == kFlowSniffer ||
-        (f.kind == kFlowNormal && f.priority == best && flow_matches(f, fr.key, fr.layers)) ||
-        (best == UINT32_MAX &&
-         (f.kind == kFlowAllDefault || (f.kind == kFlowMcDefault && multicast)));
-    if (!take || std::find(seen, seen + nseen, f.qpn) != seen + nseen) continue;
-    if (nseen < kSeen) seen[nseen++] = f.qpn;
+    if (!flow_on(f, dev, port) || f.rule.qpn == fr.src_qpn) continue;
+    bool take = f.rule.kind == kFlowSniffer ||
+                (f.rule.kind == kFlowNormal && f.rule.priority == best &&
+                 flow_matches(f.rule, fr.key, fr.layers)) ||
+                (best == UINT32_MAX &&
+                 (f.rule.kind == kFlowAllDefault || (f.rule.kind == kFlowMcDefault && multicast)));
+    if (!take || std::find(seen, seen + nseen, f.rule.qpn) != seen + nseen) continue;
+    if (nseen < kSeen) seen[nseen++] = f.rule.qpn;
     deliver_raw(fr, f);
   }
 }
 
 void Engine::deliver_raw(const RawFrame& fr, const FlowSlot& flow) {
-  QpSlot* r = seg_->find_qp(flow.qpn);
+  QpSlot* r = seg_->find_qp(flow.rule.qpn);
   if (!r || r->type != kQptRaw) return;
   if (r->rss_ref) {
     // The RSS QP's hash picks the receive WQ.

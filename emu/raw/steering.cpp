@@ -67,11 +67,11 @@ uint8_t parse_frame(const uint8_t* f, uint32_t len, FrameKey* key) {
   return layers;
 }
 
-bool flow_matches(const FlowSlot& flow, const FrameKey& key, uint8_t layers) {
-  if ((layers & flow.needs) != flow.needs) return false;
+bool flow_matches(const FlowRule& rule, const FrameKey& key, uint8_t layers) {
+  if ((layers & rule.needs) != rule.needs) return false;
   const auto* k = reinterpret_cast<const uint8_t*>(&key);
-  const auto* m = reinterpret_cast<const uint8_t*>(&flow.mask);
-  const auto* v = reinterpret_cast<const uint8_t*>(&flow.value);
+  const auto* m = reinterpret_cast<const uint8_t*>(&rule.mask);
+  const auto* v = reinterpret_cast<const uint8_t*>(&rule.value);
   for (uint32_t i = 0; i < sizeof(FrameKey); i += 8) {
     uint64_t kw, mw, vw;
     std::memcpy(&kw, k + i, 8);
@@ -144,9 +144,9 @@ void free_flow(Segment* seg, FlowSlot& flow) {
   // An engine may be matching the rule now: it is unfindable first, its slot free only once no
   // engine can be inside.
   flow.state.store(kSlotDying, std::memory_order_release);
-  if (flow.qpn) seg->hdr()->raw.live_flows.fetch_sub(1, std::memory_order_relaxed);
+  if (flow.rule.qpn) seg->hdr()->raw.live_flows.fetch_sub(1, std::memory_order_relaxed);
   wait_for_engines(seg);
-  flow.qpn = 0;
+  flow.rule.qpn = 0;
   flow.state.store(kSlotFree, std::memory_order_release);
 }
 
@@ -164,7 +164,7 @@ void raw_release_proc(Segment* seg, uint32_t proc) {
   for (FlowSlot& f : raw.flows)
     if (f.state.load() == kSlotLive && f.owner == proc) {
       f.state.store(kSlotDying, std::memory_order_release);
-      if (f.qpn) raw.live_flows.fetch_sub(1, std::memory_order_relaxed);
+      if (f.rule.qpn) raw.live_flows.fetch_sub(1, std::memory_order_relaxed);
       any = true;
     }
   for (RssSlot& r : raw.rss)
@@ -176,7 +176,7 @@ void raw_release_proc(Segment* seg, uint32_t proc) {
   wait_for_engines(seg);
   for (FlowSlot& f : raw.flows)
     if (f.state.load() == kSlotDying && f.owner == proc) {
-      f.qpn = 0;
+      f.rule.qpn = 0;
       f.state.store(kSlotFree, std::memory_order_release);
     }
   for (RssSlot& r : raw.rss)

@@ -65,7 +65,7 @@ TEST(RawSteering, RulesMatchByMaskedFieldsAndLayers) {
   auto f = udp4(src, dst, 1234, 5678);
   FrameKey key;
   uint8_t layers = parse_frame(f.data(), static_cast<uint32_t>(f.size()), &key);
-  FlowSlot rule{};
+  FlowRule rule{};
   rule.needs = kLayerIpv4;
   std::memcpy(rule.value.dst_ip, dst, 4);
   std::memset(rule.mask.dst_ip, 0xff, 4);

@@ -31,7 +31,7 @@ uint8_t parse_frame(const uint8_t* f, uint32_t len, FrameKey* key);
 
 // The rule's specs all match: the frame carries the layers they name and every masked field
 // agrees.
-bool flow_matches(const FlowSlot& flow, const FrameKey& key, uint8_t layers);
+bool flow_matches(const FlowRule& rule, const FrameKey& key, uint8_t layers);
 
 // The Toeplitz hash of `in` under `key` (Microsoft's RSS hash, as mlx5 computes it).
 uint32_t toeplitz(const uint8_t* key, uint32_t key_len, const uint8_t* in, uint32_t n);

@@ -53,11 +53,10 @@ enum FlowKind : uint8_t {
   kFlowSniffer = 3,
 };
 
-struct FlowSlot {
-  std::atomic<uint32_t> state;  // SlotState
-  uint32_t owner;               // the process that made it
-  uint32_t qp;                  // the QpSlot index of the raw packet QP it steers to
-  uint32_t qpn;                 // that QP's number (a stale rule finds no QP)
+// What a rule takes and where it steers it.
+struct FlowRule {
+  uint32_t qp;   // the QpSlot index of the raw packet QP it steers to
+  uint32_t qpn;  // that QP's number (0: not yet a rule; a stale one finds no QP)
   uint32_t dev;
   uint8_t port;
   uint8_t kind;   // FlowKind
@@ -65,9 +64,15 @@ struct FlowSlot {
   uint8_t rsvd;
   uint16_t priority;  // lower wins among NORMAL rules of a port
   uint16_t rsvd2;
-  uint64_t uid;
   FrameKey value;  // already masked
   FrameKey mask;
+};
+
+struct FlowSlot {
+  std::atomic<uint32_t> state;  // SlotState
+  uint32_t owner;               // the process that made it
+  uint64_t uid;
+  FlowRule rule;
 };
 
 // The hash of an RSS QP and the receive WQs (their QpSlot indices) its table names.
