@@ -14,6 +14,7 @@
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/port.h"
+#include "emu/raw.h"
 #include "forward.h"
 #include "provider.h"
 
@@ -230,6 +231,15 @@ int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
   full.tm_caps.flags = IBV_TM_CAP_RC;
   full.tm_caps.max_ops = Limits::max_tm_ops;
   full.tm_caps.max_sge = 1;
+  // Receive-side scaling over raw packet QPs, where there is an Ethernet port (wq.cpp).
+  if (device_has_ethernet(to_ctx(ctx)->dev)) {
+    full.rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
+    full.rss_caps.max_rwq_indirection_tables = kMaxRssQps;
+    full.rss_caps.max_rwq_indirection_table_size = 1u << kRssLogTableMax;
+    full.rss_caps.rx_hash_fields_mask = kRssFieldsKnown;
+    full.rss_caps.rx_hash_function = IBV_RX_HASH_FUNC_TOEPLITZ;
+    full.max_wq_type_rq = kMaxQps;
+  }
   std::memcpy(attr, &full, std::min(len, sizeof full));
   return 0;
 }
@@ -375,6 +385,13 @@ ibv_context* open_context(ibv_device* device, int cmd_fd) {
   v.alloc_td = emu_alloc_td;
   v.dealloc_td = emu_dealloc_td;
   v.alloc_parent_domain = emu_alloc_parent_domain;
+  v.ibv_create_flow = emu_create_flow;
+  v.ibv_destroy_flow = emu_destroy_flow;
+  v.create_wq = emu_create_wq;
+  v.modify_wq = emu_modify_wq;
+  v.destroy_wq = emu_destroy_wq;
+  v.create_rwq_ind_table = emu_create_rwq_ind_table;
+  v.destroy_rwq_ind_table = emu_destroy_rwq_ind_table;
   ibv_context& c = v.context;
   c.device = device;
   c.cmd_fd = cmd_fd;

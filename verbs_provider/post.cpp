@@ -111,7 +111,8 @@ void wqe_set_xrc_srqn(EmuQp* qp, uint32_t srqn) {
 
 // verbs numbers the transports as the device does, so a QP's type indexes the device's table.
 static_assert(int{IBV_QPT_RC} == kQptRc && int{IBV_QPT_UC} == kQptUc && int{IBV_QPT_UD} == kQptUd &&
-              int{IBV_QPT_XRC_SEND} == kQptXrcSend && int{IBV_QPT_XRC_RECV} == kQptXrcRecv);
+              int{IBV_QPT_XRC_SEND} == kQptXrcSend && int{IBV_QPT_XRC_RECV} == kQptXrcRecv &&
+              int{IBV_QPT_RAW_PACKET} == kQptRaw);
 
 bool opcode_allowed(ibv_qp_type type, uint8_t opcode) {
   return transport_carries(static_cast<uint8_t>(type), opcode);
@@ -315,9 +316,10 @@ int emu_post_recv(ibv_qp* ibqp, ibv_recv_wr* wr, ibv_recv_wr** bad) {
   bool owned = queue_enter(qp, kOwnerRecv);
   int err = 0;
   uint32_t nreq = 0;
-  // A QP on an SRQ (or of an XRC type) has no receive queue of its own; a QP in RESET takes none.
+  // A QP on an SRQ (or of an XRC type, or an RSS QP: its WQs receive) has no receive queue of its
+  // own; a QP in RESET takes none.
   ibv_qp_type t = ibqp->qp_type;
-  if (qp->srq || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV ||
+  if (qp->srq || t == IBV_QPT_XRC_SEND || t == IBV_QPT_XRC_RECV || qp->rss_slot ||
       qp->shm->qp_state.load(std::memory_order_relaxed) == kQpsReset) {
     err = EINVAL;
     *bad = wr;

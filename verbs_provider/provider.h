@@ -307,6 +307,11 @@ struct EmuQp {
   // The ownership checker (lockless QPs only), one word per lock it stands for.
   OwnerWord sq_owner;
   OwnerWord rq_owner;
+  // Raw packet QPs (flow.cpp, wq.cpp): flow rules steering to it (a QP with rules is busy, as the
+  // kernel counts them in its use count), and an RSS QP's RssSlot (1 + index) and table.
+  std::atomic<uint32_t> flows{0};
+  uint32_t rss_slot = 0;
+  struct EmuIndTable* ind_table = nullptr;
 };
 
 // WQE building (post.cpp), shared by ibv_post_send and the ibv_wr_* API. The caller is inside the
@@ -488,6 +493,19 @@ int emu_close_xrcd(ibv_xrcd* xrcd);
 ibv_qp* emu_open_qp(ibv_context* context, ibv_qp_open_attr* attr);
 ibv_qp* create_tgt_qp(ibv_context* context, ibv_qp_init_attr_ex* attr);
 int destroy_tgt_qp_handle(EmuQp* qp);
+// Raw packet QPs: flow steering (flow.cpp), receive WQs, indirection tables and RSS QPs (wq.cpp).
+bool device_has_ethernet(uint32_t dev);
+bool port_is_ethernet(uint32_t dev, uint32_t port);
+ibv_flow* emu_create_flow(ibv_qp* qp, ibv_flow_attr* attr);
+int emu_destroy_flow(ibv_flow* flow);
+ibv_wq* emu_create_wq(ibv_context* context, ibv_wq_init_attr* attr);
+int emu_modify_wq(ibv_wq* wq, ibv_wq_attr* attr);
+int emu_destroy_wq(ibv_wq* wq);
+ibv_rwq_ind_table* emu_create_rwq_ind_table(ibv_context* context,
+                                            ibv_rwq_ind_table_init_attr* attr);
+int emu_destroy_rwq_ind_table(ibv_rwq_ind_table* table);
+ibv_qp* create_rss_qp(ibv_context* context, ibv_qp_init_attr_ex* attr);
+void release_rss(EmuQp* qp);
 
 // Set errno and return it (verbs edge helpers).
 inline int fail_errno(int e) {

@@ -191,8 +191,21 @@ bool xrc_tgt_rule(uint32_t cur, uint32_t next, Rule* r) {
   return true;
 }
 
+// Raw packet: no addresses or keys, only the port (the kernel's RAW_PACKET column).
+bool raw_rule(uint32_t cur, uint32_t next, Rule* r) {
+  *r = {0, 0};
+  if (next == kQpsReset) return true;
+  if (next == kQpsErr) return cur != kQpsReset;
+  if (cur == kQpsReset && next == kQpsInit) *r = {IBV_QP_PORT, 0};
+  if (cur == kQpsInit && next == kQpsInit) *r = {0, IBV_QP_PORT};
+  return (cur == kQpsReset && next == kQpsInit) || (cur == kQpsInit && next == kQpsInit) ||
+         (cur == kQpsInit && next == kQpsRtr) || (cur == kQpsRtr && next == kQpsRts) ||
+         (cur == kQpsRts && next == kQpsRts);
+}
+
 bool transition_rule(ibv_qp_type type, uint32_t cur, uint32_t next, Rule* r) {
   if (type == IBV_QPT_UD) return ud_rule(cur, next, r);
+  if (type == IBV_QPT_RAW_PACKET) return raw_rule(cur, next, r);
   if (type == IBV_QPT_XRC_SEND) return xrc_ini_rule(cur, next, r);
   if (type == IBV_QPT_XRC_RECV) return xrc_tgt_rule(cur, next, r);
   if (type == IBV_QPT_UC) return uc_rule(cur, next, r);
@@ -209,6 +222,10 @@ int check_values(EmuQp* qp, const ibv_qp_attr* a, int mask) {
   Header* h = segment()->hdr();
   uint32_t nports = h->devices[qp->ctx->dev].num_ports;
   if ((mask & IBV_QP_PORT) && (a->port_num < 1 || a->port_num > nports)) return EINVAL;
+  // A raw packet QP carries Ethernet frames: only an Ethernet port takes it (EINVAL, as mlx5).
+  if ((mask & IBV_QP_PORT) && qp->qpx.qp_base.qp_type == IBV_QPT_RAW_PACKET &&
+      !port_is_ethernet(qp->ctx->dev, a->port_num))
+    return EINVAL;
   if ((mask & IBV_QP_PKEY_INDEX) && a->pkey_index != 0) return EINVAL;
   if ((mask & IBV_QP_ACCESS_FLAGS) && (a->qp_access_flags & ~kQpAccessKnown)) return EINVAL;
   if ((mask & IBV_QP_PATH_MTU) && (a->path_mtu < IBV_MTU_256 || a->path_mtu > IBV_MTU_4096))
@@ -261,9 +278,12 @@ void qp_table_set(uint32_t qpn, EmuQp* qp) { g_qp_table[qpn & (kMaxQps - 1)] = q
 void qp_progress(EmuQp* qp) { device_kick_sq(*qp->shm); }
 
 ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+  constexpr uint32_t kRss = IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_IND_TABLE;
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
-                                  IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_XRCD;
+                                  IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_XRCD | kRss;
   if (attr->comp_mask & ~kKnownMask) return fail_null<ibv_qp>(EOPNOTSUPP);
+  // An RSS QP receives on the WQs of its indirection table (wq.cpp).
+  if (attr->comp_mask & kRss) return create_rss_qp(context, attr);
   // An XRC TGT QP has no PD, CQs or queues: a handle to a QP of the domain (xrc.cpp).
   if (attr->qp_type == IBV_QPT_XRC_RECV) return create_tgt_qp(context, attr);
   if (attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) return fail_null<ibv_qp>(EINVAL);
@@ -279,8 +299,10 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if ((attr->comp_mask & IBV_QP_INIT_ATTR_SEND_OPS_FLAGS) &&
       (attr->send_ops_flags & ~send_ops_of(IBV_QPT_RC)))  // RC carries every operation
     return fail_null<ibv_qp>(EOPNOTSUPP);
+  // Raw packet QPs need an Ethernet port (the kernel also wants CAP_NET_RAW; emu does not).
+  bool raw_ok = attr->qp_type == IBV_QPT_RAW_PACKET && device_has_ethernet(to_ctx(context)->dev);
   if (attr->qp_type != IBV_QPT_RC && attr->qp_type != IBV_QPT_UC && attr->qp_type != IBV_QPT_UD &&
-      attr->qp_type != IBV_QPT_XRC_SEND)
+      attr->qp_type != IBV_QPT_XRC_SEND && !raw_ok)
     return fail_null<ibv_qp>(EOPNOTSUPP);
   if (!attr->send_cq || !attr->recv_cq || attr->send_cq->context != context ||
       attr->recv_cq->context != context)
@@ -327,10 +349,11 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   QpSpec spec{};
   spec.dev = ctx->dev;
   spec.ctx = ctx->slot;
-  spec.type = attr->qp_type == IBV_QPT_UD         ? kQptUd
-              : attr->qp_type == IBV_QPT_UC       ? kQptUc
-              : attr->qp_type == IBV_QPT_XRC_SEND ? kQptXrcSend
-                                                  : kQptRc;
+  spec.type = attr->qp_type == IBV_QPT_UD           ? kQptUd
+              : attr->qp_type == IBV_QPT_UC         ? kQptUc
+              : attr->qp_type == IBV_QPT_XRC_SEND   ? kQptXrcSend
+              : attr->qp_type == IBV_QPT_RAW_PACKET ? kQptRaw
+                                                    : kQptRc;
   spec.sq_sig_all = attr->sq_sig_all ? 1 : 0;
   spec.uar_index = static_cast<uint16_t>(qp->uar_idx);
   spec.pd = epd->slot;
@@ -579,6 +602,8 @@ int ibv_destroy_qp(ibv_qp* ibqp) {
   if (inherited(to_qp(ibqp))) return EPERM;
   if (ibqp->qp_type == IBV_QPT_XRC_RECV) return destroy_tgt_qp_handle(to_qp(ibqp));
   EmuQp* qp = to_qp(ibqp);
+  if (qp->flows.load()) return EBUSY;  // flow rules steer to it (the kernel's use count)
+  if (qp->rss_slot) release_rss(qp);
   QpSlot& s = *qp->shm;
   Segment* seg = segment();
   stop_qp(seg, s);  // the device stops on it before its rings go

@@ -303,6 +303,20 @@ class Engine {
   void deliver_ud(const UdPacket& pkt, QpSlot& r);
   // The packet into the head receive WQE of q, whose lock the caller holds. false: the packet is
   // lost and the receive stays; true: consume it (*syndrome: the responder's error, if any).
+  // Receives that fail at the responder: its error CQE, and the QP enters ERR.
+  void receive_failed(QpSlot& r, CqeInfo* rc, uint8_t syndrome);
+  // The head receive WQE's index and scatter list, if it takes `need` bytes; else false and the
+  // receiver's syndrome (a bad L_Key in it: LOC_PROT, too small: LOC_LEN).
+  bool recv_target(const RecvRef& q, uint64_t need, uint16_t* wqe_index,
+                   engine_detail::Sges* scatter, uint8_t* syndrome);
+  // Raw packet QPs (engine_raw.cpp): a frame to the QPs whose flow rules take it on every port
+  // its destination MAC reaches.
+  struct RawFrame;
+  ExecOutcome exec_raw(QpSlot& qp, const engine_detail::ParsedWqe& w, int local_pid, CqeInfo* out);
+  void steer_raw(const RawFrame& fr, uint32_t dev, uint8_t port);
+  void deliver_raw(const RawFrame& fr, const FlowSlot& flow);
+  bool raw_payload(const RawFrame& fr, const RecvRef& q, uint16_t* wqe_index, uint8_t* syndrome);
+  void capture_raw(const engine_detail::Sges& local, int local_pid);
   bool ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index, uint8_t* syndrome);
   void raise_comm_est(QpSlot& r);
   void send_queue_error(QpSlot& qp);

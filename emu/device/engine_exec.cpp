@@ -42,6 +42,7 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     return invalidate_mw(qp.pd, be32(w.ctrl->imm)) ? ExecOutcome::done : fail(out, kSynMwBind);
   int local_pid = w.local.is_inline ? 0 : h_->procs[qp.owner].pid;
   if (qp.type == kQptUd) return exec_ud(qp, w, local_pid, out);
+  if (qp.type == kQptRaw) return exec_raw(qp, w, local_pid, out);
 
   // UC has no acknowledgements: what the responder cannot take is lost, and the requester, which
   // completes once the message is on the wire, does not learn of it.

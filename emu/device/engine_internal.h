@@ -44,6 +44,23 @@ struct Sges {
   bool is_inline = false;
 };
 
+// The part [off, off + len) of a span list.
+inline Sges sub_spans(const Sges& s, uint64_t off, uint64_t len) {
+  Sges out;
+  for (int i = 0; i < s.n && len; ++i) {
+    if (off >= s.span[i].len) {
+      off -= s.span[i].len;
+      continue;
+    }
+    uint64_t take = std::min(s.span[i].len - off, len);
+    out.span[out.n++] = {s.span[i].addr + off, take};
+    out.total += take;
+    len -= take;
+    off = 0;
+  }
+  return out;
+}
+
 // A key check as the NIC does it: the key names an MR of the same PD and process that grants the
 // access needed (kAccess* bits; 0 for a local read) and holds [addr, addr + len); *va is where
 // addr is in the owner's address space. A memory window's key serves remote access only: the

@@ -266,13 +266,7 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   rc.qpn = r.qpn;
   rc.src_qpn = pkt.src_qpn | uint32_t(pkt.sl) << 24 | (pkt.has_grh ? kCqeRqpnGrh : 0);
   rc.slid = pkt.slid;
-  if (syndrome) {
-    rc.cqe_opcode = kCqeRespErr;
-    rc.syndrome = syndrome;
-    write_cqe(h_->cqs[r.recv_cq], rc);
-    enter_error(r);
-    return;
-  }
+  if (syndrome) return receive_failed(r, &rc, syndrome);
   bool imm = ctrl_opcode(*pkt.ctrl) == kOpSendImm;
   rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
   rc.byte_cnt = static_cast<uint32_t>(kGrhBytes + pkt.local->total);
@@ -281,21 +275,30 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   write_cqe(h_->cqs[r.recv_cq], rc);
 }
 
-bool Engine::ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index,
-                        uint8_t* syndrome) {
+void Engine::receive_failed(QpSlot& r, CqeInfo* rc, uint8_t syndrome) {
+  rc->cqe_opcode = kCqeRespErr;
+  rc->syndrome = syndrome;
+  write_cqe(h_->cqs[r.recv_cq], *rc);
+  enter_error(r);
+}
+
+bool Engine::recv_target(const RecvRef& q, uint64_t need, uint16_t* wqe_index, Sges* scatter,
+                         uint8_t* syndrome) {
   uint32_t seg_bytes;
   const uint8_t* wqe = recv_head(q, &seg_bytes, wqe_index);
-  Sges scatter;
   bool addr_is_va;
-  if (!recv_scatter(q, wqe, seg_bytes, &scatter, &addr_is_va)) {
+  if (!recv_scatter(q, wqe, seg_bytes, scatter, &addr_is_va))
     *syndrome = kSynLocalProt;
-    return true;
-  }
-  const Sges& local = *pkt.local;
-  if (scatter.total < kGrhBytes + local.total) {
+  else if (scatter->total < need)
     *syndrome = kSynLocalLength;
-    return true;
-  }
+  return *syndrome == 0;
+}
+
+bool Engine::ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index,
+                        uint8_t* syndrome) {
+  const Sges& local = *pkt.local;
+  Sges scatter;
+  if (!recv_target(q, kGrhBytes + local.total, wqe_index, &scatter, syndrome)) return true;
   int rpid = h_->procs[q.qp->owner].pid;
   CopyResult cr = CopyResult::ok;
   bool local_here = pkt.local_pid == 0 || pkt.local_pid == seg_->pid();

@@ -20,6 +20,7 @@
 
 #include "emu/kill_point.h"
 #include "emu/objects.h"
+#include "emu/raw.h"
 #include "emu/reclaim.h"
 #include "emu/wqe.h"
 #include "emu/xrc.h"
@@ -313,6 +314,8 @@ Status Segment::alloc_mr(uint32_t* idx) {
   return st;
 }
 Status Segment::alloc_cq(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->cqs, idx); }
+Status Segment::alloc_flow(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->raw.flows, idx); }
+Status Segment::alloc_rss(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->raw.rss, idx); }
 Status Segment::alloc_qp(uint32_t* idx) {
   // Slots 0 and 1 stay unused, as QP0 and QP1 (the special QPs) are on hardware: max_qp is the
   // table less those two.
@@ -422,6 +425,7 @@ void Segment::release_proc_objects(uint32_t proc) {
   reset_engine_slots(this, proc);
   // XRC references first (a TGT QP is not its creator's: its handles decide, emu/xrc/xrc.cpp).
   xrc_release_proc(this, proc);
+  raw_release_proc(this, proc);
   release_objects([proc](const auto& slot) { return slot.owner == proc && !is_tgt_qp(slot); },
                   true);
 }

@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "emu/inject_layout.h"
+#include "emu/raw_layout.h"
 #include "emu/shm_lock.h"
 #include "emu/wire_layout.h"
 
@@ -25,7 +26,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 30;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 31;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -56,7 +57,14 @@ enum SlotState : uint32_t { kSlotFree = 0, kSlotLive = 1, kSlotDying = 2 };
 
 // QP states use ibv_qp_state's numbering so the verbs edge needs no table.
 enum QpState : uint32_t { kQpsReset, kQpsInit, kQpsRtr, kQpsRts, kQpsSqd, kQpsSqe, kQpsErr };
-enum QpType : uint8_t { kQptRc = 2, kQptUc = 3, kQptUd = 4, kQptXrcSend = 9, kQptXrcRecv = 10 };
+enum QpType : uint8_t {
+  kQptRc = 2,
+  kQptUc = 3,
+  kQptUd = 4,
+  kQptRaw = 8,  // raw packet: whole Ethernet frames (emu/raw.h); also an RSS QP's receive WQs
+  kQptXrcSend = 9,
+  kQptXrcRecv = 10
+};
 
 // Access flags use ibv_access_flags' numbering.
 enum Access : uint32_t {
@@ -365,7 +373,7 @@ struct QpSlot {
   uint32_t rq_wqe_cnt;  // power of two
   uint64_t rq_off;
   uint32_t rq_stride;  // bytes per receive WQE (16 * max receive SGEs, power of two)
-  uint32_t rsvd3;
+  uint32_t rss_ref;    // raw packet: 1 + the RssSlot of an RSS QP (it receives on WQs); 0: none
   uint64_t dbrec_off;  // be32[2]: [0] receive counter, [1] send counter
   uint64_t wrec_off;   // WqeWriteRec[sq_bbs]: the device's record of the driver's ring stores
   std::atomic<uint32_t> incarnation;  // bumped by every move to RESET; stamped on each CQE
@@ -565,6 +573,7 @@ struct Header {
   FaultTable faults;     // wire faults (emu/faults.h)
   WireQp wire[kMaxQps];  // per QP slot: its head message on the packet wire (emu/wire/)
   InjectTable inject;    // error injection rules (emu/inject.h)
+  RawSteering raw;       // raw packet QPs' flow rules and RSS (emu/raw.h)
 };
 
 }  // namespace emu

@@ -68,6 +68,8 @@ class Segment {
   Status alloc_cq(uint32_t* idx);
   Status alloc_qp(uint32_t* idx);
   Status alloc_srq(uint32_t* idx);
+  Status alloc_flow(uint32_t* idx);  // raw packet steering (emu/raw.h)
+  Status alloc_rss(uint32_t* idx);
 
   MrSlot* find_mr(uint32_t key) const;
   QpSlot* find_qp(uint32_t qpn) const;

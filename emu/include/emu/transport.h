@@ -20,8 +20,8 @@ constexpr uint32_t kReadAtomicOps = opcode_bit(kOpRdmaRead) | opcode_bit(kOpAtom
 constexpr uint32_t kMwOps = opcode_bit(kOpBindMw) | opcode_bit(kOpLocalInv);
 
 // UD: only SENDs (a datagram has no remote address). UC: no READs or atomics (nothing answers).
-// XRC INI: everything RC carries (the request names an XRC SRQ, whose PD guards RDMA and
-// atomics). An XRC TGT QP has no send queue.
+// Raw packet: plain SENDs. XRC INI: everything RC carries (the request names an XRC SRQ, whose PD
+// guards RDMA and atomics). An XRC TGT QP has no send queue.
 constexpr uint32_t transport_ops(uint8_t qp_type) {
   switch (qp_type) {
     case kQptRc:
@@ -31,6 +31,8 @@ constexpr uint32_t transport_ops(uint8_t qp_type) {
       return kSendOps | kWriteOps | kMwOps;
     case kQptUd:
       return kSendOps;
+    case kQptRaw:  // one whole Ethernet frame per SEND
+      return opcode_bit(kOpNop) | opcode_bit(kOpSend);
     default:
       return 0;
   }

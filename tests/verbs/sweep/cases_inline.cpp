@@ -9,6 +9,8 @@
 namespace sweep {
 namespace {
 
+constexpr uint32_t kRssLogTableMaxPlusOne = 7;  // emu0's tables hold at most 64 WQs
+
 void query_device_ex(Env& env) {
   ibv_device_attr_ex a = {};
   EXPECT_EQ(ibv_query_device_ex(env.ctx, nullptr, &a), 0);
@@ -207,32 +209,84 @@ void td_parent(Env& env) {
 }
 
 void not_offered(Env& env) {
+  ibv_flow_action_esp_attr ea = {};
+  SWEEP_EXPECT_NULL(ibv_create_flow_action_esp(env.ctx, &ea), EOPNOTSUPP);
+  ibv_counters_init_attr ca = {};
+  SWEEP_EXPECT_NULL(ibv_create_counters(env.ctx, &ca), EOPNOTSUPP);
+}
+
+// Raw packet QPs, flow rules, WQs, indirection tables and RSS QPs: on an Ethernet port the whole
+// chain with its busy and twice-destroyed errors; on InfiniBand none of it (EOPNOTSUPP).
+void raw_rss(Env& env, ibv_wq_init_attr& wa) {
+  ibv_wq* wq = ibv_create_wq(env.ctx, &wa);
+  ASSERT_NE(wq, nullptr) << errno;
+  ibv_wq_attr m = {};
+  m.attr_mask = IBV_WQ_ATTR_STATE;
+  m.wq_state = IBV_WQS_RDY;
+  EXPECT_EQ(ibv_modify_wq(wq, &m), 0);
+  ibv_recv_wr rw = {};
+  ibv_recv_wr* bad = nullptr;
+  EXPECT_EQ(ibv_post_wq_recv(wq, &rw, &bad), 0);
+  ibv_wq* tbl[1] = {wq};
+  ibv_rwq_ind_table_init_attr ra = {0, tbl, 0};
+  ibv_rwq_ind_table* t = ibv_create_rwq_ind_table(env.ctx, &ra);
+  ASSERT_NE(t, nullptr) << errno;
+  EXPECT_EQ(ibv_destroy_wq(wq), EBUSY);  // its table names it
+  uint8_t key[40] = {1};
+  ibv_qp_init_attr_ex xa = {};
+  xa.qp_type = IBV_QPT_RAW_PACKET;
+  xa.comp_mask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_IND_TABLE;
+  xa.pd = env.pd;
+  xa.rwq_ind_tbl = t;
+  xa.rx_hash_conf = {IBV_RX_HASH_FUNC_TOEPLITZ, 40, key, IBV_RX_HASH_SRC_IPV4};
+  xa.rx_hash_conf.rx_hash_fields_mask |= IBV_RX_HASH_INNER;  // not hashed here
+  SWEEP_EXPECT_NULL(ibv_create_qp_ex(env.ctx, &xa), EOPNOTSUPP);
+  xa.rx_hash_conf.rx_hash_fields_mask = IBV_RX_HASH_SRC_IPV4;
+  ibv_qp* rss = ibv_create_qp_ex(env.ctx, &xa);
+  ASSERT_NE(rss, nullptr) << errno;
+  EXPECT_EQ(ibv_destroy_rwq_ind_table(t), EBUSY);  // an RSS QP receives through it
+  EXPECT_EQ(ibv_destroy_qp(rss), 0);
+  EXPECT_EQ(ibv_destroy_rwq_ind_table(t), 0);
+  EXPECT_EQ(ibv_destroy_wq(wq), 0);
+}
+
+void raw_packet(Env& env) {
+  ibv_port_attr pa = {};
+  ASSERT_EQ(ibv_query_port(env.ctx, 1, &pa), 0);
   ibv_flow_attr fa = {};
   fa.size = sizeof fa;
   fa.port = 1;
-  ibv_qp* q = make_qp(env, IBV_QPT_UD);
-  ASSERT_NE(q, nullptr);
-  errno = 0;
-  ibv_flow* f = ibv_create_flow(q, &fa);
-  if (f) {
-    EXPECT_EQ(ibv_destroy_flow(f), 0);
-  } else {
-    EXPECT_TRUE(errno == EOPNOTSUPP || errno == EINVAL) << errno;
-  }
-  ibv_flow_action_esp_attr ea = {};
-  SWEEP_EXPECT_NULL(ibv_create_flow_action_esp(env.ctx, &ea), EOPNOTSUPP);
+  ibv_qp* rc = make_qp(env, IBV_QPT_RC);
+  ASSERT_NE(rc, nullptr);
+  SWEEP_EXPECT_NULL(ibv_create_flow(rc, &fa), EINVAL);  // steering is for raw packet QPs
+  EXPECT_EQ(ibv_destroy_qp(rc), 0);
+  ibv_qp_init_attr qa = {};
+  qa.send_cq = qa.recv_cq = env.cq;
+  qa.qp_type = IBV_QPT_RAW_PACKET;
+  qa.cap = {4, 4, 1, 1, 0};
   ibv_wq_init_attr wa = {};
   wa.wq_type = IBV_WQT_RQ;
   wa.max_wr = 4;
   wa.max_sge = 1;
   wa.pd = env.pd;
   wa.cq = env.cq;
-  SWEEP_EXPECT_NULL(ibv_create_wq(env.ctx, &wa), EOPNOTSUPP);
-  ibv_rwq_ind_table_init_attr ra = {};
-  SWEEP_EXPECT_NULL(ibv_create_rwq_ind_table(env.ctx, &ra), EOPNOTSUPP);
-  ibv_counters_init_attr ca = {};
-  SWEEP_EXPECT_NULL(ibv_create_counters(env.ctx, &ca), EOPNOTSUPP);
-  EXPECT_EQ(ibv_destroy_qp(q), 0);
+  ibv_wq* tbl[1] = {nullptr};
+  ibv_rwq_ind_table_init_attr ra = {kRssLogTableMaxPlusOne, tbl, 0};
+  SWEEP_EXPECT_NULL(ibv_create_rwq_ind_table(env.ctx, &ra), EINVAL);
+  if (pa.link_layer != IBV_LINK_LAYER_ETHERNET) {
+    SWEEP_EXPECT_NULL(ibv_create_qp(env.pd, &qa), EOPNOTSUPP);
+    SWEEP_EXPECT_NULL(ibv_create_wq(env.ctx, &wa), EOPNOTSUPP);
+    return;
+  }
+  ibv_qp* raw = ibv_create_qp(env.pd, &qa);
+  ASSERT_NE(raw, nullptr) << errno;
+  ibv_flow* f = ibv_create_flow(raw, &fa);
+  ASSERT_NE(f, nullptr) << errno;
+  EXPECT_EQ(ibv_destroy_qp(raw), EBUSY);  // a rule steers to it
+  EXPECT_EQ(ibv_destroy_flow(f), 0);
+  EXPECT_EQ(ibv_destroy_flow(f), EINVAL);  // twice
+  EXPECT_EQ(ibv_destroy_qp(raw), 0);
+  raw_rss(env, wa);
 }
 
 void dm(Env& env) {
@@ -314,10 +368,15 @@ std::vector<Case> inline_cases() {
       {"ibv_alloc_td", td_parent, nullptr},
       {"ibv_dealloc_td", td_parent, nullptr},
       {"ibv_alloc_parent_domain", td_parent, nullptr},
-      {"ibv_create_flow", not_offered, nullptr},
+      {"ibv_create_flow", raw_packet, nullptr},
+      {"ibv_destroy_flow", raw_packet, nullptr},
+      {"ibv_create_wq", raw_packet, nullptr},
+      {"ibv_modify_wq", raw_packet, nullptr},
+      {"ibv_post_wq_recv", raw_packet, nullptr},
+      {"ibv_destroy_wq", raw_packet, nullptr},
+      {"ibv_create_rwq_ind_table", raw_packet, nullptr},
+      {"ibv_destroy_rwq_ind_table", raw_packet, nullptr},
       {"ibv_create_flow_action_esp", not_offered, nullptr},
-      {"ibv_create_wq", not_offered, nullptr},
-      {"ibv_create_rwq_ind_table", not_offered, nullptr},
       {"ibv_create_counters", not_offered, nullptr},
       {"ibv_alloc_dm", dm, nullptr},
       {"ibv_memcpy_to_dm", dm, nullptr},
