@@ -169,21 +169,4 @@ inline QpSlot* connected_responder(Segment* seg, const QpSlot& qp) {
   return r;
 }
 
-// The part [off, off + len) of a span list.
-inline Sges sub_spans(const Sges& s, uint64_t off, uint64_t len) {
-  Sges out;
-  for (int i = 0; i < s.n && len; ++i) {
-    if (off >= s.span[i].len) {
-      off -= s.span[i].len;
-      continue;
-    }
-    uint64_t take = std::min(s.span[i].len - off, len);
-    out.span[out.n++] = {s.span[i].addr + off, take};
-    out.total += take;
-    len -= take;
-    off = 0;
-  }
-  return out;
-}
-
 }  // namespace emu::engine_detail
