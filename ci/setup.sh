@@ -11,7 +11,9 @@ PKGS=(build-essential cmake g++ python3 procps
       # the soft-RoCE VM (ci/rxe-vm; its kernel is fetched, never installed)
       qemu-system-x86 busybox-static kmod iproute2 ibverbs-providers
       # reads the wire captures (EMU_PCAP)
-      tshark)
+      tshark
+      # the Slurm campaign test's one-node cluster (docs/campaigns.md)
+      slurm-wlm munge)
 missing=()
 for p in "${PKGS[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -1,7 +1,7 @@
 #!/bin/bash
 # Installs what is missing, checks the format and the layers' includes (fast, so first), builds
 # with warnings as errors, and runs every test (unit, verbs-level, acceptance with the unmodified
-# Debian binaries). Exits non-zero on any failure.
+# Debian binaries), then the sanitizer subset. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
@@ -10,3 +10,6 @@ bash ci/check-layering.sh
 bash ci/build.sh
 cd build
 ctest --output-on-failure --no-tests=error --timeout 900 "$@"
+cd ..
+# The sanitizer subset (README "Sanitizers"), its two instrumented builds of their own.
+bash ci/sanitize.sh

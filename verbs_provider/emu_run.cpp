@@ -51,8 +51,15 @@ int main(int argc, char** argv) {
   }
   // Anything already preloaded stays first (a sanitizer runtime must come before every library).
   std::string preload = lib;
-  if (const char* old = std::getenv("LD_PRELOAD"); old && *old)
-    preload = std::string(old) + ":" + lib;
+  const char* old = std::getenv("LD_PRELOAD");
+  if (old && *old) preload = std::string(old) + ":" + lib;
+#ifdef EMU_SANITIZER_RUNTIME
+  // A sanitizer build (ci/sanitize.sh): the instrumented provider needs its sanitizer's runtime
+  // loaded before every other library, and the programs it goes into are not instrumented; every
+  // process started below inherits the order (a popen's /bin/sh too, which crashed without it).
+  if (!old || !std::strstr(old, EMU_SANITIZER_RUNTIME))
+    preload = std::string(EMU_SANITIZER_RUNTIME) + ":" + preload;
+#endif
   setenv("LD_PRELOAD", preload.c_str(), 1);
   execvp(argv[1], argv + 1);
   std::fprintf(stderr, "emu-run: %s: %s\n", argv[1], std::strerror(errno));

@@ -100,7 +100,10 @@ std::string outcome_json(const Spec& spec, const RunResult& r, const std::vector
 }
 
 void start(const Spec& spec, StuckHandler stuck) {
-  g_run = new ProgramRun{spec, stuck, nullptr, nullptr, 0};  // lives as long as the process
+  // A process runs one program, which lives as long as it. A test that starts another has joined
+  // the threads of the one before, which was leaked here until LeakSanitizer said so.
+  delete g_run;
+  g_run = new ProgramRun{spec, stuck, nullptr, nullptr, 0};
   if (spec.strategy == "replay")
     g_run->strategy = replay_strategy(spec.replay);
   else if (spec.strategy == "pct")

@@ -77,7 +77,7 @@ struct Rig {
     c.qpn_ds = be32(q.qpn << 8 | (size / 16));
     c.fm_ce_se = signaled ? kCtrlCqUpdate : 0;
     std::memcpy(w, &c, 16);
-    std::memcpy(w + 16, segs.data(), segs.size());
+    if (!segs.empty()) std::memcpy(w + 16, segs.data(), segs.size());  // data() may be null
     head[qi] += (size + 63) / 64;
     to_device_barrier();
     dbrec_store32(&s->at<uint32_t>(q.dbrec_off)[1], be32(head[qi] & 0xffff));
