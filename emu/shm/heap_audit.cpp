@@ -3,7 +3,6 @@
 // inside an allocation or a free, or by a sweeper killed while it released a dead process's
 // rings, and is given back.
 #include <fcntl.h>
-#include <pthread.h>
 
 #include <cerrno>
 #include <cstring>
@@ -23,16 +22,6 @@ constexpr uint64_t kPageBytes = 4096;
 // heap-use read lock, the last drops it (an OFD lock belongs to the open file, not the thread).
 std::mutex g_use_mu;
 int g_users = 0;
-
-void use_prepare() { g_use_mu.lock(); }
-void use_parent() { g_use_mu.unlock(); }
-void use_child() {
-  g_users = 0;  // the child's threads are not the parent's; its record and file are its own
-  g_use_mu.unlock();
-}
-__attribute__((constructor)) void register_fork_handlers() {
-  pthread_atfork(use_prepare, use_parent, use_child);
-}
 
 // Every heap offset a slot names, live or dying (a dying slot's rings may not be freed yet).
 std::vector<uint64_t> named_blocks(const Header& h) {
@@ -76,6 +65,15 @@ bool heap_use_lock(int fd, short type, bool wait) {
 }
 
 }  // namespace
+
+// fork(): segment.cpp's handlers call these around the allocator's mutex, in the order an audit
+// takes the two (heap use, then allocator), so that a fork never waits the other way round.
+void heap_use_fork_prepare() { g_use_mu.lock(); }
+void heap_use_fork_parent() { g_use_mu.unlock(); }
+void heap_use_fork_child() {
+  g_users = 0;  // the child's threads are not the parent's; its record and file are its own
+  g_use_mu.unlock();
+}
 
 HeapLeaks ShmHeap::audit(const uint64_t* heads, size_t n, bool reclaim) {
   const uint64_t blocks = h_->heap_blocks;

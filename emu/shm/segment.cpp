@@ -29,6 +29,12 @@
 #include "shm/shm_heap.h"
 
 namespace emu {
+
+// heap_audit.cpp: its mutex at fork, taken by this file's handlers in the audit's order.
+void heap_use_fork_prepare();
+void heap_use_fork_parent();
+void heap_use_fork_child();
+
 namespace {
 
 std::string g_error;
@@ -60,10 +66,18 @@ class AllocLock {
 
 // fork(): no other thread may hold the allocator's mutex in the child's copy, and the child is
 // not its parent's process record (Segment::get() registers it anew).
-void fork_prepare() { g_alloc_mu.lock(); }
-void fork_parent() { g_alloc_mu.unlock(); }
+// The heap-use mutex (heap_audit.cpp) is taken first, as Segment::audit_heap takes them.
+void fork_prepare() {
+  heap_use_fork_prepare();
+  g_alloc_mu.lock();
+}
+void fork_parent() {
+  g_alloc_mu.unlock();
+  heap_use_fork_parent();
+}
 void fork_child() {
   g_alloc_mu.unlock();
+  heap_use_fork_child();
   forget_engine_slot();
   if (g_segment) g_segment_ready.store(nullptr, std::memory_order_release);
 }
