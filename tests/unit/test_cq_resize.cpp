@@ -37,6 +37,7 @@ struct Consumer {
     const Cqe64& e = s->at<Cqe64>(c.buf_off)[ci & (c.cqe_cnt - 1)];
     uint8_t op_own = cqe_owner_load(&e.op_own);
     if (!cqe_is_new(op_own, ci, c.log_cqe_cnt)) return false;
+    from_device_barrier();  // the owner byte, then the fields (as the provider's poll)
     *producer = cqe_qpn(e) - 1;
     *seq = be32(e.byte_cnt);
     c.ci.store(++ci, std::memory_order_release);
