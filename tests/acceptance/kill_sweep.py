@@ -71,6 +71,10 @@ class Sweep:
                                  timeout=DEADLINE).stdout
         except subprocess.TimeoutExpired:
             return None
+        # The fabric's last process gone and its segment removed with it (the survivor ended
+        # between the kill and this census): nothing is left, which is an empty census.
+        if "has no segment" in out:
+            return dict(objects=[], dead_owned=[], locks_held_by_dead=[], leaked_heap_blocks=0)
         try:
             return json.loads(out)
         except ValueError:
