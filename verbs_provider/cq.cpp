@@ -385,7 +385,7 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
     delete cq;
     return fail_null<EmuCq>(ENOMEM);
   }
-  CqSlot& cs = seg->hdr()->cqs[slot];
+  CqSlot& cs = cq_slot(seg->hdr(), slot);
   cq->ring = seg->at<Cqe64>(cs.buf_off);
   cq->slot = slot;
   cq->shm = &cs;

@@ -80,7 +80,7 @@ ibv_pd* ibv_import_pd(ibv_context* ctx, uint32_t handle) {
     return fn ? fn(ctx, handle) : fail_null<ibv_pd>(EOPNOTSUPP);
   }
   Segment* seg = segment();
-  const PdSlot* ps = handle < kMaxPds ? &seg->hdr()->pds[handle] : nullptr;
+  const PdSlot* ps = pd_at(seg->hdr(), handle);
   if (!ps || ps->state.load() != kSlotLive || ps->owner != seg->self() ||
       ps->ctx != to_ctx(ctx)->share_slot)
     return fail_null<ibv_pd>(ENOENT);
@@ -101,7 +101,7 @@ ibv_mr* ibv_import_mr(ibv_pd* pd, uint32_t handle) {
     return fn ? fn(pd, handle) : fail_null<ibv_mr>(EOPNOTSUPP);
   }
   Segment* seg = segment();
-  const MrSlot* ms = handle < kMaxMrs ? &seg->hdr()->mrs[handle] : nullptr;
+  const MrSlot* ms = mr_at(seg->hdr(), handle);
   if (!ms || ms->state.load() != kSlotLive || ms->owner != seg->self() || ms->mw_type != 0 ||
       ms->pd != to_pd(pd)->slot)
     return fail_null<ibv_mr>(ENOENT);

@@ -28,7 +28,7 @@ ibv_mw* emu_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
     delete mw;
     return fail_null<ibv_mw>(ENOMEM);
   }
-  MrSlot& ms = seg->hdr()->mrs[mw->slot];
+  MrSlot& ms = mr_slot(seg->hdr(), mw->slot);
   ms.mw_type = type;
   mw->mw.context = pd->context;
   mw->mw.pd = pd;
@@ -40,7 +40,7 @@ ibv_mw* emu_alloc_mw(ibv_pd* pd, ibv_mw_type type) {
 
 int emu_dealloc_mw(ibv_mw* mw) {
   auto* m = reinterpret_cast<EmuMw*>(mw);
-  retire_mr(segment(), segment()->hdr()->mrs[m->slot]);  // no access through it from here on
+  retire_mr(segment(), mr_slot(segment()->hdr(), m->slot));  // no access through it from here on
   delete m;
   return 0;
 }

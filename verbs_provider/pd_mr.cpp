@@ -75,7 +75,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
     delete mr;
     return fail_null<ibv_mr>(ENOMEM);
   }
-  MrSlot& ms = seg->hdr()->mrs[slot];
+  MrSlot& ms = mr_slot(seg->hdr(), slot);
   if (!odp) share_pages(addr, length, ms);  // EMU_SHARED_MR; otherwise share_len stays 0
   mr->slot = slot;
   mr->mr.context = pd->context;
@@ -145,11 +145,14 @@ int ibv_dealloc_pd(ibv_pd* pd) {
   Header* h = segment()->hdr();
   uint32_t slot = to_pd(pd)->slot;
   // The kernel refuses while MRs or QPs still use the PD.
-  for (auto& m : h->mrs)
-    if (m.state.load() == kSlotLive && m.pd == slot && m.owner == segment()->self()) return EBUSY;
-  for (auto& q : h->qps)
-    if (q.state.load() == kSlotLive && q.pd == slot && q.owner == segment()->self()) return EBUSY;
-  retire_pd(h->pds[slot]);
+  bool busy = false;
+  auto uses = [&](const auto& o) {
+    busy = busy || (o.state.load() == kSlotLive && o.pd == slot && o.owner == segment()->self());
+  };
+  each_mr(h, uses);
+  each_qp(h, uses);
+  if (busy) return EBUSY;
+  retire_pd(pd_slot(h, slot));
   delete to_pd(pd);
   return 0;
 }
@@ -202,7 +205,7 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
   if (!flags || (flags & ~kKnownFlags)) return input_error(EINVAL);
   if (inherited(to_mr(mr))) return input_error(EPERM);
   Segment* seg = segment();
-  MrSlot& ms = seg->hdr()->mrs[to_mr(mr)->slot];
+  MrSlot& ms = mr_slot(seg->hdr(), to_mr(mr)->slot);
   MrSpec spec{ms.pd, ms.access, ms.addr, ms.length, ms.iova};
   if (flags & IBV_REREG_MR_CHANGE_PD) {
     if (!pd || pd->context != mr->context) return input_error(EINVAL);
@@ -238,7 +241,7 @@ int ibv_dereg_mr(ibv_mr* mr) {
   }
   if (inherited(to_mr(mr))) return EPERM;
   // As hardware guarantees: once dereg returns, no DMA touches the memory any more.
-  retire_mr(segment(), segment()->hdr()->mrs[to_mr(mr)->slot]);
+  retire_mr(segment(), mr_slot(segment()->hdr(), to_mr(mr)->slot));
   if (to_mr(mr)->dm_refs) to_mr(mr)->dm_refs->fetch_sub(1);
   delete to_mr(mr);
   return 0;

@@ -369,7 +369,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     delete qp;
     return fail_null<ibv_qp>(ENOMEM);
   }
-  QpSlot& s = seg->hdr()->qps[slot];
+  QpSlot& s = qp_slot(seg->hdr(), slot);
 
   qp->slot = slot;
   qp->shm = &s;

@@ -165,7 +165,7 @@ EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrc
     delete s;
     return fail_null<EmuSrq>(ENOMEM);
   }
-  SrqSlot& ss = seg->hdr()->srqs[slot];
+  SrqSlot& ss = srq_slot(seg->hdr(), slot);
   s->slot = slot;
   s->shm = &ss;
   s->xrcd = xrcd;

@@ -25,7 +25,7 @@ EmuQp* new_tgt_handle(ibv_context* context, EmuXrcd* xrcd, QpSlot& s, void* qp_c
   auto* qp = new (std::nothrow) EmuQp();
   if (!qp) return nullptr;
   Segment* seg = segment();
-  qp->slot = static_cast<uint32_t>(&s - seg->hdr()->qps);
+  qp->slot = qp_index(s);
   qp->shm = &s;
   qp->ctx = to_ctx(context);
   qp->dbrec = seg->at<uint32_t>(s.dbrec_off);
@@ -121,7 +121,7 @@ ibv_qp* create_tgt_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   uint32_t slot;
   if (emu::create_tgt_qp(seg, ctx->dev, ctx->slot, &slot) != Status::ok)
     return fail_null<ibv_qp>(ENOMEM);
-  QpSlot& s = seg->hdr()->qps[slot];
+  QpSlot& s = qp_slot(seg->hdr(), slot);
   EmuQp* qp = new_tgt_handle(context, x, s, attr->qp_context);
   uint32_t handle = 0;
   if (!qp || tgt_qp_attach(seg, slot, x->slot, xrc_tgt_dies_with_xrcd_now(), ctx->slot,
@@ -152,7 +152,7 @@ ibv_qp* emu_open_qp(ibv_context* context, ibv_qp_open_attr* attr) {
   Status st = tgt_qp_open(seg, x->slot, attr->qp_num, ctx->slot, uid, &qi, &handle);
   if (st != Status::ok) return fail_null<ibv_qp>(st == Status::no_memory ? ENOMEM : EINVAL);
   void* qp_context = (attr->comp_mask & IBV_QP_OPEN_ATTR_CONTEXT) ? attr->qp_context : nullptr;
-  EmuQp* qp = new_tgt_handle(context, x, seg->hdr()->qps[qi], qp_context);
+  EmuQp* qp = new_tgt_handle(context, x, qp_slot(seg->hdr(), qi), qp_context);
   if (!qp) {
     tgt_qp_close(seg, handle, uid);
     return fail_null<ibv_qp>(ENOMEM);

@@ -120,26 +120,28 @@ Census take_census(Segment* seg) {
   for (uint32_t i = 0; i < kMaxContexts; ++i)
     if (present(h->ctxs[i], &dying))
       add("context", i, h->ctxs[i].dev, i, h->ctxs[i].owner, "", "", dying);
-  for (uint32_t i = 0; i < kMaxPds; ++i)
-    if (present(h->pds[i], &dying)) {
-      uint32_t ctx = h->pds[i].ctx;
-      add("pd", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, i, h->pds[i].owner, "", "", dying);
+  for (uint32_t i = 0; i < table_end(h->pd_dir); ++i)
+    if (present(pd_slot(h, i), &dying)) {
+      uint32_t ctx = pd_slot(h, i).ctx;
+      add("pd", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, i, pd_slot(h, i).owner, "", "",
+          dying);
     }
-  for (uint32_t i = 0; i < kMaxMrs; ++i)
-    if (present(h->mrs[i], &dying)) {
-      uint32_t pd = h->mrs[i].pd;
-      uint32_t ctx = pd < kMaxPds ? h->pds[pd].ctx : 0;
-      add("mr", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, h->mrs[i].key, h->mrs[i].owner, "",
-          "", dying);
+  for (uint32_t i = 0; i < table_end(h->mr_dir); ++i)
+    if (present(mr_slot(h, i), &dying)) {
+      uint32_t pd = mr_slot(h, i).pd;
+      uint32_t ctx = pd_at(h, pd) ? pd_at(h, pd)->ctx : 0;
+      add("mr", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, mr_slot(h, i).key,
+          mr_slot(h, i).owner, "", "", dying);
     }
-  for (uint32_t i = 0; i < kMaxCqs; ++i)
-    if (present(h->cqs[i], &dying)) add("cq", i, h->cqs[i].dev, i, h->cqs[i].owner, "", "", dying);
-  for (uint32_t i = 0; i < kMaxSrqs; ++i)
-    if (present(h->srqs[i], &dying))
-      add("srq", i, h->srqs[i].dev, h->srqs[i].srqn, h->srqs[i].owner,
-          h->srqs[i].xrcd_ref ? "XRC" : "BASIC", "", dying);
-  for (uint32_t i = 0; i < kMaxQps; ++i) {
-    const QpSlot& q = h->qps[i];
+  for (uint32_t i = 0; i < table_end(h->cq_dir); ++i)
+    if (present(cq_slot(h, i), &dying))
+      add("cq", i, cq_slot(h, i).dev, i, cq_slot(h, i).owner, "", "", dying);
+  for (uint32_t i = 0; i < table_end(h->srq_dir); ++i)
+    if (present(srq_slot(h, i), &dying))
+      add("srq", i, srq_slot(h, i).dev, srq_slot(h, i).srqn, srq_slot(h, i).owner,
+          srq_slot(h, i).xrcd_ref ? "XRC" : "BASIC", "", dying);
+  for (uint32_t i = 0; i < table_end(h->qp_dir); ++i) {
+    const QpSlot& q = qp_slot(h, i);
     if (!present(q, &dying)) continue;
     if (q.type == kQptXrcRecv) {
       // A TGT QP is its creator's only by name: report the creator as it was recorded.
@@ -208,11 +210,11 @@ Census take_census(Segment* seg) {
   held_by_dead(h->table_lock);
   held_by_dead(h->atomic_lock);
   held_by_dead(h->xrc_lock);
-  for (const QpSlot& q : h->qps) {
+  each_qp(h, [&](const QpSlot& q) {
     held_by_dead(q.sq_engine);
     held_by_dead(q.rq_lock);
-  }
-  for (const SrqSlot& s : h->srqs) held_by_dead(s.lock);
+  });
+  each_srq(h, [&](const SrqSlot& s) { held_by_dead(s.lock); });
   HeapAudit heap = seg->audit_heap(false, true);
   if (heap.done) {
     c.leaked_heap_blocks = static_cast<int64_t>(heap.leaked_blocks);

@@ -37,7 +37,8 @@ class Checker {
   void run() {
     check_procs();
     check_contexts();
-    for (uint32_t i = 0; i < kMaxPds; ++i) check_owned("pd", i, h_->pds[i].state, h_->pds[i].owner);
+    for (uint32_t i = 0; i < table_end(h_->pd_dir); ++i)
+      check_owned("pd", i, pd_slot(h_, i).state, pd_slot(h_, i).owner);
     check_mrs();
     check_cqs();
     check_srqs();
@@ -108,18 +109,18 @@ class Checker {
     }
   }
   void check_mrs() {
-    for (uint32_t i = 0; i < kMaxMrs; ++i) {
-      const MrSlot& m = h_->mrs[i];
+    for (uint32_t i = 0; i < table_end(h_->mr_dir); ++i) {
+      const MrSlot& m = mr_slot(h_, i);
       if (!check_owned("mr", i, m.state.load(), m.owner)) continue;
       if (m.key >> 8 != i) problem("mr %u: key 0x%x names slot %u", i, m.key, m.key >> 8);
-      if (m.pd >= kMaxPds || !in_use(h_->pds[m.pd].state.load()))
+      if (!pd_at(h_, m.pd) || !in_use(pd_at(h_, m.pd)->state.load()))
         problem("mr %u: pd %u not in use", i, m.pd);
       if (m.addr + m.length < m.addr) problem("mr %u: range wraps", i);
     }
   }
   void check_cqs() {
-    for (uint32_t i = 0; i < kMaxCqs; ++i) {
-      const CqSlot& c = h_->cqs[i];
+    for (uint32_t i = 0; i < table_end(h_->cq_dir); ++i) {
+      const CqSlot& c = cq_slot(h_, i);
       if (!check_owned("cq", i, c.state.load(), c.owner)) continue;
       if (!pow2(c.cqe_cnt) || c.cqe_cnt != 1u << c.log_cqe_cnt)
         problem("cq %u: %u CQEs, log %u", i, c.cqe_cnt, c.log_cqe_cnt);
@@ -131,8 +132,8 @@ class Checker {
     }
   }
   void check_srqs() {
-    for (uint32_t i = 0; i < kMaxSrqs; ++i) {
-      const SrqSlot& s = h_->srqs[i];
+    for (uint32_t i = 0; i < table_end(h_->srq_dir); ++i) {
+      const SrqSlot& s = srq_slot(h_, i);
       if (!check_owned("srq", i, s.state.load(), s.owner)) continue;
       if ((s.srqn & (kMaxSrqs - 1)) != i) problem("srq %u: number 0x%x", i, s.srqn);
       if (!pow2(s.wqe_cnt) || !pow2(s.stride))
@@ -141,7 +142,8 @@ class Checker {
       ref("srq dbrec", i, s.dbrec_off, 4);
       lock("srq", i, s.lock);
       uint32_t attached = 0;
-      for (const QpSlot& q : h_->qps) attached += in_use(q.state.load()) && q.srq_ref == i + 1;
+      each_qp(h_,
+              [&](const QpSlot& q) { attached += in_use(q.state.load()) && q.srq_ref == i + 1; });
       if (attached != s.attached_qps.load())
         problem("srq %u: counts %u attached QPs, %u point at it", i, s.attached_qps.load(),
                 attached);
@@ -149,8 +151,8 @@ class Checker {
     }
   }
   void check_qps() {
-    for (uint32_t i = 0; i < kMaxQps; ++i) {
-      const QpSlot& q = h_->qps[i];
+    for (uint32_t i = 0; i < table_end(h_->qp_dir); ++i) {
+      const QpSlot& q = qp_slot(h_, i);
       if (!check_owned("qp", i, q.state.load(), q.owner, q.type == kQptXrcRecv)) continue;
       if ((q.qpn & (kMaxQps - 1)) != i) problem("qp %u: number 0x%x", i, q.qpn);
       bool known = q.type == kQptRc || q.type == kQptUc || q.type == kQptUd ||
@@ -164,12 +166,13 @@ class Checker {
       ref("qp dbrec", i, q.dbrec_off, 8);
       if (q.wrec_off) ref("qp wrec", i, q.wrec_off, uint64_t{q.sq_bbs} * sizeof(WqeWriteRec));
       if (q.type != kQptXrcRecv) {
-        if (q.send_cq >= kMaxCqs || !in_use(h_->cqs[q.send_cq].state.load()))
+        if (!cq_at(h_, q.send_cq) || !in_use(cq_at(h_, q.send_cq)->state.load()))
           problem("qp %u: send CQ %u not in use", i, q.send_cq);
-        if (!q.srq_ref && (q.recv_cq >= kMaxCqs || !in_use(h_->cqs[q.recv_cq].state.load())))
+        if (!q.srq_ref && (!cq_at(h_, q.recv_cq) || !in_use(cq_at(h_, q.recv_cq)->state.load())))
           problem("qp %u: receive CQ %u not in use", i, q.recv_cq);
       }
-      if (q.srq_ref && (q.srq_ref > kMaxSrqs || !in_use(h_->srqs[q.srq_ref - 1].state.load())))
+      if (q.srq_ref &&
+          (!srq_at(h_, q.srq_ref - 1) || !in_use(srq_at(h_, q.srq_ref - 1)->state.load())))
         problem("qp %u: srq %u not in use", i, q.srq_ref - 1);
       lock("qp send engine", i, q.sq_engine);
       lock("qp receive", i, q.rq_lock);
@@ -187,16 +190,17 @@ class Checker {
       else
         problem("xrc handle %u: kind %u object %u", i, x.kind, x.object);
     }
-    for (uint32_t i = 0; i < kMaxQps; ++i)
-      if (in_use(h_->qps[i].state.load()) && h_->qps[i].xrcd_ref) {
-        if (h_->qps[i].xrcd_ref <= kMaxXrcds) ++objects[h_->qps[i].xrcd_ref - 1];
-        if (qp_handles[i] != h_->qps[i].handles.load())
-          problem("qp %u: counts %u handles, %u exist", i, h_->qps[i].handles.load(),
+    for (uint32_t i = 0; i < table_end(h_->qp_dir); ++i)
+      if (in_use(qp_slot(h_, i).state.load()) && qp_slot(h_, i).xrcd_ref) {
+        if (qp_slot(h_, i).xrcd_ref <= kMaxXrcds) ++objects[qp_slot(h_, i).xrcd_ref - 1];
+        if (qp_handles[i] != qp_slot(h_, i).handles.load())
+          problem("qp %u: counts %u handles, %u exist", i, qp_slot(h_, i).handles.load(),
                   qp_handles[i]);
       }
-    for (const SrqSlot& s : h_->srqs)
+    each_srq(h_, [&](const SrqSlot& s) {
       if (in_use(s.state.load()) && s.xrcd_ref && s.xrcd_ref <= kMaxXrcds)
         ++objects[s.xrcd_ref - 1];
+    });
     for (uint32_t i = 0; i < kMaxXrcds; ++i) {
       const XrcdSlot& d = h_->xrcds[i];
       if (!check_owned("xrcd", i, d.state.load(), d.owner, true)) continue;

@@ -45,9 +45,9 @@ bool port_event(uint32_t type) {
 }
 
 CqSlot* live_cq(Header* h, uint32_t idx) {
-  if (idx >= kMaxCqs || h->cqs[idx].state.load(std::memory_order_acquire) != kSlotLive)
+  if (!cq_at(h, idx) || cq_at(h, idx)->state.load(std::memory_order_acquire) != kSlotLive)
     return nullptr;
-  return &h->cqs[idx];
+  return &cq_slot(h, idx);
 }
 
 // An event with no object but the port or device, to every live context of `dev`.
@@ -74,9 +74,9 @@ Status qp_action(Segment* seg, uint32_t type, uint32_t qpn) {
 Status srq_action(Segment* seg, uint32_t type, uint32_t idx) {
   Header* h = seg->hdr();
   EngineSection in_engine(seg);
-  if (idx >= kMaxSrqs || h->srqs[idx].state.load(std::memory_order_acquire) != kSlotLive)
+  if (!srq_at(h, idx) || srq_at(h, idx)->state.load(std::memory_order_acquire) != kSlotLive)
     return Status::not_found;
-  SrqSlot& s = h->srqs[idx];
+  SrqSlot& s = srq_slot(h, idx);
   // A limit event disarms the limit, as the device does when it fires one.
   if (type == kEvSrqLimit) s.limit.store(0, std::memory_order_release);
   if (s.ctx < kMaxContexts) notify_async(h->ctxs[s.ctx], s.uid, type);
@@ -89,10 +89,11 @@ Status device_fatal(Segment* seg, uint32_t dev) {
   Engine* eng = Engine::process_engine();
   {
     EngineSection in_engine(seg);
-    for (QpSlot& q : h->qps)
+    each_qp(h, [&](QpSlot& q) {
       if (q.state.load(std::memory_order_acquire) == kSlotLive && q.dev == dev &&
           q.qp_state.load() != kQpsErr)
         eng->enter_error(q);
+    });
   }
   to_contexts(seg, dev, 0, kEvDeviceFatal);
   return Status::ok;

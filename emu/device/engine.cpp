@@ -158,7 +158,7 @@ void Engine::set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us) {
   qp.stall_since_ns = now();
   qp.stall_delay_us = delay_us;
   if (prev == kStallNone) {
-    h_->cqs[qp.send_cq].stalled_qps.fetch_add(1);
+    cq_slot(h_, qp.send_cq).stalled_qps.fetch_add(1);
     h_->procs[qp.owner].stalled_qps.fetch_add(1);
   }
 }
@@ -287,7 +287,7 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   // A CQ in error takes no more; one an injection armed takes this CQE as full (kCqOverrunArmed).
   if (uint32_t o = cq.overrun.load(std::memory_order_relaxed)) {
     if (o == kCqOverrunArmed) {
-      log("CQ %u: injected overrun", static_cast<uint32_t>(&cq - h_->cqs));
+      log("CQ %u: injected overrun", cq.index);
       cq_error(cq);
     }
     return false;
@@ -333,7 +333,7 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   cqe_set_opcode_qpn(c, info.wqe_opcode, info.qpn);
   c.wqe_counter = be16(info.wqe_counter);
   c.qp_gen = static_cast<uint16_t>(
-      h_->qps[info.qpn & (kMaxQps - 1)].incarnation.load(std::memory_order_relaxed));
+      qp_slot(h_, info.qpn & (kMaxQps - 1)).incarnation.load(std::memory_order_relaxed));
   if (err) {
     auto* e = reinterpret_cast<ErrCqe*>(&c);
     e->syndrome = info.syndrome;
@@ -349,13 +349,14 @@ void Engine::cq_error(CqSlot& cq) {
   if (cq.overrun.exchange(kCqOverrunDone) == kCqOverrunDone) return;  // once
   EngineSection in_engine(seg_);
   if (cq.ctx < kMaxContexts) notify_async(h_->ctxs[cq.ctx], cq.uid, kEvCqErr);
-  uint32_t idx = static_cast<uint32_t>(&cq - h_->cqs);
-  for (QpSlot& q : h_->qps)
+  uint32_t idx = cq.index;
+  each_qp(h_, [&](QpSlot& q) {
     if (q.state.load(std::memory_order_acquire) == kSlotLive &&
         (q.send_cq == idx || q.recv_cq == idx) && q.qp_state.load() != kQpsErr) {
       enter_error(q);  // before the event: whoever reads it finds the QP in ERR
       raise_qp_event(q, kEvQpFatal);
     }
+  });
 }
 
 void Engine::step_raise_event(CqSlot& cq, const CqeInfo& info) {
@@ -377,7 +378,7 @@ void Engine::flush_rq(QpSlot& qp) {
   ShmLockGuard g(qp.rq_lock, seg_->self());
   uint32_t pi = rq_producer(seg_, qp);
   while ((qp.rq_ci & 0xffff) != pi) {
-    write_cqe(h_->cqs[qp.recv_cq], error_cqe(kCqeRespErr, kSynWrFlush, qp, qp.rq_ci));
+    write_cqe(cq_slot(h_, qp.recv_cq), error_cqe(kCqeRespErr, kSynWrFlush, qp, qp.rq_ci));
     ++qp.rq_ci;
   }
 }
@@ -410,7 +411,7 @@ void Engine::send_queue_error(QpSlot& qp) {
 void Engine::raise_qp_event(const QpSlot& qp, uint32_t type) {
   if (qp.type == kQptXrcRecv) {
     // A TGT QP's events go to every handle to it, in whichever process holds one.
-    for_each_tgt_handle(seg_, static_cast<uint32_t>(&qp - h_->qps), [&](const XrcHandle& x) {
+    for_each_tgt_handle(seg_, qp_index(qp), [&](const XrcHandle& x) {
       if (x.ctx < kMaxContexts) notify_async(h_->ctxs[x.ctx], x.uid, type);
     });
     return;

@@ -146,7 +146,7 @@ class Engine {
   // and a failure (other than a flush) stops the send queue.
   void step_complete(QpSlot& qp, const CqeInfo& info, bool signaled, uint32_t bbs) {
     bool error = info.cqe_opcode == kCqeReqErr;
-    if (signaled || error) write_cqe(h_->cqs[qp.send_cq], info);
+    if (signaled || error) write_cqe(cq_slot(h_, qp.send_cq), info);
     qp.sq_ci += bbs;
     if (info.tm_rndv) [[unlikely]]
       tm_rndv_finish(qp, info.tm_rndv);

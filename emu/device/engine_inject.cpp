@@ -15,7 +15,7 @@ bool Engine::inject_head(QpSlot& qp, const uint8_t* buf, uint32_t bbs) {
   log("QP 0x%x: injected %s at WQE %u", qp.qpn, inject_syndrome_name(syndrome), qp.sq_ci & 0xffff);
   CqeInfo info = error_cqe(kCqeReqErr, syndrome, qp, qp.sq_ci, opcode);
   info.vendor_err = kVendorErrInjected;
-  write_cqe(h_->cqs[qp.send_cq], info);  // an error completion is written signaled or not
+  write_cqe(cq_slot(h_, qp.send_cq), info);  // an error completion is written signaled or not
   qp.sq_ci += bbs;
   send_queue_error(qp);  // also for an injected WR_FLUSH_ERR, which a real flush would follow
   return true;

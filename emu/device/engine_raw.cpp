@@ -126,7 +126,7 @@ void Engine::deliver_raw(const RawFrame& fr, const FlowSlot& flow) {
   if (syndrome) return receive_failed(*r, &rc, syndrome);
   rc.cqe_opcode = kCqeRespSend;
   rc.byte_cnt = static_cast<uint32_t>(fr.local->total);
-  write_cqe(h_->cqs[r->recv_cq], rc);
+  write_cqe(cq_slot(h_, r->recv_cq), rc);
 }
 
 bool Engine::raw_payload(const RawFrame& fr, const RecvRef& q, uint16_t* wqe_index,

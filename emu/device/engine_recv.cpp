@@ -23,7 +23,7 @@ bool Engine::recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out) {
   if (r.srq_ref) {
     // A QP keeps its SRQ alive (destroy_srq is refused while QPs are attached); a dying slot
     // means both are being torn down: no receive.
-    out->srq = &h_->srqs[(r.srq_ref - 1) & (kMaxSrqs - 1)];
+    out->srq = &srq_slot(h_, (r.srq_ref - 1) & (kMaxSrqs - 1));
   }
   return true;
 }
@@ -33,7 +33,7 @@ int Engine::recv_pid(const RecvRef& q) const {
 }
 
 CqSlot& Engine::recv_cq(const RecvRef& q) {
-  return h_->cqs[q.srq && q.srq->xrcd_ref ? q.srq->cq : q.qp->recv_cq];
+  return cq_slot(h_, q.srq && q.srq->xrcd_ref ? q.srq->cq : q.qp->recv_cq);
 }
 
 bool Engine::recv_empty(RecvRef& q) {
@@ -233,13 +233,13 @@ ExecOutcome Engine::exec_ud(QpSlot& qp, const ParsedWqe& w, int local_pid, CqeIn
       (port.link_layer == kLinkLayerEthernet ? av.rgid[0] == 0xff : dlid >= kMcastLidBase);
   if (multicast) {
     // Every UD QP on the fabric that joined the group, on a live port of the same link layer.
-    for (QpSlot& r : h_->qps) {
+    each_qp(h_, [&](QpSlot& r) {
       if (r.state.load(std::memory_order_acquire) != kSlotLive || r.type != kQptUd ||
           !joined(r, av.rgid, dlid, port.link_layer == kLinkLayerEthernet) || !qp_port_up(h_, r) ||
           h_->devices[r.dev].ports[r.port - 1].link_layer != port.link_layer)
-        continue;
+        return;
       for (int c = 0; c < copies; ++c) deliver_ud(pkt, r);
-    }
+    });
   } else if (QpSlot* r = seg_->find_qp(dqpn)) {
     const PortState& rp = h_->devices[r->dev].ports[r->port - 1];
     if (r->type == kQptUd && qp_port_up(h_, *r) &&
@@ -272,13 +272,13 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   rc.byte_cnt = static_cast<uint32_t>(kGrhBytes + pkt.local->total);
   rc.imm_be = pkt.ctrl->imm;
   rc.emu_flags = recv_cqe_flags(*pkt.ctrl, imm);
-  write_cqe(h_->cqs[r.recv_cq], rc);
+  write_cqe(cq_slot(h_, r.recv_cq), rc);
 }
 
 void Engine::receive_failed(QpSlot& r, CqeInfo* rc, uint8_t syndrome) {
   rc->cqe_opcode = kCqeRespErr;
   rc->syndrome = syndrome;
-  write_cqe(h_->cqs[r.recv_cq], *rc);
+  write_cqe(cq_slot(h_, r.recv_cq), *rc);
   enter_error(r);
 }
 

@@ -81,7 +81,7 @@ bool Engine::tm_list_op(SrqSlot& s, const TmListOp& op) {
                                        (ok ? 0 : kCqeFlagTmFail));
     c.srqn = s.srqn;
     c.wqe_counter = static_cast<uint16_t>(op.index);
-    write_cqe(h_->cqs[s.cq], c);
+    write_cqe(cq_slot(h_, s.cq), c);
   }
   return ok;
 }
@@ -169,8 +169,7 @@ ExecOutcome Engine::tm_matched(Exchange& x, SrqSlot& s, const TmVerdict& v) {
     return ExecOutcome::done;
   }
   advance_psn(x.qp, &x.r, x.npk);
-  if (v.op == kTmOpConsumed)
-    x.out->tm_rndv = 1 + (static_cast<uint32_t>(&s - h_->srqs) << 16 | v.index);
+  if (v.op == kTmOpConsumed) x.out->tm_rndv = 1 + (srq_index(s) << 16 | v.index);
   return ExecOutcome::done;
 }
 
@@ -179,7 +178,7 @@ ExecOutcome Engine::tm_matched(Exchange& x, SrqSlot& s, const TmVerdict& v) {
 // (IBV_WC_TM_DATA_VALID). Runs after the sender's SEND completed, as the acknowledgement comes
 // before the read on a real wire.
 void Engine::tm_rndv_finish(QpSlot& qp, uint32_t ref) {
-  SrqSlot& s = h_->srqs[((ref - 1) >> 16) & (kMaxSrqs - 1)];
+  SrqSlot& s = srq_slot(h_, ((ref - 1) >> 16) & (kMaxSrqs - 1));
   uint32_t idx = (ref - 1) & 0xffff;
   if (s.state.load(std::memory_order_acquire) != kSlotLive || idx >= s.tm_tags) return;
   TmTag t;
@@ -220,7 +219,7 @@ void Engine::tm_rndv_finish(QpSlot& qp, uint32_t ref) {
   rc.byte_cnt = t.rndv_len;
   rc.emu_flags = kCqeFlagTm;
   rc.tm_op = kTmOpExpected;
-  write_cqe(h_->cqs[r ? r->recv_cq : s.cq], rc);
+  write_cqe(cq_slot(h_, r ? r->recv_cq : s.cq), rc);
 }
 
 // The FIN: a tag matching header (opcode FIN, the message's tag and context) into the sender's

@@ -236,7 +236,7 @@ bool Engine::wire_answer(const Exchange& x, const FaultRules& rules, WireQp& ws,
 
 ExecOutcome Engine::exec_on_wire(Exchange& x) {
   QpSlot& qp = x.qp;
-  WireQp& ws = h_->wire[qp.qpn & (kMaxQps - 1)];
+  WireQp& ws = wire_slot(h_, qp.qpn & (kMaxQps - 1));
   uint32_t inc = qp.incarnation.load(std::memory_order_relaxed);
   if (ws.incarnation != inc || !ws.based) {
     ws = WireQp{};

@@ -86,12 +86,12 @@ bool ProgressThread::retry_stalled() {
   if (seg->hdr()->procs[seg->self()].stalled_qps.load(std::memory_order_relaxed) == 0) return false;
   EngineSection in_engine(seg);  // slots looked at here stay what they are until we are done
   bool any = false;
-  for (QpSlot& q : seg->hdr()->qps) {
-    if (q.state.load(std::memory_order_relaxed) != kSlotLive || q.owner != seg->self()) continue;
-    if (q.stall.load(std::memory_order_relaxed) == kStallNone) continue;
+  each_qp(seg->hdr(), [&](QpSlot& q) {
+    if (q.state.load(std::memory_order_relaxed) != kSlotLive || q.owner != seg->self()) return;
+    if (q.stall.load(std::memory_order_relaxed) == kStallNone) return;
     engine_->kick_sq(q);
     any = any || q.stall.load(std::memory_order_relaxed) != kStallNone;
-  }
+  });
   return any;
 }
 

@@ -21,7 +21,7 @@ struct QpRings {
 Status claim_qp(Segment* seg, const QpRings& r, uint32_t* idx) {
   HeapUse use(seg);
   if (seg->alloc_qp(idx) != Status::ok) return Status::no_memory;
-  QpSlot& s = seg->hdr()->qps[*idx];
+  QpSlot& s = qp_slot(seg->hdr(), *idx);
   s.sq_off = seg->alloc(r.sq_bytes, r.ring_align);
   s.rq_off = seg->alloc(r.rq_bytes, r.ring_align);
   s.dbrec_off = seg->alloc(64, 64);
@@ -35,7 +35,7 @@ Status claim_qp(Segment* seg, const QpRings& r, uint32_t* idx) {
 // told its number (the creator returns it).
 Status make_qp(Segment* seg, const QpSpec& spec, const QpRings& r, uint32_t* idx) {
   if (Status st = claim_qp(seg, r, idx); st != Status::ok) return st;
-  QpSlot& s = seg->hdr()->qps[*idx];
+  QpSlot& s = qp_slot(seg->hdr(), *idx);
   s.dev = spec.dev;
   s.ctx = spec.ctx;
   s.port = 1;
@@ -57,7 +57,7 @@ Status make_qp(Segment* seg, const QpSpec& spec, const QpRings& r, uint32_t* idx
   s.wrec_tracked.store(0);
   reset_race_state(seg, s);
   // The SRQ's destroy is refused (EBUSY) while this count is not 0.
-  if (spec.srq_ref) seg->hdr()->srqs[spec.srq_ref - 1].attached_qps.fetch_add(1);
+  if (spec.srq_ref) srq_slot(seg->hdr(), spec.srq_ref - 1).attached_qps.fetch_add(1);
   return Status::ok;
 }
 
@@ -87,7 +87,7 @@ void stop_qp(Segment* seg, QpSlot& s) {
 }
 
 void free_qp(Segment* seg, QpSlot& s) {
-  if (s.srq_ref) seg->hdr()->srqs[s.srq_ref - 1].attached_qps.fetch_sub(1);
+  if (s.srq_ref) srq_slot(seg->hdr(), s.srq_ref - 1).attached_qps.fetch_sub(1);
   free_rings(seg, s);
   s.state.store(kSlotFree, std::memory_order_release);
 }

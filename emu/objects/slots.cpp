@@ -11,7 +11,7 @@ namespace emu {
 Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx) {
   HeapUse use(seg);  // until buf_off names the ring (Segment::audit_heap)
   if (seg->alloc_cq(idx) != Status::ok) return Status::no_memory;
-  CqSlot& c = seg->hdr()->cqs[*idx];
+  CqSlot& c = cq_slot(seg->hdr(), *idx);
   uint32_t cnt = 1u << spec.log_cqe_cnt;
   c.buf_off = seg->alloc(size_t(cnt) * sizeof(Cqe64), 4096);
   if (!c.buf_off) {
@@ -46,7 +46,7 @@ void free_rings(Segment* seg, const CqSlot& c) { seg->free(c.buf_off); }
 Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx) {
   HeapUse use(seg);
   if (seg->alloc_srq(idx) != Status::ok) return Status::no_memory;
-  SrqSlot& s = seg->hdr()->srqs[*idx];
+  SrqSlot& s = srq_slot(seg->hdr(), *idx);
   s.buf_off = seg->alloc(size_t(spec.wqe_cnt) * spec.stride, 4096);
   s.dbrec_off = seg->alloc(64, 64);
   s.tm_tags = spec.tm_tags;
@@ -95,9 +95,9 @@ void free_rings(Segment* seg, const SrqSlot& s) {
 
 Status create_mr(Segment* seg, const MrSpec& spec, uint32_t* idx) {
   if (seg->alloc_mr(idx) != Status::ok) return Status::no_memory;
-  MrSlot& m = seg->hdr()->mrs[*idx];
+  MrSlot& m = mr_slot(seg->hdr(), *idx);
   m.pd = spec.pd;
-  m.dev = seg->hdr()->pds[spec.pd].dev;  // the device of its PD
+  m.dev = pd_slot(seg->hdr(), spec.pd).dev;  // the device of its PD
   m.access = spec.access;
   m.addr = spec.addr;
   m.length = spec.length;
@@ -121,7 +121,7 @@ void rereg_mr(Segment* seg, MrSlot& m, const MrSpec& spec) {
   // Other pages: the old pages' shared mapping is not the new translation's.
   if (m.addr != spec.addr || m.length != spec.length) m.share_len = 0;
   m.pd = spec.pd;
-  m.dev = seg->hdr()->pds[spec.pd].dev;
+  m.dev = pd_slot(seg->hdr(), spec.pd).dev;
   m.access = spec.access;
   m.addr = spec.addr;
   m.length = spec.length;
@@ -131,7 +131,7 @@ void rereg_mr(Segment* seg, MrSlot& m, const MrSpec& spec) {
 
 Status create_pd(Segment* seg, uint32_t dev, uint32_t ctx, uint32_t* idx) {
   if (seg->alloc_pd(idx) != Status::ok) return Status::no_memory;
-  PdSlot& p = seg->hdr()->pds[*idx];
+  PdSlot& p = pd_slot(seg->hdr(), *idx);
   p.dev = dev;
   p.ctx = ctx;
   return Status::ok;

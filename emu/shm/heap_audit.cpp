@@ -30,23 +30,34 @@ std::vector<uint64_t> named_blocks(const Header& h) {
     if (off) heads.push_back(off);
   };
   auto used = [](const auto& slot) { return slot.state.load() != kSlotFree; };
-  for (const QpSlot& q : h.qps) {
-    if (!used(q)) continue;
+  // The tables' chunks themselves (a directory entry without the count behind it included: the
+  // next allocation of that table uses it).
+  auto chunks = [&](const auto& dir) {
+    for (const auto& c : dir.chunk) add(c.load());
+  };
+  chunks(h.pd_dir);
+  chunks(h.mr_dir);
+  chunks(h.cq_dir);
+  chunks(h.qp_dir);
+  chunks(h.srq_dir);
+  each_qp(&h, [&](const QpSlot& q) {
+    if (!used(q)) return;
     add(q.sq_off);
     add(q.rq_off);
     add(q.dbrec_off);
     add(q.wrec_off);
-  }
-  for (const SrqSlot& s : h.srqs) {
-    if (!used(s)) continue;
+  });
+  each_srq(&h, [&](const SrqSlot& s) {
+    if (!used(s)) return;
     add(s.buf_off);
     add(s.dbrec_off);
-  }
-  for (const CqSlot& c : h.cqs) {
-    if (!used(c)) continue;
+    add(s.tm_off);
+  });
+  each_cq(&h, [&](const CqSlot& c) {
+    if (!used(c)) return;
     add(c.buf_off);
     add(cq_ring_off(c.ring.load()));  // a resize's new ring, published before buf_off
-  }
+  });
   for (const ContextSlot& c : h.ctxs)
     if (used(c)) add(c.uar_off);
   return heads;

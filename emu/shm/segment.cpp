@@ -82,28 +82,77 @@ void fork_child() {
   if (g_segment) g_segment_ready.store(nullptr, std::memory_order_release);
 }
 
-// init: fields other processes may read as soon as the slot is live, set before it is.
-// first: the lowest slot index handed out.
+// Claims a free slot: zeroed (but for its state), ours, then live. init: fields other processes
+// may read as soon as the slot is live, set before it is. Under the table lock.
+template <class SlotT, class Init>
+void claim_slot(SlotT& s, uint32_t self, Init init) {
+  // Keep the generation-bearing fields' memory; callers set every field they use.
+  std::memset(reinterpret_cast<char*>(&s) + sizeof(s.state), 0, sizeof(SlotT) - sizeof(s.state));
+  s.owner = self;
+  init(s);
+  s.state.store(kSlotLive, std::memory_order_release);
+  EMU_KILL_POINT(KillPoint::slot_create);  // live and ours, table lock held
+}
+
+// A slot of a fixed table in the header (contexts, raw packet steering).
 template <class SlotT, size_t N, class Init = void (*)(SlotT&)>
 Status alloc_slot(
-    Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx, Init init = [](SlotT&) {},
-    uint32_t first = 0) {
+    Header* h, uint32_t self, SlotT (&table)[N], uint32_t* idx, Init init = [](SlotT&) {}) {
   ShmLockGuard g(h->table_lock, self);
-  for (uint32_t i = first; i < N; ++i) {
+  for (uint32_t i = 0; i < N; ++i) {
     if (table[i].state.load(std::memory_order_relaxed) == kSlotFree) {
-      SlotT& s = table[i];
-      // Keep the generation-bearing fields' memory; callers set every field they use.
-      std::memset(reinterpret_cast<char*>(&s) + sizeof(s.state), 0,
-                  sizeof(SlotT) - sizeof(s.state));
-      s.owner = self;
-      init(s);
-      s.state.store(kSlotLive, std::memory_order_release);
-      EMU_KILL_POINT(KillPoint::slot_create);  // live and ours, table lock held
+      claim_slot(table[i], self, init);
       *idx = i;
       return Status::ok;
     }
   }
   return Status::no_memory;
+}
+
+// How far a search for a free slot goes before the table grows by a chunk instead: a create costs
+// the same however many objects live. Only a table at its limit is searched whole.
+constexpr uint32_t kSearchSpan = 2 * kChunkSlots;
+
+// A slot of a chunked table (SlotDir), found by a next-fit search from where the last one was
+// handed out (a freed slot is reused late, which also keeps a stale number stale for long).
+// at(h, i): slot i. first: the lowest index handed out. chunk_bytes: the size of one chunk.
+template <class SlotT, class Dir, class Init = void (*)(SlotT&)>
+Status alloc_table_slot(
+    Segment* seg, Dir& d, SlotT* (*at)(const Header*, uint32_t), size_t chunk_bytes, uint32_t* idx,
+    Init init = [](SlotT&) {}, uint32_t first = 0) {
+  Header* h = seg->hdr();
+  ShmLockGuard g(h->table_lock, seg->self());
+  auto claim = [&](uint32_t i) {
+    SlotT* s = at(h, i);
+    if (s->state.load(std::memory_order_relaxed) != kSlotFree) return false;
+    claim_slot(*s, seg->self(), init);
+    d.next = i + 1;
+    *idx = i;
+    return true;
+  };
+  auto search = [&](uint32_t from, uint32_t span) {
+    uint32_t end = table_end(d);
+    if (end <= first) return false;
+    uint32_t i = from < first || from >= end ? first : from;
+    for (uint32_t n = 0; n < span && n < end - first; ++n) {
+      if (claim(i)) return true;
+      if (++i == end) i = first;
+    }
+    return false;
+  };
+  if (search(d.next, kSearchSpan)) return Status::ok;
+  uint32_t c = d.chunks.load(std::memory_order_relaxed);
+  if (c == Dir::kMax / kChunkSlots)
+    return search(d.next, Dir::kMax) ? Status::ok : Status::no_memory;
+  // A chunk whose allocator died between the directory entry and the count is used as it is.
+  if (!d.chunk[c].load(std::memory_order_relaxed)) {
+    HeapUse use(seg);  // the audit would take the block for leaked until the directory names it
+    uint64_t off = seg->alloc(chunk_bytes, 4096);  // zeroed: every slot free
+    if (!off) return Status::no_memory;
+    d.chunk[c].store(off, std::memory_order_release);
+  }
+  d.chunks.store(c + 1, std::memory_order_release);
+  return claim(std::max(first, c * kChunkSlots)) ? Status::ok : Status::no_memory;
 }
 
 template <class SlotT>
@@ -315,62 +364,69 @@ Status Segment::alloc_ctx(uint32_t* idx) {
   // meanwhile rather than write into whatever the owner's fd 0 is.
   return alloc_slot(hdr_, self_, hdr_->ctxs, idx, [](ContextSlot& c) { c.async_wfd = -1; });
 }
-Status Segment::alloc_pd(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->pds, idx); }
+Status Segment::alloc_pd(uint32_t* idx) {
+  return alloc_table_slot(this, hdr_->pd_dir, pd_at, kChunkSlots * sizeof(PdSlot), idx);
+}
 Status Segment::alloc_mr(uint32_t* idx) {
-  Status st = alloc_slot(hdr_, self_, hdr_->mrs, idx);
+  Status st = alloc_table_slot(this, hdr_->mr_dir, mr_at, kChunkSlots * sizeof(MrSlot), idx);
   if (st == Status::ok) {
     uint32_t key;
     do {  // 0x100 ends a receive scatter list (as mlx5 reserves it): never a key
       key = (*idx << 8) | (hdr_->generation.fetch_add(1, std::memory_order_relaxed) & 0xff);
     } while (key == kInvalidLkey);
-    hdr_->mrs[*idx].key = key;
+    mr_slot(hdr_, *idx).key = key;
   }
   return st;
 }
-Status Segment::alloc_cq(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->cqs, idx); }
+Status Segment::alloc_cq(uint32_t* idx) {
+  Status st = alloc_table_slot(this, hdr_->cq_dir, cq_at, kChunkSlots * sizeof(CqSlot), idx);
+  if (st == Status::ok) cq_slot(hdr_, *idx).index = *idx;
+  return st;
+}
 Status Segment::alloc_flow(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->raw.flows, idx); }
 Status Segment::alloc_rss(uint32_t* idx) { return alloc_slot(hdr_, self_, hdr_->raw.rss, idx); }
 Status Segment::alloc_qp(uint32_t* idx) {
   // Slots 0 and 1 stay unused, as QP0 and QP1 (the special QPs) are on hardware: max_qp is the
   // table less those two.
-  Status st = alloc_slot(
-      hdr_, self_, hdr_->qps, idx, [](QpSlot&) {}, 2);
+  Status st = alloc_table_slot(
+      this, hdr_->qp_dir, qp_at, sizeof(QpChunk), idx, [](QpSlot&) {}, 2);
   if (st == Status::ok) {
     // QPN: table index in the low bits, a generation above so a stale number finds nothing.
     // 0 and 1 are the special QPs.
-    uint32_t gen = (hdr_->generation.fetch_add(1, std::memory_order_relaxed) % 0xfff) + 1;
-    hdr_->qps[*idx].qpn = (gen << kQpIndexBits) | *idx;
+    constexpr uint32_t kGenerations = (1u << (24 - kQpIndexBits)) - 1;
+    uint32_t gen = (hdr_->generation.fetch_add(1, std::memory_order_relaxed) % kGenerations) + 1;
+    qp_slot(hdr_, *idx).qpn = (gen << kQpIndexBits) | *idx;
   }
   return st;
 }
 
 Status Segment::alloc_srq(uint32_t* idx) {
-  Status st = alloc_slot(hdr_, self_, hdr_->srqs, idx);
+  Status st = alloc_table_slot(this, hdr_->srq_dir, srq_at, kChunkSlots * sizeof(SrqSlot), idx);
   if (st == Status::ok) {
-    uint32_t gen = (hdr_->generation.fetch_add(1, std::memory_order_relaxed) % 0x3fff) + 1;
-    hdr_->srqs[*idx].srqn = ((gen << kSrqIndexBits) | *idx) & 0xffffff;
+    constexpr uint32_t kGenerations = (1u << (24 - kSrqIndexBits)) - 1;
+    uint32_t gen = (hdr_->generation.fetch_add(1, std::memory_order_relaxed) % kGenerations) + 1;
+    srq_slot(hdr_, *idx).srqn = (gen << kSrqIndexBits) | *idx;
   }
   return st;
 }
 
 SrqSlot* Segment::find_srq(uint32_t srqn) const {
-  SrqSlot* s = &hdr_->srqs[srqn & (kMaxSrqs - 1)];
-  if (s->state.load(std::memory_order_acquire) != kSlotLive || s->srqn != srqn) return nullptr;
+  SrqSlot* s = srq_at(hdr_, srqn & (kMaxSrqs - 1));
+  if (!s || s->state.load(std::memory_order_acquire) != kSlotLive || s->srqn != srqn)
+    return nullptr;
   return s;
 }
 
 MrSlot* Segment::find_mr(uint32_t key) const {
-  uint32_t i = key >> 8;
-  if (i >= kMaxMrs) return nullptr;
-  MrSlot* m = &hdr_->mrs[i];
-  if (m->state.load(std::memory_order_acquire) != kSlotLive || m->key != key) return nullptr;
+  MrSlot* m = mr_at(hdr_, key >> 8);
+  if (!m || m->state.load(std::memory_order_acquire) != kSlotLive || m->key != key) return nullptr;
   return m;
 }
 
 QpSlot* Segment::find_qp(uint32_t qpn) const {
-  uint32_t i = qpn & (kMaxQps - 1);
-  QpSlot* q = &hdr_->qps[i];
-  if (q->state.load(std::memory_order_acquire) != kSlotLive || q->qpn != qpn) return nullptr;
+  // Lock-free and O(1): the chunk's offset (acquire), then the slot.
+  QpSlot* q = qp_at(hdr_, qpn & (kMaxQps - 1));
+  if (!q || q->state.load(std::memory_order_acquire) != kSlotLive || q->qpn != qpn) return nullptr;
   return q;
 }
 
@@ -388,11 +444,11 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
     uint32_t live = kSlotLive;
     if (owned(slot) && slot.state.compare_exchange_strong(live, kSlotDying)) mine.push_back(&slot);
   };
-  for (auto& q : hdr_->qps) dying(q);
-  for (auto& s : hdr_->srqs) dying(s);
-  for (auto& c : hdr_->cqs) dying(c);
-  for (auto& m : hdr_->mrs) dying(m);
-  for (auto& p : hdr_->pds) dying(p);
+  each_qp(hdr_, dying);
+  each_srq(hdr_, dying);
+  each_cq(hdr_, dying);
+  each_mr(hdr_, dying);
+  each_pd(hdr_, dying);
   for (auto& c : hdr_->ctxs) dying(c);
   std::sort(mine.begin(), mine.end());
   auto marked = [&](const void* slot) {
@@ -408,32 +464,33 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
       return;  // a live thread of ours is destroying it: its to finish
     slot.state.store(kSlotFree);
   };
-  for (auto& q : hdr_->qps) retire(q);
+  each_qp(hdr_, retire);
   // An XRC SRQ leaves its domain also when its dead owner's destroy had begun (marked dying by
   // that destroy, not by us): its reference would otherwise keep the domain forever.
-  for (auto& s : hdr_->srqs)
+  each_srq(hdr_, [&](SrqSlot& s) {
     if (s.state.load() == kSlotDying && owned(s) && (marked(&s) || owner_dead))
       xrc_srq_drop(this, s);
-  for (auto& s : hdr_->srqs) retire(s);
-  for (auto& c : hdr_->cqs) retire(c);
-  for (auto& m : hdr_->mrs) retire(m);
-  for (auto& p : hdr_->pds) retire(p);
+  });
+  each_srq(hdr_, retire);
+  each_cq(hdr_, retire);
+  each_mr(hdr_, retire);
+  each_pd(hdr_, retire);
   for (auto& c : hdr_->ctxs) retire(c);
 }
 
 void Segment::release_proc_objects(uint32_t proc) {
   // Locks the dead process held (it may have died inside the engine) are free again, and its
   // engine sections closed.
-  for (auto& q : hdr_->qps) {
+  each_qp(hdr_, [proc](QpSlot& q) {
     uint32_t word = proc + 1;
     q.sq_engine.word.compare_exchange_strong(word, 0);
     word = proc + 1;
     q.rq_lock.word.compare_exchange_strong(word, 0);
-  }
-  for (auto& s : hdr_->srqs) {
+  });
+  each_srq(hdr_, [proc](SrqSlot& s) {
     uint32_t word = proc + 1;
     s.lock.word.compare_exchange_strong(word, 0);
-  }
+  });
   uint32_t word = proc + 1;
   hdr_->atomic_lock.word.compare_exchange_strong(word, 0);
   reset_engine_slots(this, proc);
@@ -453,7 +510,7 @@ void Segment::release_context_objects(uint32_t ctx) {
         using T = std::decay_t<decltype(slot)>;
         if (slot.owner != self || is_tgt_qp(slot)) return false;
         if constexpr (std::is_same_v<T, MrSlot>)
-          return h->pds[slot.pd].ctx == ctx;
+          return pd_slot(h, slot.pd).ctx == ctx;
         else if constexpr (std::is_same_v<T, ContextSlot>)
           return &slot == &h->ctxs[ctx];
         else

@@ -118,10 +118,11 @@ uint32_t kept_objects(const Header& h) {
   };
   uint32_t n = 0;
   for (uint32_t x = 0; x < kMaxXrcds; ++x) n += kept(x);
-  for (const QpSlot& q : h.qps)
+  each_qp(&h, [&](const QpSlot& q) {
     if (q.state.load(std::memory_order_acquire) == kSlotLive && q.type == kQptXrcRecv &&
         q.xrcd_ref != 0 && kept(q.xrcd_ref - 1))
       ++n;
+  });
   return n;
 }
 

@@ -36,7 +36,7 @@ void free_xrcd_if_unused(Header* h, uint32_t xi) {
 // The real TGT QP goes: no engine may be inside it afterwards; its domain loses an object.
 void destroy_tgt_qp(Segment* seg, uint32_t qi) {
   Header* h = seg->hdr();
-  QpSlot& q = h->qps[qi];
+  QpSlot& q = qp_slot(h, qi);
   uint32_t live = kSlotLive;
   if (!q.state.compare_exchange_strong(live, kSlotDying)) return;
   q.qp_state.store(kQpsReset);
@@ -55,22 +55,22 @@ void destroy_tgt_qp(Segment* seg, uint32_t qi) {
 // table_lock too, so no sweep's own release_objects is half way through a QP). The rings are left
 // (a leak, not a double free: how far the destroy got is unknown).
 void finish_interrupted_destroys(Header* h) {
-  for (QpSlot& q : h->qps) {
-    if (q.state.load() != kSlotDying || q.type != kQptXrcRecv) continue;
+  each_qp(h, [h](QpSlot& q) {
+    if (q.state.load() != kSlotDying || q.type != kQptXrcRecv) return;
     if (uint32_t ref = q.xrcd_ref) {
       q.xrcd_ref = 0;
       h->xrcds[ref - 1].objects.fetch_sub(1);
       free_xrcd_if_unused(h, ref - 1);
     }
     q.state.store(kSlotFree, std::memory_order_release);
-  }
+  });
 }
 
 // A domain whose last open went: under 2a (and 2b for QPs that chose it) its TGT QPs go with it.
 void xrcd_last_open_gone(Segment* seg, uint32_t xi) {
   Header* h = seg->hdr();
-  for (uint32_t qi = 0; qi < kMaxQps; ++qi) {
-    QpSlot& q = h->qps[qi];
+  for (uint32_t qi = 0; qi < table_end(h->qp_dir); ++qi) {
+    QpSlot& q = qp_slot(h, qi);
     if (q.state.load() == kSlotLive && q.type == kQptXrcRecv && q.xrcd_ref == xi + 1 &&
         q.dies_with_xrcd) {
       // Its remaining handles (none of them an open of the domain) are gone with it.
@@ -94,7 +94,7 @@ void release_handle(Segment* seg, uint32_t hi, bool by_exit) {
     if (h->xrcds[x.object].opens.fetch_sub(1) == 1) xrcd_last_open_gone(seg, x.object);
     return;
   }
-  QpSlot& q = h->qps[x.object];
+  QpSlot& q = qp_slot(h, x.object);
   if (q.state.load() != kSlotLive) return;
   uint32_t left = q.handles.fetch_sub(1) - 1;
   if (!by_exit && q.dies_with_xrcd) {
@@ -182,7 +182,7 @@ Status tgt_qp_attach(Segment* seg, uint32_t qp_idx, uint32_t xrcd, bool dies_wit
   ShmLockGuard g(h->xrc_lock, seg->self());
   XrcdSlot& d = h->xrcds[xrcd];
   if (d.state.load() != kSlotLive) return Status::invalid;
-  QpSlot& q = h->qps[qp_idx];
+  QpSlot& q = qp_slot(h, qp_idx);
   if (!alloc_handle(h, seg->self(), kHandleTgtQp, qp_idx, ctx, handle_uid, handle))
     return Status::no_memory;
   q.xrcd_ref = xrcd + 1;
@@ -201,7 +201,7 @@ Status tgt_qp_open(Segment* seg, uint32_t xrcd, uint32_t qpn, uint32_t ctx, uint
   ShmLockGuard g(h->xrc_lock, seg->self());
   QpSlot* q = seg->find_qp(qpn);
   if (!q || q->type != kQptXrcRecv || q->xrcd_ref != xrcd + 1) return Status::not_found;
-  uint32_t qi = static_cast<uint32_t>(q - h->qps);
+  uint32_t qi = qp_index(*q);
   if (!alloc_handle(h, seg->self(), kHandleTgtQp, qi, ctx, handle_uid, handle))
     return Status::no_memory;
   q->handles.fetch_add(1);

@@ -38,21 +38,21 @@ class DirectFuzz {
     uint32_t all = kAccessLocalWrite | kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
     uint32_t mi = 0;
     EXPECT_EQ(create_mr(s_, MrSpec{pd_, all, addr(0), kBuf / 2, addr(0)}, &mi), Status::ok);
-    key_[0] = h_->mrs[mi].key;
+    key_[0] = mr_slot(h_, mi).key;
     EXPECT_EQ(
         create_mr(s_, MrSpec{pd_, kAccessLocalWrite, addr(kBuf / 2), kBuf / 2, addr(kBuf / 2)},
                   &mi),
         Status::ok);
-    key_[1] = h_->mrs[mi].key;
+    key_[1] = mr_slot(h_, mi).key;
     for (uint32_t& q : qp_) q = make_qp();
-    for (int k = 0; k < 2; ++k) h_->qps[qp_[k]].dest_qpn = h_->qps[qp_[1 - k]].qpn;
+    for (int k = 0; k < 2; ++k) qp_slot(h_, qp_[k]).dest_qpn = qp_slot(h_, qp_[1 - k]).qpn;
     for (uint32_t q : qp_) to_rts(q);
   }
   ~DirectFuzz() {
-    for (uint32_t q : qp_) retire_qp(s_, h_->qps[q]);
+    for (uint32_t q : qp_) retire_qp(s_, qp_slot(h_, q));
     for (uint32_t k : key_) retire_mr(s_, *s_->find_mr(k));
-    retire_cq(s_, h_->cqs[cq_]);
-    retire_pd(h_->pds[pd_]);
+    retire_cq(s_, cq_slot(h_, cq_));
+    retire_pd(pd_slot(h_, pd_));
     // The context's slot and registers go as its process's would (no object is left on it).
     s_->release_context_objects(ctx_);
   }
@@ -95,7 +95,7 @@ class DirectFuzz {
     QpSpec spec{0, ctx_, kQptRc, 0, 0, pd_, cq_, cq_, 0, kSqBbs, 16, 16};
     uint32_t i = 0;
     EXPECT_EQ(create_qp(s_, spec, &i), Status::ok);
-    QpSlot& qp = h_->qps[i];
+    QpSlot& qp = qp_slot(h_, i);
     qp.access = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic;
     qp.dlid = h_->devices[0].ports[0].lid;
     qp.retry_cnt = 1;
@@ -105,13 +105,13 @@ class DirectFuzz {
   }
   // As a driver's modify to RESET then RTS: the device forgets the rings, the driver restarts.
   void to_rts(uint32_t q) {
-    reset_qp_device_state(s_, h_->qps[q]);
+    reset_qp_device_state(s_, qp_slot(h_, q));
     head_[q == qp_[1]] = 0;
     recv_head_[q == qp_[1]] = 0;
-    h_->qps[q].qp_state.store(kQpsRts);
+    qp_slot(h_, q).qp_state.store(kQpsRts);
   }
   uint32_t& head(uint32_t q) { return head_[q == qp_[1]]; }
-  uint32_t* dbrec(uint32_t q) { return s_->at<uint32_t>(h_->qps[q].dbrec_off); }
+  uint32_t* dbrec(uint32_t q) { return s_->at<uint32_t>(qp_slot(h_, q).dbrec_off); }
 
   // A key the device knows, one it does not, or garbage; an address inside, at the edge or outside.
   uint32_t any_key() {
@@ -132,7 +132,7 @@ class DirectFuzz {
     uint8_t op = rng_.chance(50) ? kOpRdmaWrite : kOpRdmaRead;
     CtrlSeg c{};
     ctrl_set_index_opcode(c, head(q), op);
-    ctrl_set_qpn_ds(c, h_->qps[q].qpn, 3);
+    ctrl_set_qpn_ds(c, qp_slot(h_, q).qpn, 3);
     c.fm_ce_se = kCtrlCqUpdate;
     uint32_t len = rng_.below(kBuf / 4);
     RaddrSeg ra{be64(addr(rng_.below(kBuf / 4))), be32(key_[0]), 0};
@@ -154,7 +154,7 @@ class DirectFuzz {
     for (auto& b : w) b = static_cast<uint8_t>(rng_.next());
     if (rng_.chance(85)) {
       uint32_t ds = rng_.chance(80) ? 1 + rng_.below(nbbs * 4) : rng_.below(64);
-      uint32_t qpn = rng_.chance(90) ? h_->qps[q].qpn : static_cast<uint32_t>(rng_.next());
+      uint32_t qpn = rng_.chance(90) ? qp_slot(h_, q).qpn : static_cast<uint32_t>(rng_.next());
       uint16_t idx =
           rng_.chance(90) ? static_cast<uint16_t>(head(q)) : static_cast<uint16_t>(rng_.next());
       CtrlSeg c{};
@@ -172,7 +172,7 @@ class DirectFuzz {
     return w;
   }
   void write_ring(uint32_t q, const std::vector<uint8_t>& w) {
-    uint8_t* ring = s_->at<uint8_t>(h_->qps[q].sq_off);
+    uint8_t* ring = s_->at<uint8_t>(qp_slot(h_, q).sq_off);
     for (uint32_t b = 0; b < w.size() / 64; ++b)
       std::memcpy(ring + ((head(q) + b) % kSqBbs) * 64, &w[b * 64], 64);
   }
@@ -184,7 +184,7 @@ class DirectFuzz {
     device_barrier();
     dbrec_store32(&dbrec(q)[1], be32(head(q) & 0xffff));
     if (rng_.chance(50))
-      device_kick_sq(h_->qps[q]);
+      device_kick_sq(qp_slot(h_, q));
     else
       device_doorbell(*reinterpret_cast<uint64_t*>(w.data()));
   }
@@ -193,14 +193,14 @@ class DirectFuzz {
     uint32_t v =
         head(q) + static_cast<uint32_t>(rng_.edgy(kSqBbs * 2)) * (rng_.chance(50) ? 1 : ~0u);
     dbrec_store32(&dbrec(q)[1], be32(v & 0xffff));
-    device_kick_sq(h_->qps[q]);
+    device_kick_sq(qp_slot(h_, q));
   }
   void doorbell_garbage() {
     uint64_t v = rng_.next();
     if (rng_.chance(50)) {  // a head naming one of our QPs, the rest garbage
       CtrlSeg c{};
       c.opmod_idx_opcode = static_cast<uint32_t>(v);
-      c.qpn_ds = be32(h_->qps[qp_[rng_.below(2)]].qpn << 8 | rng_.below(64));
+      c.qpn_ds = be32(qp_slot(h_, qp_[rng_.below(2)]).qpn << 8 | rng_.below(64));
       std::memcpy(&v, &c, 8);
     }
     UarReg& reg = s_->at<UarReg>(h_->ctxs[ctx_].uar_off)[0];
@@ -231,18 +231,18 @@ class DirectFuzz {
     uint32_t& n = recv_head_[q == qp_[1]];
     uint32_t len = any_len();
     DataSeg d{be32(len), be32(any_key()), be64(any_addr(len))};
-    std::memcpy(s_->at<uint8_t>(h_->qps[q].rq_off) + (n & 15) * 16, &d, 16);
+    std::memcpy(s_->at<uint8_t>(qp_slot(h_, q).rq_off) + (n & 15) * 16, &d, 16);
     ++n;
     device_barrier();
     dbrec_store32(&dbrec(q)[0], be32(n));
   }
   void cq_ci_backwards() {
-    CqSlot& c = h_->cqs[cq_];
+    CqSlot& c = cq_slot(h_, cq_);
     c.ci.store(c.ci.load() - 1 - rng_.below(1u << (kLogCq + 1)));
   }
   // Every new CQE counted, then QPs the device put in ERR brought back as a driver would.
   void drain() {
-    CqSlot& c = h_->cqs[cq_];
+    CqSlot& c = cq_slot(h_, cq_);
     for (uint32_t n = 0; n < 4u << kLogCq; ++n) {
       uint32_t ci = c.ci.load();
       const Cqe64& e = s_->at<Cqe64>(c.buf_off)[ci & ((1u << kLogCq) - 1)];
@@ -253,7 +253,7 @@ class DirectFuzz {
       c.ci.store(ci + 1);
     }
     for (uint32_t q : qp_)
-      if (h_->qps[q].qp_state.load() == kQpsErr) {
+      if (qp_slot(h_, q).qp_state.load() == kQpsErr) {
         ++out_.qps_in_err;
         to_rts(q);
       }

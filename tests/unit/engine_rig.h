@@ -36,7 +36,7 @@ struct Rig {
     spec.rq_stride = 16;
     uint32_t i = 0;
     EXPECT_EQ(create_qp(s, spec, &i), Status::ok);
-    QpSlot& q = h->qps[i];
+    QpSlot& q = qp_slot(h, i);
     q.access = kAccessRemoteWrite | kAccessRemoteRead | kAccessRemoteAtomic | kAccessLocalWrite;
     q.dlid = h->devices[0].ports[0].lid;
     q.retry_cnt = 1;
@@ -48,26 +48,26 @@ struct Rig {
     cq = make_cq();
     a = make_qp();
     b = make_qp();
-    h->qps[a].dest_qpn = h->qps[b].qpn;
-    h->qps[b].dest_qpn = h->qps[a].qpn;
-    h->qps[a].qp_state.store(kQpsRts);
-    h->qps[b].qp_state.store(kQpsRts);
+    qp_slot(h, a).dest_qpn = qp_slot(h, b).qpn;
+    qp_slot(h, b).dest_qpn = qp_slot(h, a).qpn;
+    qp_slot(h, a).qp_state.store(kQpsRts);
+    qp_slot(h, b).qp_state.store(kQpsRts);
   }
   ~Rig() {
-    for (uint32_t q : {a, b}) retire_qp(s, h->qps[q]);
-    retire_cq(s, h->cqs[cq]);
-    retire_pd(h->pds[pd]);
+    for (uint32_t q : {a, b}) retire_qp(s, qp_slot(h, q));
+    retire_cq(s, cq_slot(h, cq));
+    retire_pd(pd_slot(h, pd));
   }
   uint32_t reg(void* p, size_t len, uint32_t access) {
     auto addr = reinterpret_cast<uint64_t>(p);
     uint32_t i = 0;
     EXPECT_EQ(create_mr(s, MrSpec{pd, access, addr, len, addr}, &i), Status::ok);
-    return h->mrs[i].key;
+    return mr_slot(h, i).key;
   }
   // Writes one send WQE at the QP's next block and rings the doorbell record.
   void post(uint32_t qi, uint8_t opcode, const std::vector<uint8_t>& segs, bool signaled = true,
             uint16_t idx_override = 0xffff) {
-    QpSlot& q = h->qps[qi];
+    QpSlot& q = qp_slot(h, qi);
     uint32_t* head = heads;
     uint32_t size = 16 + static_cast<uint32_t>(segs.size());
     uint8_t* w = s->at<uint8_t>(q.sq_off) + (head[qi] & 15) * 64;
@@ -84,7 +84,7 @@ struct Rig {
     (void)q;
   }
   void post_recv(uint32_t qi, uint32_t lkey, void* p, uint32_t len) {
-    QpSlot& q = h->qps[qi];
+    QpSlot& q = qp_slot(h, qi);
     uint32_t n = be32(s->at<uint32_t>(q.dbrec_off)[0]);
     DataSeg d{be32(len), be32(lkey), be64(reinterpret_cast<uint64_t>(p))};
     std::memcpy(s->at<uint8_t>(q.rq_off) + (n & 15) * 16, &d, 16);
@@ -92,7 +92,7 @@ struct Rig {
   }
   // The next CQE, or nullptr.
   const Cqe64* poll() {
-    CqSlot& c = h->cqs[cq];
+    CqSlot& c = cq_slot(h, cq);
     uint32_t ci = c.ci.load();
     auto* e = &s->at<Cqe64>(c.buf_off)[ci & 15];
     uint8_t op_own = cqe_owner_load(&e->op_own);

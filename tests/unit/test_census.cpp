@@ -31,7 +31,7 @@ uint32_t forge_dead_proc(Segment* s) {
 uint32_t forge_tgt_qp(Segment* s, uint32_t xi, uint32_t proc, uint32_t* handle) {
   uint32_t qi = 0;
   EXPECT_EQ(create_tgt_qp(s, 0, 0, &qi), Status::ok);
-  QpSlot& q = s->hdr()->qps[qi];
+  QpSlot& q = qp_slot(s->hdr(), qi);
   q.qp_state.store(kQpsRts);
   EXPECT_EQ(tgt_qp_attach(s, qi, xi, false, 0, 77, handle), Status::ok);
   s->hdr()->xrc_handles[*handle].owner = proc;
@@ -58,7 +58,7 @@ TEST(Census, ReportsOwnersDomainsAndTgtQps) {
   ASSERT_EQ(xrcd_open(s, {0, 10, 20}, true, false, kXrcPolicyKernel, 0, &xi, &open), Status::ok);
   uint32_t th = 0;
   uint32_t qi = forge_tgt_qp(s, xi, s->self(), &th);
-  uint32_t qpn = s->hdr()->qps[qi].qpn;
+  uint32_t qpn = qp_slot(s->hdr(), qi).qpn;
 
   Census c = take_census(s);
   bool saw_cq = false;
@@ -90,7 +90,7 @@ TEST(Census, ReportsOwnersDomainsAndTgtQps) {
   EXPECT_EQ(c.xrcds[0].objects, 0u);
   xrcd_close(s, open);
   EXPECT_TRUE(take_census(s).xrcds.empty()) << "no opens, no objects: the domain is gone";
-  retire_cq(s, s->hdr()->cqs[cq]);
+  retire_cq(s, cq_slot(s->hdr(), cq));
 }
 
 TEST(Census, DeadCreatorUnderEachPolicy) {
@@ -103,7 +103,7 @@ TEST(Census, DeadCreatorUnderEachPolicy) {
     uint32_t xi = 0, open = 0;
     ASSERT_EQ(xrcd_open(s, {0, 11, 30 + policy}, true, false, policy, 0, &xi, &open), Status::ok);
     uint32_t th = 0;
-    uint32_t qpn = s->hdr()->qps[forge_tgt_qp(s, xi, dead, &th)].qpn;
+    uint32_t qpn = qp_slot(s->hdr(), forge_tgt_qp(s, xi, dead, &th)).qpn;
     Census before = take_census(s);
     const CensusTgtQp* t = tgt(before, qpn);
     ASSERT_NE(t, nullptr);

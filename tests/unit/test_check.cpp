@@ -29,7 +29,7 @@ TEST(SegmentCheck, ARigIsConsistentAndItsObjectsCounted) {
 TEST(SegmentCheck, AnAllocatedBlockMarkedFreeIsFound) {
   Rig rig;
   ShmHeapHeader& hh = rig.h->heap;
-  uint64_t block = (rig.h->cqs[rig.cq].buf_off - hh.heap_off) / kHeapMinBlock;
+  uint64_t block = (cq_slot(rig.h, rig.cq).buf_off - hh.heap_off) / kHeapMinBlock;
   uint64_t* order0 = rig.s->at<uint64_t>(hh.free_off[0]);
   order0[block / 64] ^= 1ull << (block % 64);
   CheckReport r = check_segment(rig.s);
@@ -40,7 +40,7 @@ TEST(SegmentCheck, AnAllocatedBlockMarkedFreeIsFound) {
 TEST(SegmentCheck, ABlockInNoStateIsALeakAndItsOwnerPointsAtNothing) {
   Rig rig;
   ShmHeapHeader& hh = rig.h->heap;
-  uint64_t block = (rig.h->qps[rig.a].dbrec_off - hh.heap_off) / kHeapMinBlock;
+  uint64_t block = (qp_slot(rig.h, rig.a).dbrec_off - hh.heap_off) / kHeapMinBlock;
   uint8_t* order = rig.s->at<uint8_t>(hh.order_off) + block;
   uint8_t saved = *order;
   *order = 0;
@@ -52,13 +52,13 @@ TEST(SegmentCheck, ABlockInNoStateIsALeakAndItsOwnerPointsAtNothing) {
 
 TEST(SegmentCheck, ARingOwnedTwiceAndABadCountAreFound) {
   Rig rig;
-  QpSlot& b = rig.h->qps[rig.b];
+  QpSlot& b = qp_slot(rig.h, rig.b);
   uint64_t saved = b.rq_off;
-  b.rq_off = rig.h->qps[rig.a].rq_off;
-  rig.h->cqs[rig.cq].cqe_cnt += 1;
+  b.rq_off = qp_slot(rig.h, rig.a).rq_off;
+  cq_slot(rig.h, rig.cq).cqe_cnt += 1;
   CheckReport r = check_segment(rig.s);
   b.rq_off = saved;
-  rig.h->cqs[rig.cq].cqe_cnt -= 1;
+  cq_slot(rig.h, rig.cq).cqe_cnt -= 1;
   EXPECT_TRUE(mentions(r, "also belongs to")) << check_text(r);
   EXPECT_TRUE(mentions(r, "owned by no object")) << check_text(r);
   EXPECT_TRUE(mentions(r, "CQEs")) << check_text(r);
@@ -66,8 +66,8 @@ TEST(SegmentCheck, ARingOwnedTwiceAndABadCountAreFound) {
 
 TEST(SegmentCheck, ALockHeldByAFreeProcessRecordIsFound) {
   Rig rig;
-  rig.h->qps[rig.a].rq_lock.word.store(kMaxProcs);  // record kMaxProcs - 1: never ours
+  qp_slot(rig.h, rig.a).rq_lock.word.store(kMaxProcs);  // record kMaxProcs - 1: never ours
   CheckReport r = check_segment(rig.s);
-  rig.h->qps[rig.a].rq_lock.word.store(0);
+  qp_slot(rig.h, rig.a).rq_lock.word.store(0);
   EXPECT_TRUE(mentions(r, "lock held")) << check_text(r);
 }

@@ -144,8 +144,8 @@ TEST(Control, APortThatIsDownCarriesNothingEitherWay) {
   uint32_t ia, ib;
   ASSERT_EQ(create_qp(s, spec, &ia), Status::ok);
   ASSERT_EQ(create_qp(s, spec, &ib), Status::ok);
-  QpSlot& a = h->qps[ia];
-  QpSlot& b = h->qps[ib];
+  QpSlot& a = qp_slot(h, ia);
+  QpSlot& b = qp_slot(h, ib);
   for (QpSlot* q : {&a, &b}) q->qp_state.store(kQpsRts);
   a.port = 1;
   b.port = 2;

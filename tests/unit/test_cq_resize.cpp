@@ -49,7 +49,7 @@ TEST(CqResize, ProducersLoseAndDoubleNothingAcrossResizes) {
   Segment* s = Segment::get();
   uint32_t idx = 0;
   ASSERT_EQ(create_cq(s, CqSpec{0, kMaxContexts, 3, -1, 0}, &idx), Status::ok);  // 8 CQEs
-  CqSlot& c = s->hdr()->cqs[idx];
+  CqSlot& c = cq_slot(s->hdr(), idx);
   std::atomic<uint32_t> consumed[kProducers] = {};
   std::atomic<bool> give_up{false};
   std::vector<std::thread> producers;
@@ -104,7 +104,7 @@ TEST(CqResize, AShrinkBelowTheUnpolledIsRefusedAndLosesNothing) {
   Segment* s = Segment::get();
   uint32_t idx = 0;
   ASSERT_EQ(create_cq(s, CqSpec{0, kMaxContexts, 4, -1, 0}, &idx), Status::ok);  // 16
-  CqSlot& c = s->hdr()->cqs[idx];
+  CqSlot& c = cq_slot(s->hdr(), idx);
   Engine eng(s);
   for (uint32_t i = 0; i < 5; ++i) {
     CqeInfo info{};

@@ -158,7 +158,7 @@ struct BfRig : Rig {
     uint32_t ds = static_cast<uint32_t>((16 + 16 + 4 + data.size() + 15) / 16);
     CtrlSeg c{};
     ctrl_set_index_opcode(c, idx, kOpRdmaWrite);
-    ctrl_set_qpn_ds(c, h->qps[a].qpn, ds);
+    ctrl_set_qpn_ds(c, qp_slot(h, a).qpn, ds);
     c.fm_ce_se = kCtrlCqUpdate;
     RaddrSeg ra{be64(reinterpret_cast<uint64_t>(dst) + off), be32(rk), 0};
     uint32_t hdr = be32(static_cast<uint32_t>(data.size()) | kInlineSegFlag);
@@ -169,7 +169,7 @@ struct BfRig : Rig {
     return w;
   }
   void ring_store(uint32_t pos, const std::vector<uint8_t>& w, bool record = true) {
-    QpSlot& q = h->qps[a];
+    QpSlot& q = qp_slot(h, a);
     for (size_t i = 0; i < w.size() / 64; ++i)
       std::memcpy(s->at<uint8_t>(q.sq_off) + ((pos + i) & 15) * 64, w.data() + i * 64, 64);
     if (record)
@@ -177,7 +177,7 @@ struct BfRig : Rig {
                         static_cast<uint32_t>(w.size() / 64));
   }
   void dbrec(uint32_t producer) {
-    QpSlot& q = h->qps[a];
+    QpSlot& q = qp_slot(h, a);
     sq_dbrec_store(q, &s->at<uint32_t>(q.dbrec_off)[1], producer);
   }
   // Chunk i of buffer buf, as the write `tag` made it.
@@ -190,7 +190,7 @@ struct BfRig : Rig {
     if (head)
       eng.on_doorbell(head);
     else
-      eng.kick_sq(h->qps[a]);
+      eng.kick_sq(qp_slot(h, a));
   }
   std::vector<RaceRecord> races() const { return read_races(s, first_race); }
 };
@@ -233,7 +233,7 @@ TEST(DoorbellDevice, ATornBlueFlameWqeIsExecutedAsTornAndReported) {
   EXPECT_EQ(ev[0].writers[0], 111u);
   EXPECT_EQ(ev[0].writers[1], 222u);
   EXPECT_EQ(ev[0].reg, 3);
-  EXPECT_EQ(ev[0].qpn, r.h->qps[r.a].qpn);
+  EXPECT_EQ(ev[0].qpn, qp_slot(r.h, r.a).qpn);
   EXPECT_EQ(ev[0].value[1], 0b010u) << "chunk 1 was foreign";
   EXPECT_NE(race_json(ev[0]).find("\"kind\":\"bf_torn\""), std::string::npos);
 }
@@ -247,7 +247,7 @@ TEST(DoorbellDevice, ATornCopyThatDoesNotParseIsALocalQpOperationError) {
   std::vector<uint8_t> junk = wa;
   CtrlSeg c;
   std::memcpy(&c, junk.data(), 16);
-  ctrl_set_qpn_ds(c, r.h->qps[r.a].qpn, 40);
+  ctrl_set_qpn_ds(c, qp_slot(r.h, r.a).qpn, 40);
   std::memcpy(junk.data(), &c, 16);
   r.chunk(0, 0, junk.data(), B1);
   r.chunk(0, 1, wa.data() + 64, A1);
@@ -267,7 +267,7 @@ TEST(DoorbellDevice, TwoWqesWrittenIntoOneSlotBeforeTheFetchAreADoubleWrite) {
   r.ring_store(0, r.write_wqe(0, 0, "first"));
   uint32_t other = in_another_thread([&] { r.ring_store(0, r.write_wqe(0, 0, "second")); });
   r.dbrec(1);
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_STREQ(r.dst, "second");
   auto ev = r.races();
   ASSERT_EQ(ev.size(), 1u);
@@ -282,12 +282,12 @@ TEST(DoorbellDevice, ADoorbellRecordGoingBackwardsIsReportedAndIgnored) {
   r.ring_store(0, r.write_wqe(0, 0, "x"));
   r.ring_store(1, r.write_wqe(1, 8, "y"));
   r.dbrec(2);
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   ASSERT_NE(r.poll(), nullptr);
   ASSERT_NE(r.poll(), nullptr);
   r.dbrec(1);  // a late store of an older value
-  r.eng.kick_sq(r.h->qps[r.a]);
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_EQ(r.poll(), nullptr) << "nothing executed again";
   auto ev = r.races();
   ASSERT_EQ(ev.size(), 1u) << "reported once";
@@ -297,7 +297,7 @@ TEST(DoorbellDevice, ADoorbellRecordGoingBackwardsIsReportedAndIgnored) {
   // The next legal post goes on from the furthest value.
   r.ring_store(2, r.write_wqe(2, 16, "z"));
   r.dbrec(3);
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   ASSERT_NE(r.poll(), nullptr);
   EXPECT_EQ(r.dst[16], 'z');
   EXPECT_EQ(r.races().size(), 1u);
@@ -307,7 +307,7 @@ TEST(DoorbellDevice, ARecordPastTheStoresIsAheadAndTheStaleSlotFails) {
   BfRig r;
   r.ring_store(0, r.write_wqe(0, 0, "x"));
   r.dbrec(2);  // block 1 was never written
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   const Cqe64* c1 = r.poll();
   ASSERT_NE(c1, nullptr);
   EXPECT_EQ(c1->op_own >> 4, kCqeReq);
@@ -327,13 +327,13 @@ TEST(DoorbellDevice, AStaleWqeFromTheLastLapIsReported) {
   for (uint32_t i = 0; i < 16; ++i) {
     r.ring_store(i, r.write_wqe(i, 0, "lap"));
     r.dbrec(i + 1);
-    r.eng.kick_sq(r.h->qps[r.a]);
+    r.eng.kick_sq(qp_slot(r.h, r.a));
     ASSERT_NE(r.poll(), nullptr);
   }
   // Without recorded stores only the ring's content tells: slot 0 still holds index 0.
-  r.h->qps[r.a].wrec_tracked.store(0);
+  qp_slot(r.h, r.a).wrec_tracked.store(0);
   r.dbrec(17);
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   const Cqe64* c = r.poll();
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(reinterpret_cast<const ErrCqe*>(c)->syndrome, kSynLocalQpOp);
@@ -355,7 +355,7 @@ TEST(DoorbellDevice, LegalPostingOverManyLapsRaisesNothing) {
         std::vector<uint8_t> nop(64, 0);
         CtrlSeg c{};
         ctrl_set_index_opcode(c, pos, kOpNop);
-        ctrl_set_qpn_ds(c, r.h->qps[r.a].qpn, 1);
+        ctrl_set_qpn_ds(c, qp_slot(r.h, r.a).qpn, 1);
         std::memcpy(nop.data(), &c, 16);
         r.ring_store(pos, nop);
         ++pos;
@@ -381,7 +381,7 @@ TEST(DoorbellDevice, LegalPostingOverManyLapsRaisesNothing) {
     }
     while (const Cqe64* c = r.poll()) ASSERT_NE(c->op_own >> 4, kCqeReqErr);
   }
-  EXPECT_EQ(r.h->qps[r.a].sq_ci, pos);
+  EXPECT_EQ(qp_slot(r.h, r.a).sq_ci, pos);
   EXPECT_TRUE(r.races().empty()) << race_json(r.races().front());
 }
 
@@ -393,7 +393,7 @@ TEST(DoorbellDevice, ADoubleWriteWithAWriterLostFromTheRecordNamesTheOtherPoster
   uint32_t other = in_another_thread([&] { r.dbrec(0); });  // the other poster of this QP
   r.ring_store(0, r.write_wqe(0, 0, "x"));
   r.ring_store(0, r.write_wqe(0, 0, "y"));
-  QpSlot& q = r.h->qps[r.a];
+  QpSlot& q = qp_slot(r.h, r.a);
   r.s->at<WqeWriteRec>(q.wrec_off)[0].prev_writer.store(
       0);  // as the concurrent first store left it
   r.dbrec(1);
@@ -409,12 +409,12 @@ TEST(DoorbellDevice, AnEventFromOneThreadsStoresNamesTheQpsOtherPoster) {
   BfRig r;
   r.ring_store(0, r.write_wqe(0, 0, "x"));
   uint32_t other = in_another_thread([&] { r.dbrec(1); });  // the other poster stores it once
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   r.ring_store(1, r.write_wqe(1, 8, "y"));
   r.dbrec(2);
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   r.dbrec(1);  // this thread stores an older value than its own last one
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   auto ev = r.races();
   ASSERT_EQ(ev.size(), 1u);
   EXPECT_EQ(ev[0].kind, kRaceDbrecBackwards);

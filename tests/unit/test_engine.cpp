@@ -19,7 +19,7 @@ TEST(Engine, RdmaWriteMovesBytesAndCompletes) {
   RaddrSeg ra{be64(reinterpret_cast<uint64_t>(dst)), be32(rk), 0};
   DataSeg d{be32(13), be32(lk), be64(reinterpret_cast<uint64_t>(src))};
   r.post(r.a, kOpRdmaWrite, seg_bytes(&ra, 16) + seg_bytes(&d, 16));
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_STREQ(dst, "hello device");
   const Cqe64* c = r.poll();
   ASSERT_NE(c, nullptr);
@@ -37,14 +37,14 @@ TEST(Engine, BadRkeyIsRemoteAccessErrorAndNothingIsWritten) {
   RaddrSeg ra{be64(reinterpret_cast<uint64_t>(dst)), be32(rk), 0};
   DataSeg d{be32(8), be32(lk), be64(reinterpret_cast<uint64_t>(src))};
   r.post(r.a, kOpRdmaWrite, seg_bytes(&ra, 16) + seg_bytes(&d, 16));
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_EQ(dst[0], 0);
   const Cqe64* c = r.poll();
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(c->op_own >> 4, kCqeReqErr);
   EXPECT_EQ(reinterpret_cast<const ErrCqe*>(c)->syndrome, kSynRemoteAccess);
-  EXPECT_EQ(r.h->qps[r.a].qp_state.load(), kQpsErr);
-  EXPECT_EQ(r.h->qps[r.b].qp_state.load(), kQpsErr) << "the responder's access violation";
+  EXPECT_EQ(qp_slot(r.h, r.a).qp_state.load(), kQpsErr);
+  EXPECT_EQ(qp_slot(r.h, r.b).qp_state.load(), kQpsErr) << "the responder's access violation";
 }
 
 TEST(Engine, SendConsumesAReceiveAndCompletesBothSides) {
@@ -55,7 +55,7 @@ TEST(Engine, SendConsumesAReceiveAndCompletesBothSides) {
   r.post_recv(r.b, dk, dst, sizeof dst);
   DataSeg d{be32(8), be32(lk), be64(reinterpret_cast<uint64_t>(src))};
   r.post(r.a, kOpSend, seg_bytes(&d, 16));
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_STREQ(dst, "payload");
   const Cqe64* rc = r.poll();
   ASSERT_NE(rc, nullptr);
@@ -68,12 +68,12 @@ TEST(Engine, SendConsumesAReceiveAndCompletesBothSides) {
 
 TEST(Engine, SendWithoutReceiveStallsThenRnrExceededWithZeroRetries) {
   Rig r;
-  r.h->qps[r.a].rnr_retry = 0;
+  qp_slot(r.h, r.a).rnr_retry = 0;
   char src[8] = "a";
   uint32_t lk = r.reg(src, sizeof src, kAccessLocalWrite);
   DataSeg d{be32(1), be32(lk), be64(reinterpret_cast<uint64_t>(src))};
   r.post(r.a, kOpSend, seg_bytes(&d, 16));
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   const Cqe64* c = r.poll();
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(reinterpret_cast<const ErrCqe*>(c)->syndrome, kSynRnrRetryExc);
@@ -82,18 +82,18 @@ TEST(Engine, SendWithoutReceiveStallsThenRnrExceededWithZeroRetries) {
 TEST(Engine, MalformedWqeIndexIsALocalQpOperationError) {
   Rig r;
   r.post(r.a, kOpNop, {}, true, /*idx_override=*/7);
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   const Cqe64* c = r.poll();
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(reinterpret_cast<const ErrCqe*>(c)->syndrome, kSynLocalQpOp);
-  EXPECT_EQ(r.h->qps[r.a].qp_state.load(), kQpsErr);
+  EXPECT_EQ(qp_slot(r.h, r.a).qp_state.load(), kQpsErr);
 }
 
 // Racing posters can leave a doorbell record that ends inside a WQE: the flush of a QP in ERR then
 // steps past the producer, and must stop there instead of going round the 16-bit ring again.
 TEST(Engine, AFlushThatStepsPastTheProducerStops) {
   Rig r;
-  QpSlot& q = r.h->qps[r.a];
+  QpSlot& q = qp_slot(r.h, r.a);
   q.qp_state.store(kQpsErr);
   r.post(r.a, kOpNop, std::vector<uint8_t>(64, 0));  // 80 bytes: two blocks
   ASSERT_EQ(r.heads[r.a], 2u);
@@ -109,9 +109,9 @@ TEST(Engine, AFlushThatStepsPastTheProducerStops) {
 TEST(Engine, UnsignaledWqeProducesNoCompletion) {
   Rig r;
   r.post(r.a, kOpNop, {}, false);
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_EQ(r.poll(), nullptr);
-  EXPECT_EQ(r.h->qps[r.a].sq_ci, 1u) << "but the device consumed it";
+  EXPECT_EQ(qp_slot(r.h, r.a).sq_ci, 1u) << "but the device consumed it";
 }
 
 TEST(Engine, AtomicFetchAddReturnsOldValue) {
@@ -123,7 +123,7 @@ TEST(Engine, AtomicFetchAddReturnsOldValue) {
   AtomicSeg at{be64(2), 0};
   DataSeg d{be32(8), be32(lk), be64(reinterpret_cast<uint64_t>(&result))};
   r.post(r.a, kOpAtomicFa, seg_bytes(&ra, 16) + seg_bytes(&at, 16) + seg_bytes(&d, 16));
-  r.eng.kick_sq(r.h->qps[r.a]);
+  r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_EQ(target, 42u);
   EXPECT_EQ(result, 40u);
 }

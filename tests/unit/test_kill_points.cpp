@@ -109,7 +109,7 @@ TEST(HeapAudit, RingsOfASlotWhoseDestroyDiedAreReclaimedByTheSweep) {
     Segment* mine = Segment::get();  // a record of its own (docs/architecture.md, "Fork")
     uint32_t q = 0;
     if (!mine || mine->alloc_qp(&q) != Status::ok) _exit(1);
-    QpSlot& slot = h->qps[q];
+    QpSlot& slot = qp_slot(h, q);
     slot.sq_off = mine->alloc(16384, 4096);
     slot.rq_off = mine->alloc(4096, 4096);
     slot.dbrec_off = mine->alloc(64, 64);
@@ -126,7 +126,7 @@ TEST(HeapAudit, RingsOfASlotWhoseDestroyDiedAreReclaimedByTheSweep) {
   kill(child, SIGKILL);
   waitpid(child, nullptr, 0);
   EXPECT_EQ(s->sweep_dead(), 1);
-  EXPECT_EQ(h->qps[q].state.load(), kSlotFree);
+  EXPECT_EQ(qp_slot(h, q).state.load(), kSlotFree);
   EXPECT_EQ(s->audit_heap(false, true).leaked_blocks, 0u);
   EXPECT_EQ(heap_free_bytes(s), before) << "the rings its destroy had not freed came back";
 }

@@ -44,7 +44,7 @@ TEST(Objects, EveryKindGivesBackItsHeap) {
   ASSERT_EQ(create_mr(s, MrSpec{pd, kAccessLocalWrite, addr, sizeof buf, addr}, &mr), Status::ok);
   ASSERT_EQ(create_qp(s, rc_spec(ctx, pd, cq, 0), &qp), Status::ok);
   ASSERT_EQ(create_qp(s, rc_spec(ctx, pd, cq, srq + 1), &qp_on_srq), Status::ok);
-  EXPECT_EQ(h->srqs[srq].attached_qps.load(), 1u);
+  EXPECT_EQ(srq_slot(h, srq).attached_qps.load(), 1u);
   ASSERT_EQ(create_tgt_qp(s, 0, ctx, &tgt), Status::ok);
   // An XRC SRQ counts in its domain until it is freed.
   uint32_t xrcd = 0, open = 0;
@@ -54,32 +54,32 @@ TEST(Objects, EveryKindGivesBackItsHeap) {
   EXPECT_EQ(h->xrcds[xrcd].objects.load(), 1u);
 
   EXPECT_LT(heap_free(s), before);
-  EXPECT_EQ(h->qps[qp].state.load(), kSlotLive);
-  EXPECT_EQ(h->qps[qp].qp_state.load(), kQpsReset);
-  EXPECT_EQ(s->find_qp(h->qps[tgt].qpn), &h->qps[tgt]);
-  EXPECT_EQ(s->find_mr(h->mrs[mr].key), &h->mrs[mr]);
+  EXPECT_EQ(qp_slot(h, qp).state.load(), kSlotLive);
+  EXPECT_EQ(qp_slot(h, qp).qp_state.load(), kQpsReset);
+  EXPECT_EQ(s->find_qp(qp_slot(h, tgt).qpn), &qp_slot(h, tgt));
+  EXPECT_EQ(s->find_mr(mr_slot(h, mr).key), &mr_slot(h, mr));
   EXPECT_NE(h->ctxs[ctx].async_wfd, 0);
 
-  for (uint32_t q : {qp, qp_on_srq, tgt}) retire_qp(s, h->qps[q]);
-  EXPECT_EQ(h->srqs[srq].attached_qps.load(), 0u);
+  for (uint32_t q : {qp, qp_on_srq, tgt}) retire_qp(s, qp_slot(h, q));
+  EXPECT_EQ(srq_slot(h, srq).attached_qps.load(), 0u);
   for (uint32_t r : {srq, xsrq}) {
-    stop_srq(s, h->srqs[r]);
+    stop_srq(s, srq_slot(h, r));
     wait_for_engines(s);
-    free_srq(s, h->srqs[r]);
+    free_srq(s, srq_slot(h, r));
   }
   EXPECT_EQ(h->xrcds[xrcd].objects.load(), 0u);
   xrcd_close(s, open);
   EXPECT_EQ(h->xrcds[xrcd].state.load(), kSlotFree);
-  retire_mr(s, h->mrs[mr]);
-  retire_cq(s, h->cqs[cq]);
-  retire_pd(h->pds[pd]);
+  retire_mr(s, mr_slot(h, mr));
+  retire_cq(s, cq_slot(h, cq));
+  retire_pd(pd_slot(h, pd));
   s->release_context_objects(ctx);  // a context goes with its UAR page (ibv_close_device)
 
-  for (uint32_t q : {qp, qp_on_srq, tgt}) EXPECT_EQ(h->qps[q].state.load(), kSlotFree);
-  EXPECT_EQ(h->srqs[srq].state.load(), kSlotFree);
-  EXPECT_EQ(h->cqs[cq].state.load(), kSlotFree);
-  EXPECT_EQ(h->mrs[mr].state.load(), kSlotFree);
-  EXPECT_EQ(h->pds[pd].state.load(), kSlotFree);
+  for (uint32_t q : {qp, qp_on_srq, tgt}) EXPECT_EQ(qp_slot(h, q).state.load(), kSlotFree);
+  EXPECT_EQ(srq_slot(h, srq).state.load(), kSlotFree);
+  EXPECT_EQ(cq_slot(h, cq).state.load(), kSlotFree);
+  EXPECT_EQ(mr_slot(h, mr).state.load(), kSlotFree);
+  EXPECT_EQ(pd_slot(h, pd).state.load(), kSlotFree);
   EXPECT_EQ(h->ctxs[ctx].state.load(), kSlotFree);
   EXPECT_EQ(heap_free(s), before);
 }
@@ -98,8 +98,8 @@ TEST(Objects, ReleasedWithTheirContextGiveBackTheirHeap) {
   ASSERT_EQ(create_qp(s, rc_spec(ctx, pd, cq, 0), &qp), Status::ok);
   EXPECT_LT(heap_free(s), before);
   s->release_context_objects(ctx);
-  EXPECT_EQ(s->hdr()->qps[qp].state.load(), kSlotFree);
-  EXPECT_EQ(s->hdr()->srqs[srq].state.load(), kSlotFree);
+  EXPECT_EQ(qp_slot(s->hdr(), qp).state.load(), kSlotFree);
+  EXPECT_EQ(srq_slot(s->hdr(), srq).state.load(), kSlotFree);
   EXPECT_EQ(heap_free(s), before);
 }
 

@@ -58,28 +58,28 @@ TEST(Segment, QpNumbersCarryAGeneration) {
   Segment* s = Segment::get();
   uint32_t i;
   ASSERT_EQ(s->alloc_qp(&i), Status::ok);
-  uint32_t qpn = s->hdr()->qps[i].qpn;
-  EXPECT_EQ(s->find_qp(qpn), &s->hdr()->qps[i]);
+  uint32_t qpn = qp_slot(s->hdr(), i).qpn;
+  EXPECT_EQ(s->find_qp(qpn), &qp_slot(s->hdr(), i));
   EXPECT_GT(qpn, 1u) << "QPs 0 and 1 are special";
-  s->hdr()->qps[i].state.store(kSlotFree);
+  qp_slot(s->hdr(), i).state.store(kSlotFree);
   EXPECT_EQ(s->find_qp(qpn), nullptr);
   uint32_t j;
   ASSERT_EQ(s->alloc_qp(&j), Status::ok);
   EXPECT_EQ(i, j) << "the free slot is reused";
-  EXPECT_NE(s->hdr()->qps[j].qpn, qpn) << "but a stale number does not find the new QP";
+  EXPECT_NE(qp_slot(s->hdr(), j).qpn, qpn) << "but a stale number does not find the new QP";
   EXPECT_EQ(s->find_qp(qpn), nullptr);
-  s->hdr()->qps[j].state.store(kSlotFree);
+  qp_slot(s->hdr(), j).state.store(kSlotFree);
 }
 
 TEST(Segment, MrKeysAreCheckedWhole) {
   Segment* s = Segment::get();
   uint32_t i;
   ASSERT_EQ(s->alloc_mr(&i), Status::ok);
-  uint32_t key = s->hdr()->mrs[i].key;
+  uint32_t key = mr_slot(s->hdr(), i).key;
   EXPECT_NE(s->find_mr(key), nullptr);
   EXPECT_EQ(s->find_mr(key ^ 1), nullptr);
   EXPECT_EQ(s->find_mr(0xffffffffu), nullptr);
-  s->hdr()->mrs[i].state.store(kSlotFree);
+  mr_slot(s->hdr(), i).state.store(kSlotFree);
   EXPECT_EQ(s->find_mr(key), nullptr);
 }
 
@@ -119,10 +119,10 @@ static QpHolder start_qp_holder(Header* h) {
         }
     }
     uint32_t q = kMaxQps;
-    for (uint32_t i = 0; i < kMaxQps; ++i)
-      if (h->qps[i].state.load() == kSlotFree) {
-        h->qps[i].owner = slot;
-        h->qps[i].state.store(kSlotLive);
+    for (uint32_t i = 0; i < table_end(h->qp_dir); ++i)
+      if (qp_slot(h, i).state.load() == kSlotFree) {
+        qp_slot(h, i).owner = slot;
+        qp_slot(h, i).state.store(kSlotLive);
         q = i;
         break;
       }
@@ -150,7 +150,7 @@ TEST(Segment, DeadProcessObjectsAreSweptAtTheNextAttach) {
   waitpid(child, nullptr, 0);
   EXPECT_FALSE(s->proc_alive(slot));
   EXPECT_EQ(s->sweep_dead(), 1);
-  EXPECT_EQ(h->qps[q].state.load(), kSlotFree);
+  EXPECT_EQ(qp_slot(h, q).state.load(), kSlotFree);
   EXPECT_EQ(h->procs[slot].state.load(), kProcFree);
 }
 
@@ -165,7 +165,7 @@ TEST(Segment, ASweepLeftHalfDoneByItsDeadSweeperIsFinished) {
   waitpid(child, nullptr, 0);
   h->procs[slot].state.store(kProcDead);  // what the dead sweeper left
   EXPECT_EQ(s->sweep_dead(), 1);
-  EXPECT_EQ(h->qps[q].state.load(), kSlotFree);
+  EXPECT_EQ(qp_slot(h, q).state.load(), kSlotFree);
   EXPECT_EQ(h->procs[slot].state.load(), kProcFree);
 }
 
@@ -175,14 +175,14 @@ TEST(Segment, NoMrEverGetsTheListTerminatorKey) {
   for (int i = 0; i < 600; ++i) {  // more than one full cycle of the generation byte per slot
     uint32_t idx;
     ASSERT_EQ(s->alloc_mr(&idx), Status::ok);
-    EXPECT_NE(s->hdr()->mrs[idx].key, kInvalidLkey);
+    EXPECT_NE(mr_slot(s->hdr(), idx).key, kInvalidLkey);
     got.push_back(idx);
     // The first MR stays; the next lowest slot is freed and reused, through every generation.
-    if (i > 0) s->hdr()->mrs[idx].state.store(kSlotFree);
+    if (i > 0) mr_slot(s->hdr(), idx).state.store(kSlotFree);
   }
   EXPECT_EQ(got[1], got[0] + 1);
   EXPECT_EQ(got.back(), got[1]) << "the same slot came back every time";
-  s->hdr()->mrs[got[0]].state.store(kSlotFree);
+  mr_slot(s->hdr(), got[0]).state.store(kSlotFree);
 }
 
 TEST(Segment, FileIsPrivateToItsUser) {

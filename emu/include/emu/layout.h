@@ -26,7 +26,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 31;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 32;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -37,12 +37,16 @@ constexpr uint32_t kGidTableLen = 16;
 constexpr uint32_t kIbGidTableLen = 4;
 constexpr uint32_t kMaxProcs = 128;
 constexpr uint32_t kMaxContexts = 256;
-constexpr uint32_t kMaxPds = 1024;
-constexpr uint32_t kMaxMrs = 8192;
-constexpr uint32_t kMaxCqs = 2048;
-constexpr uint32_t kQpIndexBits = 12;
+// The object tables below live in heap chunks (SlotDir): a limit costs its directory (8 bytes per
+// kChunkSlots slots) until slots are used.
+constexpr uint32_t kMaxPds = 16384;
+constexpr uint32_t kMaxMrs = 65536;  // an MR key is index << 8 | generation
+constexpr uint32_t kMaxCqs = 65536;
+// A QPN is 24 bits: the slot index below, a generation (1..255) above, so a stale number finds
+// nothing until the slot has been reused 255 times.
+constexpr uint32_t kQpIndexBits = 16;
 constexpr uint32_t kMaxQps = 1u << kQpIndexBits;
-constexpr uint32_t kSrqIndexBits = 10;
+constexpr uint32_t kSrqIndexBits = 12;
 constexpr uint32_t kMaxSrqs = 1u << kSrqIndexBits;
 constexpr uint32_t kMaxXrcds = 64;
 constexpr uint32_t kMaxXrcHandles = 4096;
@@ -300,6 +304,8 @@ struct CqSlot {
   uint32_t log_cqe_cnt;
   uint64_t buf_off;  // Cqe64[cqe_cnt]
   uint64_t uid;      // names the CQ in event records
+  uint32_t index;    // its slot index (a slot's address does not give it: chunks, SlotDir)
+  uint32_t rsvd;
   int32_t chan_wfd;  // write end of the completion channel in the owner, -1 if none
   uint32_t stamp;    // 1: CQEs carry a timestamp (a CQ made to report one)
   uint64_t chan_uid;
@@ -543,6 +549,23 @@ struct EngineSlots {
   std::atomic<uint32_t> next;                         // slots handed out
 };
 
+// A table of slots in heap chunks of kChunkSlots, found through this directory in the header. A
+// chunk is allocated (zeroed, its tmpfs pages reserved) when the first slot of it is handed out,
+// under table_lock, and kept while the fabric lives: a slot's address never changes. Chunks are
+// allocated in order, so the allocated ones are a prefix: scans stop at table_end(). Readers
+// without the lock (an engine finding a QP by number) load a chunk's offset with acquire; it is
+// stored with release after the chunk is zeroed.
+constexpr uint32_t kChunkShift = 8;
+constexpr uint32_t kChunkSlots = 1u << kChunkShift;
+
+template <uint32_t Max>
+struct SlotDir {
+  static constexpr uint32_t kMax = Max;
+  std::atomic<uint32_t> chunks;  // chunks allocated: slots [0, chunks * kChunkSlots) exist
+  uint32_t next;                 // where the next search for a free slot begins (table_lock)
+  std::atomic<uint64_t> chunk[Max / kChunkSlots];  // segment offset of each chunk; 0: none yet
+};
+
 struct Header {
   uint64_t magic;
   uint32_t layout_version;
@@ -561,19 +584,109 @@ struct Header {
   DeviceState devices[kMaxDevices];
   ProcRecord procs[kMaxProcs];
   ContextSlot ctxs[kMaxContexts];
-  PdSlot pds[kMaxPds];
-  MrSlot mrs[kMaxMrs];
-  CqSlot cqs[kMaxCqs];
-  QpSlot qps[kMaxQps];
-  SrqSlot srqs[kMaxSrqs];
+  SlotDir<kMaxPds> pd_dir;    // PdSlot chunks
+  SlotDir<kMaxMrs> mr_dir;    // MrSlot chunks
+  SlotDir<kMaxCqs> cq_dir;    // CqSlot chunks
+  SlotDir<kMaxQps> qp_dir;    // QpChunk chunks: a QP's slot and its wire state
+  SlotDir<kMaxSrqs> srq_dir;  // SrqSlot chunks
   XrcdSlot xrcds[kMaxXrcds];
   XrcHandle xrc_handles[kMaxXrcHandles];
   EngineSlots engines[kMaxProcs];
   RaceLog races;
-  FaultTable faults;     // wire faults (emu/faults.h)
-  WireQp wire[kMaxQps];  // per QP slot: its head message on the packet wire (emu/wire/)
-  InjectTable inject;    // error injection rules (emu/inject.h)
-  RawSteering raw;       // raw packet QPs' flow rules and RSS (emu/raw.h)
+  FaultTable faults;   // wire faults (emu/faults.h)
+  InjectTable inject;  // error injection rules (emu/inject.h)
+  RawSteering raw;     // raw packet QPs' flow rules and RSS (emu/raw.h)
 };
+
+// A QP table chunk: the slots, then per slot its head message on the packet wire (emu/wire/).
+struct QpChunk {
+  QpSlot slot[kChunkSlots];
+  WireQp wire[kChunkSlots];
+};
+
+// Slot i of a table, or nullptr if i is out of range or its chunk is not allocated (a number from
+// outside, e.g. a QPN on the wire). The header is the segment's first byte: offsets are from it.
+template <class Chunk, uint32_t Max>
+inline Chunk* table_chunk(const Header* h, const SlotDir<Max>& d, uint32_t i) {
+  if (i >= Max) return nullptr;
+  uint64_t off = d.chunk[i >> kChunkShift].load(std::memory_order_acquire);
+  if (!off) return nullptr;
+  return reinterpret_cast<Chunk*>(reinterpret_cast<char*>(const_cast<Header*>(h)) + off);
+}
+template <class T, uint32_t Max>
+inline T* table_slot(const Header* h, const SlotDir<Max>& d, uint32_t i) {
+  T* c = table_chunk<T>(h, d, i);
+  return c ? c + (i & (kChunkSlots - 1)) : nullptr;
+}
+// Slots that exist: indices below this (a prefix of the table).
+template <uint32_t Max>
+inline uint32_t table_end(const SlotDir<Max>& d) {
+  return d.chunks.load(std::memory_order_acquire) * kChunkSlots;
+}
+
+// One accessor per table. *_at: a number from outside (nullptr if no such slot exists). *_slot:
+// an index the caller knows was handed out (a slot's field, a loop below table_end).
+inline PdSlot* pd_at(const Header* h, uint32_t i) { return table_slot<PdSlot>(h, h->pd_dir, i); }
+inline MrSlot* mr_at(const Header* h, uint32_t i) { return table_slot<MrSlot>(h, h->mr_dir, i); }
+inline CqSlot* cq_at(const Header* h, uint32_t i) { return table_slot<CqSlot>(h, h->cq_dir, i); }
+inline SrqSlot* srq_at(const Header* h, uint32_t i) {
+  return table_slot<SrqSlot>(h, h->srq_dir, i);
+}
+inline QpSlot* qp_at(const Header* h, uint32_t i) {
+  QpChunk* c = table_chunk<QpChunk>(h, h->qp_dir, i);
+  return c ? &c->slot[i & (kChunkSlots - 1)] : nullptr;
+}
+// The slot of an index known handed out: no check (the fast path's lookup).
+template <class Chunk, uint32_t Max>
+inline Chunk& chunk_ref(const Header* h, const SlotDir<Max>& d, uint32_t i) {
+  uint64_t off = d.chunk[i >> kChunkShift].load(std::memory_order_acquire);
+  return *reinterpret_cast<Chunk*>(reinterpret_cast<char*>(const_cast<Header*>(h)) + off);
+}
+template <class T, uint32_t Max>
+inline T& table_ref(const Header* h, const SlotDir<Max>& d, uint32_t i) {
+  return (&chunk_ref<T>(h, d, i))[i & (kChunkSlots - 1)];
+}
+inline PdSlot& pd_slot(const Header* h, uint32_t i) { return table_ref<PdSlot>(h, h->pd_dir, i); }
+inline MrSlot& mr_slot(const Header* h, uint32_t i) { return table_ref<MrSlot>(h, h->mr_dir, i); }
+inline CqSlot& cq_slot(const Header* h, uint32_t i) { return table_ref<CqSlot>(h, h->cq_dir, i); }
+inline SrqSlot& srq_slot(const Header* h, uint32_t i) {
+  return table_ref<SrqSlot>(h, h->srq_dir, i);
+}
+inline QpSlot& qp_slot(const Header* h, uint32_t i) {
+  return chunk_ref<QpChunk>(h, h->qp_dir, i).slot[i & (kChunkSlots - 1)];
+}
+inline WireQp& wire_slot(const Header* h, uint32_t i) {
+  return chunk_ref<QpChunk>(h, h->qp_dir, i).wire[i & (kChunkSlots - 1)];
+}
+// Every slot that exists (allocated chunks only), in index order: fn(slot).
+template <class T, uint32_t Max, class Fn>
+inline void table_each(const Header* h, const SlotDir<Max>& d, T* (*at)(const Header*, uint32_t),
+                       Fn&& fn) {
+  for (uint32_t i = 0, end = table_end(d); i < end; ++i) fn(*at(h, i));
+}
+template <class Fn>
+inline void each_pd(const Header* h, Fn&& fn) {
+  table_each(h, h->pd_dir, pd_at, fn);
+}
+template <class Fn>
+inline void each_mr(const Header* h, Fn&& fn) {
+  table_each(h, h->mr_dir, mr_at, fn);
+}
+template <class Fn>
+inline void each_cq(const Header* h, Fn&& fn) {
+  table_each(h, h->cq_dir, cq_at, fn);
+}
+template <class Fn>
+inline void each_srq(const Header* h, Fn&& fn) {
+  table_each(h, h->srq_dir, srq_at, fn);
+}
+template <class Fn>
+inline void each_qp(const Header* h, Fn&& fn) {
+  table_each(h, h->qp_dir, qp_at, fn);
+}
+
+// A QP slot's index: its number's low bits (kept from the slot's creation on).
+inline uint32_t qp_index(const QpSlot& q) { return q.qpn & (kMaxQps - 1); }
+inline uint32_t srq_index(const SrqSlot& s) { return s.srqn & (kMaxSrqs - 1); }
 
 }  // namespace emu

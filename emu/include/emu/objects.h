@@ -61,7 +61,7 @@ uint32_t reset_qp_device_state(Segment* seg, QpSlot& qp);
 inline void clear_stall(Header* h, QpSlot& qp) {
   if (qp.stall.load(std::memory_order_relaxed) != kStallNone &&
       qp.stall.exchange(kStallNone) != kStallNone) {
-    h->cqs[qp.send_cq].stalled_qps.fetch_sub(1);
+    cq_slot(h, qp.send_cq).stalled_qps.fetch_sub(1);
     h->procs[qp.owner].stalled_qps.fetch_sub(1);
     qp.stall_attempts = 0;
   }
