@@ -37,6 +37,7 @@ class Checker {
   void run() {
     check_procs();
     check_contexts();
+    check_table_chunks();
     for (uint32_t i = 0; i < table_end(h_->pd_dir); ++i)
       check_owned("pd", i, pd_slot(h_, i).state, pd_slot(h_, i).owner);
     check_mrs();
@@ -107,6 +108,22 @@ class Checker {
       if (c.uar_count > kUarRegsMax) problem("context %u: %u registers", i, c.uar_count);
       if (c.uar_off) ref("context", i, c.uar_off, uint64_t{sizeof(UarReg)} * c.uar_count);
     }
+  }
+  // Each table's chunks (SlotDir): heap blocks the directory owns; allocated in order.
+  void check_table_chunks() {
+    auto dir = [&](const char* kind, const auto& d, uint64_t chunk_bytes) {
+      uint32_t n = d.chunks.load();
+      for (uint32_t c = 0; c < std::size(d.chunk); ++c) {
+        uint64_t off = d.chunk[c].load();
+        if (c < n && !off) problem("%s table: chunk %u counted but not allocated", kind, c);
+        if (off) ref(kind, c, off, chunk_bytes);
+      }
+    };
+    dir("pd chunk", h_->pd_dir, kChunkSlots * sizeof(PdSlot));
+    dir("mr chunk", h_->mr_dir, kChunkSlots * sizeof(MrSlot));
+    dir("cq chunk", h_->cq_dir, kChunkSlots * sizeof(CqSlot));
+    dir("qp chunk", h_->qp_dir, sizeof(QpChunk));
+    dir("srq chunk", h_->srq_dir, kChunkSlots * sizeof(SrqSlot));
   }
   void check_mrs() {
     for (uint32_t i = 0; i < table_end(h_->mr_dir); ++i) {

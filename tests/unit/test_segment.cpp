@@ -64,6 +64,7 @@ TEST(Segment, QpNumbersCarryAGeneration) {
   qp_slot(s->hdr(), i).state.store(kSlotFree);
   EXPECT_EQ(s->find_qp(qpn), nullptr);
   uint32_t j;
+  s->hdr()->qp_dir.next = i;  // the next-fit search would come back to it later: now
   ASSERT_EQ(s->alloc_qp(&j), Status::ok);
   EXPECT_EQ(i, j) << "the free slot is reused";
   EXPECT_NE(qp_slot(s->hdr(), j).qpn, qpn) << "but a stale number does not find the new QP";
@@ -102,6 +103,8 @@ struct QpHolder {
 
 static QpHolder start_qp_holder(Header* h) {
   QpHolder out{0, kMaxProcs, kMaxQps};
+  uint32_t first;  // a QP chunk exists (tables grow by chunks) for the child to take a slot in
+  if (Segment::get()->alloc_qp(&first) == Status::ok) qp_slot(h, first).state.store(kSlotFree);
   int fds[2];
   if (pipe(fds) != 0) return out;
   pid_t child = fork();
