@@ -106,6 +106,15 @@ Status alloc_slot(
   return Status::no_memory;
 }
 
+// Whether a context or PD slot (live or dying) is still the process's: the two small tables.
+bool owns_context_or_pd(const Header* h, uint32_t proc) {
+  for (const auto& c : h->ctxs)
+    if (c.state.load() != kSlotFree && c.owner == proc) return true;
+  for (const auto& p : h->pds)
+    if (p.state.load() != kSlotFree && p.owner == proc) return true;
+  return false;
+}
+
 template <class SlotT>
 bool is_tgt_qp(const SlotT& slot) {
   // Attached to a domain (tgt_qp_attach): its handles decide. Before that it is its creator's,
@@ -482,7 +491,14 @@ int Segment::sweep_dead() {
     // sweeper died. Only the others can have leaked heap blocks.
     bool clean_exit = st == kProcAlive && r.detached.load() != 0;
     r.state.store(kProcDead);
-    if (release_proc_objects(i) != 0 || !clean_exit) audit = true;
+    if (clean_exit && !owns_context_or_pd(hdr_, i)) {
+      // Nothing of it can be in any table (every object hangs off a context or a PD, and closing
+      // a context released them): the scans of every table are skipped, which in a fresh mapping
+      // fault in the whole header (docs/architecture.md, "64 processes on one device").
+      reset_engine_slots(this, i);
+    } else if (release_proc_objects(i) != 0 || !clean_exit) {
+      audit = true;
+    }
     r.state.store(kProcFree);
     ++n;
   }
