@@ -56,7 +56,9 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     return ExecOutcome::done;
   }
   // A retry asks the slow question too: is the responder's process still the one that registered?
-  if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !seg_->proc_alive(r->owner))
+  // Asked at most once per clock tick per QP (peer_still_there): the question reads /proc (an open,
+  // a read, a kill: ~10 us), and a requester that outruns its receiver retries after every RNR.
+  if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !peer_still_there(qp, *r))
     return ExecOutcome::stall_retry;
   raise_comm_est(*r);
   int remote_pid = h_->procs[r->owner].pid;
