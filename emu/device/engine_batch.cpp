@@ -84,7 +84,8 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     return 0;
   for (uint32_t i = 0; i < n; ++i) {
     advance_psn(qp, r, packets(items[i].len, qp.path_mtu));
-    CqeInfo info{};
+    CqeInfo info;
+    clear_cqe_info(&info);
     info.cqe_opcode = kCqeReq;
     info.wqe_opcode = kOpRdmaWrite;
     info.wqe_counter = items[i].idx;
