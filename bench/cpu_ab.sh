@@ -27,7 +27,7 @@ echo "| tool | B / A CPU time per round | median |"
 echo "|---|---|---|"
 for t in $tests; do
   rs=""
-  for r in $(seq "$rounds"); do
+  for _ in $(seq "$rounds"); do
     a=$(cpu "$A" "$t") b=$(cpu "$B" "$t")
     rs+="$(ratio "$b" "$a") "
   done
