@@ -20,7 +20,8 @@ rounds=${3:-5}
 measures=${4:-lat ucx_p50 ucx_avg batch_send write_bw}
 MSGRATE=${MSGRATE:-$B/msgrate}
 EMU_ENV=${EMU_ENV:-}
-port=${PORT:-19800} # shellcheck disable=SC2034 # pair (bench/lib.sh) counts up from it
+# shellcheck disable=SC2034  # pair (bench/lib.sh) counts up from it
+port=${PORT:-19800}
 export EMU_FABRIC=${EMU_FABRIC:-ab$$}
 source bench/lib.sh
 
