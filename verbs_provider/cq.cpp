@@ -313,10 +313,32 @@ inline void maybe_progress(EmuCq* cq) {
     progress_stalled(to_ctx(cq->cqx.context));
 }
 
+// Whether a poll would find nothing, decided without the CQ's lock: a busy poller (UCX polls four
+// CQs per progress call, most of them empty) then pays a few loads, not a lock and unlock. Only
+// an atomic read: the ring comes from the word producers read (`CqSlot::ring`), not from
+// cq->ring, which ibv_resize_cq swaps under the lock. A peek that overlaps a resize may read the
+// old ring after it was freed: a false "not empty" takes the lock and looks again; a false
+// "empty" is a poll that returned before the completions moved to the new ring, which an
+// overlapping call may. false (take the locked path) whenever that path does more than look:
+// inside a scheduled run (its points), and while a QP waits for a retry that polls drive.
+inline bool peek_empty(const EmuCq* cq) {
+  const CqSlot& cs = *cq->shm;
+  if (sched::scheduled()) return false;
+  if (cs.stalled_qps.load(std::memory_order_relaxed) |
+      cq->proc_stalled_qps->load(std::memory_order_relaxed))
+    return false;
+  uint64_t w = cs.ring.load(std::memory_order_acquire);
+  uint32_t ci = cs.ci.load(std::memory_order_relaxed);
+  uint32_t log = cq_ring_log(w);
+  auto* ring = reinterpret_cast<const Cqe64*>(cq->seg_base + cq_ring_off(w));
+  return !cqe_is_new(cqe_owner_load(&ring[ci & ((1u << log) - 1)].op_own), ci, log);
+}
+
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   if (attr->comp_mask) return EINVAL;
   EmuCq* cq = to_cq(cqx);
   if (inherited(cq)) return EPERM;
+  if (peek_empty(cq)) return ENOENT;
   if (!cq->poll_ex_lockless) pthread_spin_lock(&cq->lock.spin);
   maybe_progress(cq);
   if (!next_cqe(cq, &cq->cur_wc, &cq->cur_ts)) {
@@ -395,6 +417,7 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
   cq->poll_ex_lockless = cq->lock.off;
   cq->proc_stalled_qps = &seg->hdr()->procs[seg->self()].stalled_qps;
   cq->device_thread_engine = config().engine == EngineMode::progress_thread;
+  cq->seg_base = seg->at<char>(0);
   ibv_cq_ex& x = cq->cqx;
   x.context = context;
   x.channel = channel;
@@ -427,6 +450,10 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   if (inherited(cq)) {
     errno = EPERM;
     return -1;
+  }
+  if (peek_empty(cq)) [[likely]] {
+    if (cq->device_thread_engine && device_thread_busy()) sched_yield();
+    return 0;
   }
   cq->lock.lock();
   EMU_KILL_POINT(KillPoint::cq_lock);

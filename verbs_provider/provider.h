@@ -159,6 +159,7 @@ struct EmuCq {
   // timer, and whether a device thread of this process may need the core (EMU_ENGINE=thread).
   const std::atomic<uint32_t>* proc_stalled_qps = nullptr;
   bool device_thread_engine = false;
+  const char* seg_base = nullptr;  // the segment's mapping: the lock-free peek finds the ring there
   EmuPd* parent_domain = nullptr;  // IBV_CQ_INIT_ATTR_MASK_PD: held until the CQ goes
   uint64_t uid;
   std::atomic<uint32_t> events_read{0};        // completion events handed to the user (ack target)

@@ -21,6 +21,7 @@
 // A head WQE whose responder does not answer stalls (stall_or_fail) and is retried by a later run.
 #pragma once
 #include <cstdint>
+#include <type_traits>
 
 #include "device/doorbell.h"
 #include "device/engine_internal.h"
@@ -64,6 +65,18 @@ struct CqeInfo {
   uint32_t tm_rndv;
   uint8_t vendor_err;  // error CQEs: 0 = the syndrome, as mlx5 reports it
 };
+
+// An empty CqeInfo. `CqeInfo{}` compiles to `rep stosq` (88 bytes), whose start-up costs several
+// times the stores (about 20 ns against 3 on this VM), and the engine clears one or two per
+// message.
+inline void clear_cqe_info(CqeInfo* c) {
+  typedef long long Zero16 __attribute__((vector_size(16), aligned(1), may_alias));
+  static_assert(sizeof(CqeInfo) >= 16 && std::is_trivially_copyable_v<CqeInfo>);
+  auto* p = reinterpret_cast<char*>(c);
+  for (size_t i = 0; i + 16 <= sizeof *c; i += 16) *reinterpret_cast<Zero16*>(p + i) = Zero16{};
+  if constexpr (sizeof(CqeInfo) % 16 != 0)
+    *reinterpret_cast<Zero16*>(p + sizeof *c - 16) = Zero16{};  // the tail, overlapping
+}
 
 // An error CQE for the WQE at consumer position ci of qp's send queue (kCqeReqErr, naming the
 // WQE's opcode) or receive queue (kCqeRespErr): a flush, a malformed WQE, a spent retry budget.

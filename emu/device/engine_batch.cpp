@@ -24,6 +24,11 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     if (before < pending) pending = before;
     if (pending < 2) return 0;
   }
+  // A stream of SENDs is not a run of writes: its head's opcode, read in the ring (published: the
+  // head is below the producer index just read), spares it a fetch of the head that run_sq would
+  // then repeat for every message.
+  const auto& head = *seg_->at<CtrlSeg>(qp.sq_off + (qp.sq_ci & (qp.sq_bbs - 1)) * kSendWqeBB);
+  if (ctrl_opcode(head) != kOpRdmaWrite) return 0;
   // Inline data sits in our copy of the WQE and SGEs in the requester's memory: one source address
   // space only when the requester is this process.
   if (h_->procs[qp.owner].pid != seg_->pid()) return 0;
@@ -79,7 +84,8 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     return 0;
   for (uint32_t i = 0; i < n; ++i) {
     advance_psn(qp, r, packets(items[i].len, qp.path_mtu));
-    CqeInfo info{};
+    CqeInfo info;
+    clear_cqe_info(&info);
     info.cqe_opcode = kCqeReq;
     info.wqe_opcode = kOpRdmaWrite;
     info.wqe_counter = items[i].idx;

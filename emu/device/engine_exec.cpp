@@ -27,7 +27,7 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   sched::point(sched::kPointDevExecute, qp.qpn);
   ParsedWqe w;
   uint8_t syndrome = parse_wqe(seg_, qp, wqe, &w);
-  *out = CqeInfo{};
+  clear_cqe_info(out);
   out->cqe_opcode = kCqeReq;
   out->wqe_opcode = w.opcode;
   if (w.opcode == kOpSendImm || w.opcode == kOpRdmaWriteImm)
@@ -56,7 +56,9 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     return ExecOutcome::done;
   }
   // A retry asks the slow question too: is the responder's process still the one that registered?
-  if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !seg_->proc_alive(r->owner))
+  // Asked at most once per clock tick per QP (peer_still_there): the question reads /proc (an open,
+  // a read, a kill: ~10 us), and a requester that outruns its receiver retries after every RNR.
+  if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !peer_still_there(qp, *r))
     return ExecOutcome::stall_retry;
   raise_comm_est(*r);
   int remote_pid = h_->procs[r->owner].pid;
@@ -153,7 +155,8 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
   // (Of the XRC SRQ the request names, for XRC: xrc_key_domain found it.)
   RecvRef rq;
   recv_of(x.r, be32(w.xrc.xrc_srqn), &rq);
-  CqeInfo rc{};
+  CqeInfo rc;
+  clear_cqe_info(&rc);
   CopyResult cr;
   {
     ShmLockGuard held(recv_lock(rq), seg_->self());
@@ -232,7 +235,8 @@ ExecOutcome Engine::exec_send(Exchange& x) {
     return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
   }
   if (rq.srq && rq.srq->xrcd_ref) x.remote_pid = recv_pid(rq);  // the SRQ's process takes the data
-  CqeInfo rc{};
+  CqeInfo rc;
+  clear_cqe_info(&rc);
   uint8_t resp_syndrome = 0;
   TmVerdict tm{};
   {

@@ -255,7 +255,8 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   if (!can_receive(r.qp_state.load()) || r.qkey != pkt.qkey) return;
   if (h_->procs[r.owner].state.load(std::memory_order_relaxed) != kProcAlive) return;
   RecvRef q = recv_of(r);
-  CqeInfo rc{};
+  CqeInfo rc;
+  clear_cqe_info(&rc);
   uint8_t syndrome = 0;
   {
     ShmLockGuard held(recv_lock(q), seg_->self());
