@@ -1,5 +1,8 @@
 // Tests with a second process (peer.h: the test binary re-executes itself as the peer).
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -78,13 +81,53 @@ struct RecvReport {
   _exit(ok ? 0 : 2);
 }
 
+// The peer's buffer, by EMU_TEST_PEER_BACKING: private (unset), "shm" (the second page of a POSIX
+// shm object, linked until the buffer is registered) or "memfd" (a memfd the peer keeps open).
+// Shared ones are what the device reaches through a mapping instead of process_vm_* (the census
+// shows their MR as SHARED).
+const char* peer_backing() {
+  const char* b = std::getenv("EMU_TEST_PEER_BACKING");
+  return b ? b : "";
+}
+
+uint8_t* peer_buffer(PeerInfo& me, std::string* shm_name) {
+  alignas(4096) static uint8_t priv[kPeerBuf];
+  std::string backing = peer_backing();
+  if (backing.empty()) return priv;
+  int fd = -1;
+  off_t off = 0;
+  if (backing == "shm") {
+    *shm_name = "/rdmaemu-test-peer-" + std::to_string(getpid());
+    fd = shm_open(shm_name->c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    off = kPeerBuf;
+  } else if (backing == "memfd") {
+    fd = memfd_create("rdmaemu-test-peer", MFD_CLOEXEC);
+  }
+  if (fd < 0 || ftruncate(fd, off + static_cast<off_t>(kPeerBuf)) != 0) peer_fail(me, "backing");
+  void* p = mmap(nullptr, kPeerBuf, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+  if (p == MAP_FAILED) peer_fail(me, "mmap");
+  return static_cast<uint8_t*>(p);
+}
+
+// EMU_TEST_PEER_FORK=1: the peer forks once its buffer is registered (the child exits at once);
+// the parent's registration must serve as before.
+void maybe_fork(PeerInfo& me) {
+  const char* f = std::getenv("EMU_TEST_PEER_FORK");
+  if (!f || std::strcmp(f, "1") != 0) return;
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  int st = 0;
+  if (child < 0 || waitpid(child, &st, 0) != child || !WIFEXITED(st)) peer_fail(me, "fork");
+}
+
 [[noreturn]] void run_peer(std::string role) {
   if (role == "attach") run_attach_peer();
   PeerInfo me{};
   PeerDevice d = peer_open_device(me, 16);
   ibv_qp* qp = create_rc_qp(d.pd, d.cq, d.cq);
   if (!qp) peer_fail(me, "pd/cq/qp");
-  alignas(4096) static uint8_t buf[kPeerBuf];
+  std::string shm_name;
+  uint8_t* buf = peer_buffer(me, &shm_name);
   for (size_t i = 0; i < kReadLen; ++i) buf[kReadOff + i] = pattern_byte(i + 100);
   uint64_t init = kFaaInit;
   std::memcpy(buf + kFaaOff, &init, 8);
@@ -94,9 +137,11 @@ struct RecvReport {
   bool iova = role == "receiver-iova";
   if (iova) role = "receiver";
   uint64_t base = iova ? kPeerIova : reinterpret_cast<uint64_t>(buf);
-  ibv_mr* mr = iova ? ibv_reg_mr_iova(d.pd, buf, sizeof buf, kPeerIova, kAllAccess)
-                    : ibv_reg_mr(d.pd, buf, sizeof buf, kAllAccess);
+  ibv_mr* mr = iova ? ibv_reg_mr_iova(d.pd, buf, kPeerBuf, kPeerIova, kAllAccess)
+                    : ibv_reg_mr(d.pd, buf, kPeerBuf, kAllAccess);
+  if (!shm_name.empty()) shm_unlink(shm_name.c_str());
   if (!mr) peer_fail(me, "reg_mr");
+  maybe_fork(me);
 
   me = {1, d.lid, qp->qp_num, 0x4242, mr->rkey, reinterpret_cast<uint64_t>(buf), {}};
   peer_tell(me);
@@ -147,11 +192,11 @@ struct RecvReport {
       peer_report_failure(rep, "ibv_dereg_mr failed");
     }
     static uint8_t snapshot[kPeerBuf];
-    std::memcpy(snapshot, buf, sizeof buf);
+    std::memcpy(snapshot, buf, kPeerBuf);
     uint8_t done = 1;
     write_all(kPeerOut, &done, 1);
     peer_hear<uint8_t>();  // the parent saw its writes fail
-    if (rep.ok && std::memcmp(snapshot, buf, sizeof buf) != 0) {
+    if (rep.ok && std::memcmp(snapshot, buf, kPeerBuf) != 0) {
       peer_report_failure(rep, "the buffer changed after ibv_dereg_mr returned");
     }
     peer_finish(rep);
@@ -186,8 +231,8 @@ __attribute__((constructor)) void maybe_run_peer() {
 class CrossProcess : public VerbsTest {
  protected:
   // Spawns the peer, exchanges connection data and connects qp (made with `params`).
-  void connect_peer(const char* role, const ConnParams& params) {
-    ASSERT_NO_FATAL_FAILURE(peer.start(role, &pi));
+  void connect_peer(const char* role, const ConnParams& params, const std::string& env = "") {
+    ASSERT_NO_FATAL_FAILURE(peer.start(role, &pi, env));
     cq = make_cq();
     ASSERT_NE(cq, nullptr);
     qp = make_qp(cq, cq);
@@ -200,6 +245,12 @@ class CrossProcess : public VerbsTest {
   }
   // SENDs of every size class to a peer in role "receiver*", which checks what it received.
   void send_to_receiver(const char* role);
+  // The tests below, with the peer's buffer backed as `env` says (peer_buffer).
+  void one_sided(const std::string& env);
+  void dereg_race(const std::string& env);
+  void dead_peer(const std::string& env);
+  // The peer's MRs the census shows reachable through a shared mapping.
+  int shared_mrs_of_peer();
   Peer peer;
   PeerInfo pi{};
   ibv_cq* cq = nullptr;
@@ -209,8 +260,44 @@ class CrossProcess : public VerbsTest {
 
 // One-sided operations complete while the peer sits in read(): the device, not the peer's CPU,
 // serves them.
-TEST_F(CrossProcess, OneSidedWhilePeerBlocked) {
-  ASSERT_NO_FATAL_FAILURE(connect_peer("target", {}));
+TEST_F(CrossProcess, OneSidedWhilePeerBlocked) { one_sided(""); }
+
+// The same into a POSIX shm object and a memfd of the peer's, which the device maps (no system
+// call per message); and after the peer forked.
+TEST_F(CrossProcess, OneSidedIntoPeerShm) { one_sided("EMU_TEST_PEER_BACKING=shm"); }
+TEST_F(CrossProcess, OneSidedIntoPeerMemfd) { one_sided("EMU_TEST_PEER_BACKING=memfd"); }
+TEST_F(CrossProcess, OneSidedIntoPeerShmAfterFork) {
+  one_sided("EMU_TEST_PEER_BACKING=shm EMU_TEST_PEER_FORK=1");
+}
+// With the recognition turned off, the shm MR is not shared (and the data path still right).
+TEST_F(CrossProcess, OneSidedIntoPeerShmNotShared) {
+  one_sided("EMU_TEST_PEER_BACKING=shm EMU_SHARED_BACKING=0");
+}
+
+int CrossProcess::shared_mrs_of_peer() {
+  FILE* f = popen(EMU_CTL " census --json", "r");
+  if (!f) return -1;
+  std::string s;
+  char b[4096];
+  for (size_t n; (n = fread(b, 1, sizeof b, f)) > 0;) s.append(b, n);
+  if (pclose(f) != 0) return -1;
+  std::string owner = "\"owner_pid\":" + std::to_string(peer.pid()) + ",";
+  int count = 0;
+  for (size_t at = s.find("{\"kind\":\"mr\""); at != std::string::npos;
+       at = s.find("{\"kind\":\"mr\"", at + 1)) {
+    std::string obj = s.substr(at, s.find('}', at) - at);
+    if (obj.find(owner) != std::string::npos &&
+        obj.find("\"type\":\"SHARED\"") != std::string::npos)
+      ++count;
+  }
+  return count;
+}
+
+void CrossProcess::one_sided(const std::string& env) {
+  ASSERT_NO_FATAL_FAILURE(connect_peer("target", {}, env));
+  bool shared = env.find("BACKING=") != std::string::npos &&
+                env.find("EMU_SHARED_BACKING=0") == std::string::npos;
+  EXPECT_EQ(shared_mrs_of_peer(), shared ? 1 : 0);
   for (size_t i = 0; i < kWriteLen; ++i) local.p[i] = pattern_byte(i);
   ibv_sge ws = local.sge(0, kWriteLen);
   ibv_send_wr w = rdma_wr(1, IBV_WR_RDMA_WRITE, &ws, 1, pi.addr + kWriteOff, pi.rkey);
@@ -269,8 +356,13 @@ void CrossProcess::send_to_receiver(const char* role) {
 
 // Writes race the target's ibv_dereg_mr: once it returns, no write lands any more (as on hardware)
 // and the initiator's next write fails with REM_ACCESS_ERR.
-TEST_F(CrossProcess, NoWriteLandsAfterDeregReturns) {
-  ASSERT_NO_FATAL_FAILURE(connect_peer("dereg", {}));
+TEST_F(CrossProcess, NoWriteLandsAfterDeregReturns) { dereg_race(""); }
+TEST_F(CrossProcess, NoWriteLandsInPeerShmAfterDeregReturns) {
+  dereg_race("EMU_TEST_PEER_BACKING=shm");
+}
+
+void CrossProcess::dereg_race(const std::string& env) {
+  ASSERT_NO_FATAL_FAILURE(connect_peer("dereg", {}, env));
   bool told = false, peer_done = false;
   int failed_at = -1;
   for (int i = 0; i < 100000 && failed_at < 0; ++i) {
@@ -307,11 +399,16 @@ TEST_F(CrossProcess, NoWriteLandsAfterDeregReturns) {
 }
 
 // A responder whose process died answers nothing: the write exhausts its transport retries.
-TEST_F(CrossProcess, DeadPeerRetryExceeded) {
+TEST_F(CrossProcess, DeadPeerRetryExceeded) { dead_peer(""); }
+// Through a mapping the dead peer's pages would still take the write: the device asks whether the
+// owner lives.
+TEST_F(CrossProcess, DeadPeerWithShmRetryExceeded) { dead_peer("EMU_TEST_PEER_BACKING=memfd"); }
+
+void CrossProcess::dead_peer(const std::string& env) {
   ConnParams cp;
   cp.timeout = 10;  // 4.096 us * 2^10 ~ 4 ms per attempt
   cp.retry_cnt = 2;
-  ASSERT_NO_FATAL_FAILURE(connect_peer("victim", cp));
+  ASSERT_NO_FATAL_FAILURE(connect_peer("victim", cp, env));
   ASSERT_NO_FATAL_FAILURE(peer.kill_now());
   ibv_sge s = local.sge(0, 64);
   ibv_send_wr w = rdma_wr(9, IBV_WR_RDMA_WRITE, &s, 1, pi.addr, pi.rkey);
