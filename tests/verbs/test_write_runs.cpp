@@ -40,9 +40,37 @@ class WriteRuns : public VerbsTest {
     *off_end = off;
     return wrs;
   }
+  // The same chain as RDMA READs of src's bytes into the same places of dst (no inline).
+  void as_reads(std::vector<ibv_send_wr>& wrs, std::vector<ibv_sge>& sges) {
+    for (size_t i = 0; i < wrs.size(); ++i) {
+      uint64_t off = sges[i].addr - src.addr();
+      sges[i] = dst.sge(off, sges[i].length);
+      wrs[i].opcode = IBV_WR_RDMA_READ;
+      wrs[i].send_flags &= ~IBV_SEND_INLINE;
+      wrs[i].wr.rdma.remote_addr = src.addr() + off;
+      wrs[i].wr.rdma.rkey = src.rkey();
+    }
+  }
   Pair p;
   Buf src, dst;
 };
+
+// A run of READs (one DMA call: one process_vm_readv for another process's private memory).
+TEST_F(WriteRuns, ChainOfReadsMovesEveryByte) {
+  std::vector<ibv_sge> sges;
+  size_t end = 0;
+  auto wrs = chain(100, sges, &end);
+  as_reads(wrs, sges);
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(p.a, wrs.data(), &bad), 0);
+  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 1099));
+  for (int i = 0; i < 100; ++i) {
+    size_t off = sges[i].addr - dst.addr();
+    ASSERT_EQ(std::memcmp(dst.p + off, src.p + off, sges[i].length), 0) << "read " << i;
+    ASSERT_EQ(dst.p[off + sges[i].length], 0) << "read " << i << " overran";
+  }
+  EXPECT_TRUE(drain(p.cqa).empty()) << "unsignaled reads completed";
+}
 
 TEST_F(WriteRuns, ChainOfWritesMovesEveryByte) {
   std::vector<ibv_sge> sges;
