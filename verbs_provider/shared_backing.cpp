@@ -7,7 +7,9 @@
 // reading /proc/self/maps up to the region.
 #include "shared_backing.h"
 
+#include <dirent.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <sys/ioctl.h>
 #include <sys/stat.h>
 #include <sys/sysmacros.h>
@@ -43,8 +45,36 @@ constexpr unsigned long kProcmapQuery = _IOWR('f', 17, ProcmapQuery);
 constexpr uint64_t kVmaRead = 1, kVmaWrite = 2, kVmaShared = 8;
 constexpr uint64_t kQueryFileBacked = 0x20;
 
-// One open of /proc/self/maps per registration: a descriptor kept across fork() would name the
-// parent's address space in the child.
+// /proc/self/maps, opened once: opening it costs more than the query. A child of fork() opens its
+// own (the inherited one names the parent's address space), and one the program closed behind our
+// back (its number reused) is noticed by its identity.
+struct MapsFile {
+  int fd = -1;
+  dev_t dev = 0;
+  ino_t ino = 0;
+};
+MapsFile g_maps;  // under shared_mr.cpp's lock
+
+int maps_fd() {
+  static const bool handler = [] {
+    return pthread_atfork(nullptr, nullptr, [] {
+             if (g_maps.fd >= 0) close(g_maps.fd);
+             g_maps.fd = -1;
+           }) == 0;
+  }();
+  (void)handler;
+  struct stat st;
+  if (g_maps.fd >= 0 && fstat(g_maps.fd, &st) == 0 && st.st_dev == g_maps.dev &&
+      st.st_ino == g_maps.ino)
+    return g_maps.fd;
+  g_maps.fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  if (g_maps.fd >= 0 && fstat(g_maps.fd, &st) == 0) {
+    g_maps.dev = st.st_dev;
+    g_maps.ino = st.st_ino;
+  }
+  return g_maps.fd;
+}
+
 bool query_ioctl(int fd, uint64_t addr, Vma* v, bool* unsupported) {
   ProcmapQuery q{};
   q.size = sizeof q;
@@ -111,28 +141,35 @@ int open_checked(const char* path, const Vma& v) {
 }
 
 // A descriptor the program holds on the file (a memfd, or a shm object already unlinked), opened
-// anew so that the program may close its own. Bounded: the first 4096 descriptors.
+// anew so that the program may close its own. Costs one stat per open descriptor.
 int open_from_fds(const Vma& v) {
-  char path[64];
-  for (int n = 0; n < 4096; ++n) {
-    std::snprintf(path, sizeof path, "/proc/self/fd/%d", n);
+  DIR* d = opendir("/proc/self/fd");
+  if (!d) return -1;
+  int fd = -1;
+  char path[300];
+  while (dirent* e = readdir(d)) {
+    if (e->d_name[0] == '.') continue;
+    std::snprintf(path, sizeof path, "/proc/self/fd/%s", e->d_name);
     struct stat st;
     if (stat(path, &st) != 0 || st.st_ino != v.inode || st.st_dev != v.dev) continue;
-    int fd = open_checked(path, v);
-    if (fd >= 0) return fd;
+    fd = open_checked(path, v);
+    if (fd >= 0) break;
   }
-  return -1;
+  closedir(d);
+  return fd;
 }
 
 }  // namespace
 
 bool vma_at(uint64_t addr, Vma* v) {
-  int fd = open("/proc/self/maps", O_RDONLY | O_CLOEXEC);
+  int fd = maps_fd();
   if (fd < 0) return false;
   bool unsupported = false;
   bool found = query_ioctl(fd, addr, v, &unsupported);
-  if (!found && unsupported) found = query_text(fd, addr, v);
-  close(fd);
+  if (!found && unsupported) {
+    lseek(fd, 0, SEEK_SET);
+    found = query_text(fd, addr, v);
+  }
   return found;
 }
 
@@ -150,6 +187,8 @@ int open_backing(const Vma& v) {
     fd = open_checked(v.name, v);
     if (fd >= 0) return fd;
   }
+  // No descriptor can name a shared anonymous mapping or a SysV segment.
+  if (std::strncmp(v.name, "/dev/zero", 9) == 0 || std::strncmp(v.name, "/SYSV", 5) == 0) return -1;
   return open_from_fds(v);
 }
 

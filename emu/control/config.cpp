@@ -103,6 +103,10 @@ const KnobDoc kKnobs[] = {
      "opened) and keeps a descriptor of the file, so that engines in other processes map it and "
      "copy with memcpy instead of a system call per message. Nothing is re-backed. 0: such "
      "memory takes the process_vm_* path like private memory."},
+    {"EMU_DMA_RUNS", "1",
+     "1: a run of plain RDMA WRITEs, or of RDMA READs, waiting at the head of a send queue is "
+     "executed with one DMA call (one process_vm_writev/readv for another process's private "
+     "memory). 0: every WQE on its own (for A/B measurements)."},
     {"EMU_SHARED_MR", "0",
      "1: ibv_reg_mr re-backs the region's whole pages with a memfd (same addresses, same bytes) "
      "so that engines in other processes map them once and copy with memcpy instead of a system "

@@ -1,8 +1,9 @@
-// A run of plain RDMA WRITEs, or of RDMA READs, executed with one DMA call (one process_vm_writev or
-// process_vm_readv for private target memory). A device thread that falls behind a fast poster, or
-// a program that posts a list in one call, leaves many WQEs at once; copying them one system call
-// each would cap the message rate at the system-call rate. Everything that is not a plain, valid
-// write or read of the run's kind goes the one-at-a-time way, which also reports its errors.
+// A run of plain RDMA WRITEs, or of RDMA READs, executed with one DMA call (one process_vm_writev
+// or process_vm_readv for private target memory). A device thread that falls behind a fast poster,
+// or a program that posts a list in one call, leaves many WQEs at once; copying them one system
+// call each would cap the message rate at the system-call rate. Everything that is not a plain,
+// valid write or read of the run's kind goes the one-at-a-time way, which also reports its errors.
+#include <cstdlib>
 #include <cstring>
 
 #include "device/engine.h"
@@ -13,11 +14,19 @@
 namespace emu {
 using namespace engine_detail;
 
+namespace {
+// EMU_DMA_RUNS=0: every WQE on its own (to measure what runs gain).
+const bool g_runs = [] {
+  const char* v = std::getenv("EMU_DMA_RUNS");
+  return !v || !*v || std::atoi(v) != 0;
+}();
+}  // namespace
+
 uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   constexpr uint32_t kBatch = 64;
   uint32_t pending = (producer - qp.sq_ci) & 0xffff;
   // A scheduled run takes each WQE as its own steps, so that a schedule can switch between them.
-  if (pending < 2 || sched::scheduled()) return 0;
+  if (pending < 2 || sched::scheduled() || !g_runs) return 0;
   // A WQE delivered by BlueFlame is executed from its copy, one at a time: the run stops before it.
   if (stash_pending(qp.bf_stash)) {
     uint32_t stash = qp.bf_stash.index.load(std::memory_order_relaxed);
@@ -57,9 +66,9 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     if (nl + w.local.n > kBatch * 4) break;
     uint64_t rva = 0;
     const MrSlot* rmr = nullptr;
-    if (total && !translate_remote(seg_, *r, be32(w.raddr.rkey), be64(w.raddr.raddr), total,
-                                   op == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite, &rva,
-                                   &rmr))
+    if (total &&
+        !translate_remote(seg_, *r, be32(w.raddr.rkey), be64(w.raddr.raddr), total,
+                          op == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite, &rva, &rmr))
       break;
     // One copy call takes one address space: all through shared mappings, or none.
     if (total) {
