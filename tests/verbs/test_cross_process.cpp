@@ -275,16 +275,11 @@ TEST_F(CrossProcess, OneSidedIntoPeerShmNotShared) {
 }
 
 int CrossProcess::shared_mrs_of_peer() {
-  FILE* f = popen(EMU_CTL " census --json", "r");
-  if (!f) return -1;
-  std::string s;
-  char b[4096];
-  for (size_t n; (n = fread(b, 1, sizeof b, f)) > 0;) s.append(b, n);
-  if (pclose(f) != 0) return -1;
+  std::string s = run_command(EMU_CTL " census --json");
   std::string owner = "\"owner_pid\":" + std::to_string(peer.pid()) + ",";
+  const std::string mr = "{\"kind\":\"mr\"";
   int count = 0;
-  for (size_t at = s.find("{\"kind\":\"mr\""); at != std::string::npos;
-       at = s.find("{\"kind\":\"mr\"", at + 1)) {
+  for (size_t at = s.find(mr); at != std::string::npos; at = s.find(mr, at + 1)) {
     std::string obj = s.substr(at, s.find('}', at) - at);
     if (obj.find(owner) != std::string::npos &&
         obj.find("\"type\":\"SHARED\"") != std::string::npos)
