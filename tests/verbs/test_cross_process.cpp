@@ -290,8 +290,11 @@ int CrossProcess::shared_mrs_of_peer() {
 
 void CrossProcess::one_sided(const std::string& env) {
   ASSERT_NO_FATAL_FAILURE(connect_peer("target", {}, env));
-  bool shared = env.find("BACKING=") != std::string::npos &&
-                env.find("EMU_SHARED_BACKING=0") == std::string::npos;
+  // Shared: a shm or memfd buffer unless recognition is off; a private one only if re-backed.
+  bool backed = env.find("BACKING=") != std::string::npos;
+  const char* reback = std::getenv("EMU_SHARED_MR");
+  bool shared = backed ? env.find("EMU_SHARED_BACKING=0") == std::string::npos
+                       : reback && std::strcmp(reback, "1") == 0;
   EXPECT_EQ(shared_mrs_of_peer(), shared ? 1 : 0);
   for (size_t i = 0; i < kWriteLen; ++i) local.p[i] = pattern_byte(i);
   ibv_sge ws = local.sge(0, kWriteLen);
