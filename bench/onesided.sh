@@ -25,12 +25,13 @@ trap 'rm -rf "$dir"' EXIT
 truncate -s 256M "$dir/server" "$dir/client"
 
 # perf TOOL SIZE ITERS ENV BUFFER(private|shared) [EXTRA] -> typical latency (us) or average MB/s
+# (each process bounded: a pair that hangs gives no figure, and its round no ratio)
 perf() {
   local tool=$1 size=$2 iters=$3 env=$4 buf=$5 extra=${6:-} sm="" cm="" col=5
   [ "$buf" = shared ] && sm="--mmap=$dir/server" cm="--mmap=$dir/client"
   [[ "$tool" == *_bw ]] && col=4
-  pair "env $env $B/emu-run $tool -d emu0 -F -s $size -n $iters -p @P $sm $extra" \
-    "env $env $B/emu-run $tool -d emu0 -F -s $size -n $iters -p @P $cm $extra localhost" |
+  pair "timeout 300 env $env $B/emu-run $tool -d emu0 -F -s $size -n $iters -p @P $sm $extra" \
+    "timeout 300 env $env $B/emu-run $tool -d emu0 -F -s $size -n $iters -p @P $cm $extra localhost" |
     awk -v s="$size" -v c="$col" '$1==s {print $c}'
 }
 
