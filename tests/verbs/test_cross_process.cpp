@@ -2,6 +2,7 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <sys/mman.h>
+#include <sys/shm.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -102,6 +103,16 @@ uint8_t* peer_buffer(PeerInfo& me, std::string* shm_name) {
     off = kPeerBuf;
   } else if (backing == "memfd") {
     fd = memfd_create("rdmaemu-test-peer", MFD_CLOEXEC);
+  } else if (backing == "anon" || backing == "sysv") {  // no descriptor to find: map_files only
+    void* p = MAP_FAILED;
+    if (backing == "anon") {
+      p = mmap(nullptr, kPeerBuf, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    } else if (int id = shmget(IPC_PRIVATE, kPeerBuf, IPC_CREAT | 0600); id >= 0) {
+      p = shmat(id, nullptr, 0);
+      shmctl(id, IPC_RMID, nullptr);  // gone with the last detach: nothing left behind
+    }
+    if (p == MAP_FAILED) peer_fail(me, "backing");
+    return static_cast<uint8_t*>(p);
   }
   if (fd < 0 || ftruncate(fd, off + static_cast<off_t>(kPeerBuf)) != 0) peer_fail(me, "backing");
   void* p = mmap(nullptr, kPeerBuf, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
@@ -269,6 +280,10 @@ TEST_F(CrossProcess, OneSidedIntoPeerMemfd) { one_sided("EMU_TEST_PEER_BACKING=m
 TEST_F(CrossProcess, OneSidedIntoPeerShmAfterFork) {
   one_sided("EMU_TEST_PEER_BACKING=shm EMU_TEST_PEER_FORK=1");
 }
+// Shared anonymous memory and SysV shm have no file to open but /proc/self/map_files, which takes
+// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE: without them the MR keeps the system-call path.
+TEST_F(CrossProcess, OneSidedIntoPeerSharedAnonymous) { one_sided("EMU_TEST_PEER_BACKING=anon"); }
+TEST_F(CrossProcess, OneSidedIntoPeerSysvShm) { one_sided("EMU_TEST_PEER_BACKING=sysv"); }
 // With the recognition turned off, the shm MR is not shared (and the data path still right).
 TEST_F(CrossProcess, OneSidedIntoPeerShmNotShared) {
   one_sided("EMU_TEST_PEER_BACKING=shm EMU_SHARED_BACKING=0");
@@ -288,6 +303,18 @@ int CrossProcess::shared_mrs_of_peer() {
   return count;
 }
 
+// CAP_SYS_ADMIN (21) or CAP_CHECKPOINT_RESTORE (40) in this process's effective set.
+bool may_open_map_files() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return false;
+  char line[256];
+  unsigned long long eff = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "CapEff: %llx", &eff) == 1) break;
+  std::fclose(f);
+  return (eff >> 21 & 1) || (eff >> 40 & 1);
+}
+
 void CrossProcess::one_sided(const std::string& env) {
   ASSERT_NO_FATAL_FAILURE(connect_peer("target", {}, env));
   // Shared: a shm or memfd buffer unless recognition is off; a private one only if re-backed.
@@ -295,6 +322,8 @@ void CrossProcess::one_sided(const std::string& env) {
   const char* reback = std::getenv("EMU_SHARED_MR");
   bool shared = backed ? env.find("EMU_SHARED_BACKING=0") == std::string::npos
                        : reback && std::strcmp(reback, "1") == 0;
+  bool fileless = env.find("=anon") != std::string::npos || env.find("=sysv") != std::string::npos;
+  if (fileless && !may_open_map_files()) shared = false;
   EXPECT_EQ(shared_mrs_of_peer(), shared ? 1 : 0);
   for (size_t i = 0; i < kWriteLen; ++i) local.p[i] = pattern_byte(i);
   ibv_sge ws = local.sge(0, kWriteLen);
