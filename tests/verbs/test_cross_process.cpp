@@ -352,8 +352,15 @@ void CrossProcess::one_sided(const std::string& env) {
   ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
   EXPECT_EQ(rep.write_ok, 1u) << "the RDMA WRITE did not land in the peer's buffer";
   EXPECT_EQ(rep.faa_value_ok, 1u) << "peer sees " << rep.faa_value;
+  pid_t peer_pid = peer.pid();
   int st = peer.wait();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
+  // Nothing of the peer is left, and the heap has no block that no object names.
+  std::string census = run_command(EMU_CTL " census --json");
+  EXPECT_EQ(census.find("\"owner_pid\":" + std::to_string(peer_pid) + ","), std::string::npos)
+      << census;
+  std::string heap = run_command(EMU_CTL " heap");
+  EXPECT_EQ(heap.rfind("0 leaked heap blocks", 0), 0u) << heap;
 }
 
 // SENDs to another process: the bytes, lengths and immediate data the receiver's polls report.
