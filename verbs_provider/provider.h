@@ -541,8 +541,11 @@ void cq_progress(EmuCq* cq);
 int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* attr);
 // What ibv_query_device answers for device `dev` (also the file view's source, sysfs_view.cpp).
 void device_attr_fill(uint32_t dev, ibv_device_attr* attr);
-// EMU_SHARED_MR: re-back the whole pages of a new MR with shared memory (shared_mr.cpp).
+// Make a new MR's pages reachable by other processes' engines without a system call, if they are
+// in a shared file mapping or (EMU_SHARED_MR) by re-backing them (shared_mr.cpp).
 bool share_pages(void* addr, size_t len, MrSlot& ms);
+// An MR that named share uid `uid` is gone: the file's descriptor goes with its last MR.
+void unshare_pages(uint64_t uid);
 // The name of an emu context's cmd_fd (a memfd: no kernel stands behind emu contexts).
 constexpr const char* kEmuCmdFdName = "rdmaemu-uverbs";
 // ibv_query_device_ex's max_dm_size: the largest device-memory block (dm.cpp).

@@ -129,8 +129,9 @@ Census take_census(Segment* seg) {
     if (present(h->mrs[i], &dying)) {
       uint32_t pd = h->mrs[i].pd;
       uint32_t ctx = pd < kMaxPds ? h->pds[pd].ctx : 0;
-      add("mr", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, h->mrs[i].key, h->mrs[i].owner, "",
-          "", dying);
+      // SHARED: engines in other processes reach it through a mapping (share_len, layout.h).
+      add("mr", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, h->mrs[i].key, h->mrs[i].owner,
+          h->mrs[i].share_len ? "SHARED" : "", "", dying);
     }
   for (uint32_t i = 0; i < kMaxCqs; ++i)
     if (present(h->cqs[i], &dying)) add("cq", i, h->cqs[i].dev, i, h->cqs[i].owner, "", "", dying);

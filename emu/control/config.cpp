@@ -97,6 +97,16 @@ const KnobDoc kKnobs[] = {
      "Packets a process writes to EMU_PCAP at most; past it the capture stops (logged once)."},
     {"EMU_LOG", "0",
      "1: log device-side events (errors, retries, races, port changes, lost events) to stderr."},
+    {"EMU_SHARED_BACKING", "1",
+     "1: ibv_reg_mr recognises a region inside a shared, writable file mapping (POSIX or SysV "
+     "shm, a memfd, a tmpfs or disk file, MAP_SHARED|MAP_ANONYMOUS where the mapping can be "
+     "opened) and keeps a descriptor of the file, so that engines in other processes map it and "
+     "copy with memcpy instead of a system call per message. Nothing is re-backed. 0: such "
+     "memory takes the process_vm_* path like private memory."},
+    {"EMU_DMA_RUNS", "1",
+     "1: a run of plain RDMA WRITEs, or of RDMA READs, waiting at the head of a send queue is "
+     "executed with one DMA call (one process_vm_writev/readv for another process's private "
+     "memory). 0: every WQE on its own (for A/B measurements)."},
     {"EMU_SHARED_MR", "0",
      "1: ibv_reg_mr re-backs the region's whole pages with a memfd (same addresses, same bytes) "
      "so that engines in other processes map them once and copy with memcpy instead of a system "

@@ -115,11 +115,18 @@ void retire_mr(Segment* seg, MrSlot& m) {
   m.state.store(kSlotFree, std::memory_order_release);
 }
 
-void rereg_mr(Segment* seg, MrSlot& m, const MrSpec& spec) {
+void rereg_mr(Segment* seg, MrSlot& m, const MrSpec& spec, const MrSlot* share) {
   m.state.store(kSlotDying, std::memory_order_release);
   wait_for_engines(seg);
-  // Other pages: the old pages' shared mapping is not the new translation's.
-  if (m.addr != spec.addr || m.length != spec.length) m.share_len = 0;
+  if (share) {
+    m.share_fd = share->share_fd;
+    m.share_va = share->share_va;
+    m.share_len = share->share_len;
+    m.share_off = share->share_off;
+    m.share_uid = share->share_uid;
+  } else if (m.addr != spec.addr || m.length != spec.length) {
+    m.share_len = 0;  // other pages: the old pages' shared mapping is not the new translation's
+  }
   m.pd = spec.pd;
   m.dev = seg->hdr()->pds[spec.pd].dev;
   m.access = spec.access;
