@@ -29,6 +29,7 @@
 #include "emu/layout.h"
 #include "emu/sched.h"
 #include "emu/segment.h"
+#include "emu/staging.h"
 #include "emu/wqe.h"
 #include "shm/memory.h"
 
@@ -56,6 +57,8 @@ struct CqeInfo {
   uint32_t srqn;        // XRC: the SRQ that took the receive (the CQE's srqn_uidx)
   bool inline_scatter;  // the payload (byte_cnt <= kCqeInlineMax bytes) travels in the CQE
   uint8_t inline_data[kCqeInlineMax];
+  bool staged;  // the payload waits in the CQ's staging area, in the slots staged_ref names
+  StagedRef staged_ref;
   uint8_t tm_op;        // a tag matching CQE's CqeTmOp (0: none), with the header's fields
   uint32_t tm_app_ctx;  // (host order)
   uint64_t tm_tag;
@@ -280,6 +283,13 @@ class Engine {
   // responder's error, if any).
   bool send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
                     ExecOutcome* early);
+  // Receive staging (engine_stage.cpp): the payload (after `prefix_len` bytes of `prefix` in this
+  // process, a UD GRH) into the staging area of the receive CQ, rc then naming the slots.
+  // not_staged: the CQ has no area (rc asks for one) or no room; place the payload directly.
+  enum class Staged { not_staged, staged, src_fault };
+  Staged stage_payload(CqSlot& cq, const void* prefix, uint32_t prefix_len, int src_pid,
+                       const engine_detail::Sges& src, CqeInfo* rc);
+  void release_staged(CqSlot& cq, const CqeInfo& info);
   // Shared windows (EMU_SHARED_MR) into the first msg_len bytes of every buffer of a receive WQE's
   // scatter list (checked by recv_scatter); false: not all of them have one.
   bool recv_windows(const RecvRef& rq, const uint8_t* rwqe, const engine_detail::Sges& scatter,
