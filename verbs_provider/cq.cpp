@@ -83,7 +83,8 @@ ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
 // CQ's staging area. Copy it into the buffers of the receive WQE it consumed, read from the
 // private copy of the WQE (the device checked their keys and bounds, and their addresses are
 // virtual ones).
-void scatter_to_wqe(EmuQp* qp, uint16_t idx, const uint8_t* src, uint32_t len) {
+// The first `skip` bytes of the buffers are left as they are (a UD receive without a GRH).
+void scatter_to_wqe(EmuQp* qp, uint16_t idx, const uint8_t* src, uint32_t len, uint32_t skip = 0) {
   const uint8_t* w;
   uint32_t seg_bytes;
   if (qp->srq) {
@@ -98,9 +99,15 @@ void scatter_to_wqe(EmuQp* qp, uint16_t idx, const uint8_t* src, uint32_t len) {
     std::memcpy(&d, w + off, sizeof d);
     if (be32(d.lkey) == kInvalidLkey) break;
     uint32_t n = std::min(len, be32(d.byte_count) ? be32(d.byte_count) : len);
-    std::memcpy(reinterpret_cast<void*>(be64(d.addr)), src, n);
-    src += n;
+    if (skip >= n) {
+      skip -= n;
+      len -= n;
+      continue;
+    }
+    std::memcpy(reinterpret_cast<void*>(be64(d.addr) + skip), src, n - skip);
+    src += n - skip;
     len -= n;
+    skip = 0;
   }
 }
 
@@ -113,7 +120,10 @@ void staged_recv(EmuCq* cq, EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t le
     StagedRef ref;
     std::memcpy(&ref, &c, sizeof ref);
     auto* area = segment()->at<StagingArea>(off);
-    if (qp) scatter_to_wqe(qp, idx, staging_data(area, ref), len);
+    // A UD receive counts the GRH's 40 bytes, staged only if one came.
+    bool no_grh =
+        qp && qp->qpx.qp_base.qp_type == IBV_QPT_UD && !(be32(c.flags_rqpn) & kCqeRqpnGrh);
+    if (qp) scatter_to_wqe(qp, idx, staging_data(area, ref), len, no_grh ? kGrhBytes : 0);
     staging_release(area, ref);
   } else if (!cq->staging_asked) {
     cq->staging_asked = true;

@@ -318,7 +318,7 @@ class Engine {
   // The head receive WQE's index and scatter list, if it takes `need` bytes; else false and the
   // receiver's syndrome (a bad L_Key in it: LOC_PROT, too small: LOC_LEN).
   bool recv_target(const RecvRef& q, uint64_t need, uint16_t* wqe_index,
-                   engine_detail::Sges* scatter, uint8_t* syndrome);
+                   engine_detail::Sges* scatter, uint8_t* syndrome, bool* addr_is_va = nullptr);
   // Raw packet QPs (engine_raw.cpp): a frame to the QPs whose flow rules take it on every port
   // its destination MAC reaches.
   struct RawFrame;
@@ -327,7 +327,7 @@ class Engine {
   void deliver_raw(const RawFrame& fr, const FlowSlot& flow);
   bool raw_payload(const RawFrame& fr, const RecvRef& q, uint16_t* wqe_index, uint8_t* syndrome);
   void capture_raw(const engine_detail::Sges& local, int local_pid);
-  bool ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index, uint8_t* syndrome);
+  bool ud_payload(const UdPacket& pkt, const RecvRef& q, CqeInfo* rc, uint8_t* syndrome);
   void raise_comm_est(QpSlot& r);
   void send_queue_error(QpSlot& qp);
   bool peer_still_there(QpSlot& qp, const QpSlot& r);

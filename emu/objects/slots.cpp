@@ -54,7 +54,9 @@ Status attach_staging(Segment* seg, CqSlot& c, uint64_t bytes) {
   uint64_t off = seg->alloc(bytes, 4096);
   if (!off) return Status::no_memory;
   staging_init(seg->at<StagingArea>(off), bytes);
-  c.staging_off.store(off, std::memory_order_release);  // engines stage from here on
+  // Engines stage from here on. (A second poller of an imported CQ may have been first.)
+  uint64_t none = 0;
+  if (!c.staging_off.compare_exchange_strong(none, off, std::memory_order_release)) seg->free(off);
   return Status::ok;
 }
 
