@@ -24,6 +24,12 @@ constexpr uint32_t kUdSizes[] = {64, 33, 100, 1024, 1025, 2000, 4096 - 40};
 constexpr uint32_t kQkey = 0x5a5a0000;
 constexpr uint32_t kGrh = 40;
 
+// EMU_SHARED_MR: an RC payload goes straight into the shared receive buffer (memcpy already).
+bool shared_mr() {
+  const char* v = std::getenv("EMU_SHARED_MR");
+  return v && std::string(v) == "1";
+}
+
 uint8_t pattern(uint32_t msg, uint32_t b) { return static_cast<uint8_t>(msg * 31 + b * 7 + 1); }
 
 struct SenderInfo {
@@ -106,6 +112,33 @@ bool send_one(ibv_qp* qp, ibv_cq* cq, ibv_mr* mr, uint8_t* buf, uint32_t i, uint
 
 const PeerRole kSender("staging-sender", run_sender);
 
+// A receiver that polls message 0 (so its CQ makes an area), says so, and is then SIGKILLed with
+// the others staged and unpolled.
+[[noreturn]] void run_victim() {
+  SenderInfo me{};
+  PeerDevice d = peer_open_device(me, 64);
+  alignas(4096) static uint8_t buf[1 << 17];
+  ibv_mr* mr = ibv_reg_mr(d.pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+  ibv_qp* qp = mr ? create_rc_qp(d.pd, d.cq, d.cq) : nullptr;
+  if (!qp) peer_fail(me, "reg_mr/create_qp");
+  me = {1, d.lid, qp->qp_num, {}};
+  peer_tell(me);
+  auto r = peer_hear<ReceiverInfo>();
+  uint8_t ready = to_init(qp, kAllAccess) == 0;
+  for (uint32_t i = 0; ready && i < std::size(kRcSizes) - 2; ++i) {
+    ibv_sge sg{reinterpret_cast<uint64_t>(buf), kRcSizes[i], mr->lkey};
+    ready = post_recv(qp, i, &sg, 1) == 0;
+  }
+  ready = ready && to_rtr(qp, r.lid, r.qpn, 0x22, 1) == 0 && to_rts(qp, 0x11, 14, 7, 7) == 0;
+  peer_tell(ready);
+  uint8_t polled = poll_n(d.cq, 1).size() == 1;
+  peer_tell(polled);
+  peer_hear<uint8_t>();  // killed here
+  _exit(0);
+}
+
+const PeerRole kVictim("staging-victim", run_victim);
+
 // ---- the receiver (this process) ----
 
 enum class After { poll, destroy_qp, resize_cq, destroy_cq };
@@ -175,8 +208,7 @@ void Staging::run(bool ud, bool srq_on, After after) {
   // 1 KiB slots of messages 1..7 unpolled (8 and 9 are too large): 1+1+1+2+4+9+64; UD's 1..6
   // with their GRH: 1+1+2+2+2+4. Under EMU_SHARED_MR an RC payload goes straight into the shared
   // receive buffer (memcpy already): its CQ never asks for an area.
-  const char* shared = std::getenv("EMU_SHARED_MR");
-  if (!ud && shared && std::string(shared) == "1")
+  if (!ud && shared_mr())
     EXPECT_EQ(census.find("\"STAGED"), std::string::npos) << census;
   else
     EXPECT_NE(census.find(ud ? "\"STAGED 12\"" : "\"STAGED 82\""), std::string::npos) << census;
@@ -231,6 +263,46 @@ void Staging::run(bool ud, bool srq_on, After after) {
   std::string check = ctl("check");
   EXPECT_EQ(check.find("exit status"), std::string::npos) << check;
   EXPECT_EQ(dv->races_recorded(), races) << "the device recorded a race";
+}
+
+// The receiver dies with staged payloads unpolled: the sweep (emu-ctl attaches, which runs it)
+// frees its CQ with the area; nothing leaks.
+TEST_F(Staging, ReceiverKilledWithStagedData) {
+  ibv_cq* cq = make_cq(64);
+  ibv_qp* qp = make_qp(cq, cq);
+  ASSERT_TRUE(cq && qp);
+  Peer peer;
+  SenderInfo pi{};
+  ASSERT_NO_FATAL_FAILURE(peer.start("staging-victim", &pi));
+  ReceiverInfo me{lid, qp->qp_num, 0, {}};
+  ASSERT_TRUE(peer.send(&me, sizeof me));
+  ASSERT_EQ(connect_qp(qp, pi.lid, pi.qpn, 0x22, 0x11), 0);
+  ASSERT_NO_FATAL_FAILURE(peer.expect_ready());
+  Buf sb = make_buf(65536);
+  const uint32_t n = std::size(kRcSizes) - 2;  // the staged ones, and message 0
+  for (uint32_t i = 0; i < n; ++i) {
+    ibv_sge sg = sb.sge(0, kRcSizes[i]);
+    ibv_send_wr w = send_wr(i, IBV_WR_SEND, &sg, 1);
+    ASSERT_EQ(post_one(qp, &w), 0);
+    ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, i));
+    uint8_t polled = 0;
+    if (i == 0) {
+      ASSERT_TRUE(peer.recv(&polled, 1) && polled) << "the receiver's first poll";
+    }
+  }
+  std::string census = ctl("census --json");
+  if (!shared_mr()) {
+    EXPECT_NE(census.find("\"STAGED 82\""), std::string::npos) << census;
+  }
+  pid_t victim = peer.pid();
+  peer.kill_now();
+  census = ctl("census --json");
+  EXPECT_EQ(census.find("\"owner_pid\":" + std::to_string(victim) + ","), std::string::npos)
+      << census;
+  EXPECT_EQ(census.find("\"STAGED"), std::string::npos) << census;
+  EXPECT_NE(census.find("\"leaked_heap_blocks\":0,"), std::string::npos) << census;
+  std::string check = ctl("check");
+  EXPECT_EQ(check.find("exit status"), std::string::npos) << check;
 }
 
 TEST_F(Staging, RcEverySizeSplitOverTwoSges) { run(false, false, After::poll); }
