@@ -108,7 +108,7 @@ const KnobDoc kKnobs[] = {
      "than 32 bytes comes to it from another process (docs/architecture.md, \"Staging of two-sided "
      "payloads\"): the sender's engine leaves the payload there and the receiver's poll copies it "
      "into its buffers, with no system call per message. Rounded up to a power of two in "
-     "[64K, 4M]; a payload of at most 64 KiB is staged while the area has room, anything else is "
+     "[64K, 4M]; a payload of at most 8 KiB is staged while the area has room, anything else is "
      "placed directly (process_vm_writev). 0: no staging."},
     {"EMU_VENDOR_PART_ID", "4123",
      "vendor_part_id that ibv_query_device reports (vendor_id is 0xffffff, no IEEE vendor, as "
