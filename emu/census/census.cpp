@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "emu/config.h"
+#include "emu/staging.h"
 
 namespace emu {
 namespace {
@@ -134,7 +135,13 @@ Census take_census(Segment* seg) {
           h->mrs[i].share_len ? "SHARED" : "", "", dying);
     }
   for (uint32_t i = 0; i < kMaxCqs; ++i)
-    if (present(h->cqs[i], &dying)) add("cq", i, h->cqs[i].dev, i, h->cqs[i].owner, "", "", dying);
+    if (present(h->cqs[i], &dying)) {
+      // A CQ with a receive staging area: its slots holding payloads not yet polled.
+      uint64_t off = h->cqs[i].staging_off.load(std::memory_order_acquire);
+      std::string staged =
+          off ? "STAGED " + std::to_string(staging_taken(seg->at<StagingArea>(off))) : "";
+      add("cq", i, h->cqs[i].dev, i, h->cqs[i].owner, "", staged.c_str(), dying);
+    }
   for (uint32_t i = 0; i < kMaxSrqs; ++i)
     if (present(h->srqs[i], &dying))
       add("srq", i, h->srqs[i].dev, h->srqs[i].srqn, h->srqs[i].owner,

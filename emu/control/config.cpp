@@ -113,6 +113,13 @@ const KnobDoc kKnobs[] = {
      "call per message. Registered pages are then not inherited by fork() (MADV_DONTFORK, as "
      "ibv_fork_init does), and a store another thread makes into them while ibv_reg_mr copies "
      "them can be lost; only private anonymous read-write memory is re-backed."},
+    {"EMU_STAGING", "256K",
+     "Size of the receive staging area a CQ takes from the segment the first time a SEND of more "
+     "than 32 bytes comes to it from another process (docs/architecture.md, \"Staging of two-sided "
+     "payloads\"): the sender's engine leaves the payload there and the receiver's poll copies it "
+     "into its buffers, with no system call per message. Rounded up to a power of two in "
+     "[64K, 4M]; a payload of at most 8 KiB is staged while the area has room, anything else is "
+     "placed directly (process_vm_writev). 0: no staging."},
     {"EMU_VENDOR_PART_ID", "4123",
      "vendor_part_id that ibv_query_device reports (vendor_id is 0xffffff, no IEEE vendor, as "
      "soft-RoCE reports). 4123 makes perftest treat "
@@ -253,6 +260,7 @@ Config config_from_env() {
   c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;
   c.vendor_part_id =
       static_cast<uint32_t>(std::strtoul(env_or("EMU_VENDOR_PART_ID", "4123"), nullptr, 0));
+  c.staging = parse_size(env_or("EMU_STAGING", "256K"));
   c.link_layers = parse_link_layers(env_or("EMU_LINK_LAYER", "ib"));
   c.roce_netdevs = split_commas(env_or("EMU_ROCE_NETDEV", "auto"));
   return c;

@@ -355,6 +355,15 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
     }
     return true;
   }
+  // Into the receive CQ's staging area, for the receiver's poll to place (engine_stage.cpp).
+  if (addr_is_va && !by_srqn && elsewhere && peer_still_there(x.qp, x.r)) {
+    Staged st = stage_payload(recv_cq(rq), nullptr, 0, x.local_pid, local, rc);
+    if (st == Staged::staged) return true;
+    if (st == Staged::src_fault) {
+      *early = fail(x.out, kSynLocalProt);
+      return false;
+    }
+  }
   CopyResult cr = dma_copy(x.local_pid, local.span, local.n, x.remote_pid, scatter.span, scatter.n);
   if (cr == CopyResult::dst_gone) {
     *early = gone(x);

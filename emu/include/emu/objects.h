@@ -83,6 +83,9 @@ void retire_cq(Segment* seg, CqSlot& cq);
 // index is ci, and polls nothing until it returns; *ring_off is then the ring to poll. invalid:
 // more completions are outstanding than the new ring holds; no_memory: no room for it.
 Status resize_cq(Segment* seg, CqSlot& cq, uint32_t log_cqe_cnt, uint32_t ci, uint64_t* ring_off);
+// Gives the CQ a receive staging area of `bytes` (staging_area_bytes) if it has none; its poller
+// calls this when a CQE asks for one. no_memory: no room (the CQ goes without).
+Status attach_staging(Segment* seg, CqSlot& cq, uint64_t bytes);
 
 struct SrqSpec {
   uint32_t dev;
