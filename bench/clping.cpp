@@ -1,0 +1,95 @@
+// bench/clping: the vCPU placement of a benchmark round, as the round trip of one cache line
+// bounced between two processes on two cores (this VM's host re-places its vCPUs: the same pair
+// of cores is 120–160 ns apart for a while, 450–520 ns at other times; perf-anchors.md). The parent
+// runs on core A and the child on core B; each waits for the other's value in a shared page and
+// answers with the next. Prints "clping cores A B: rtt median N ns, p99 N ns (R round trips)".
+//
+// Usage: clping [-a CORE] [-b CORE] [-n ROUND_TRIPS]   (defaults 0, 1, 200000)
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <new>
+#include <vector>
+
+namespace {
+
+constexpr int kPerSample = 1000;  // round trips between two clock reads
+
+struct alignas(64) Line {
+  std::atomic<uint64_t> value;
+};
+
+bool pin(int core) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  CPU_SET(core, &set);
+  return sched_setaffinity(0, sizeof set, &set) == 0;
+}
+
+double now_ns() {
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  return 1e9 * static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec);
+}
+
+// Waits until the line holds `want` (the other process's store), spinning with pause.
+void await(Line& l, uint64_t want) {
+  while (l.value.load(std::memory_order_acquire) != want) __builtin_ia32_pause();
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int a = 0, b = 1, c;
+  long trips = 200000;
+  while ((c = getopt(argc, argv, "a:b:n:")) != -1) {
+    if (c == 'a')
+      a = atoi(optarg);
+    else if (c == 'b')
+      b = atoi(optarg);
+    else if (c == 'n')
+      trips = atol(optarg);
+    else {
+      fprintf(stderr, "usage: clping [-a CORE] [-b CORE] [-n ROUND_TRIPS]\n");
+      return 2;
+    }
+  }
+  const long samples = std::max(1L, trips / kPerSample);
+  void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+  if (page == MAP_FAILED) return 1;
+  Line& line = *new (page) Line{};
+  const pid_t child = fork();
+  if (child == 0) {  // odd values are the child's answers
+    if (!pin(b)) _exit(1);
+    for (uint64_t v = 0; v < 2ULL * samples * kPerSample; v += 2) {
+      await(line, v);
+      line.value.store(v + 1, std::memory_order_release);
+    }
+    _exit(0);
+  }
+  if (child < 0 || !pin(a)) return 1;
+  std::vector<double> rtt;
+  uint64_t v = 0;
+  for (long s = 0; s < samples; ++s) {
+    const double t0 = now_ns();
+    for (int i = 0; i < kPerSample; ++i, v += 2) {
+      line.value.store(v, std::memory_order_release);
+      await(line, v + 1);
+    }
+    rtt.push_back((now_ns() - t0) / kPerSample);
+  }
+  int status = 0;
+  waitpid(child, &status, 0);
+  std::sort(rtt.begin(), rtt.end());
+  printf("clping cores %d %d: rtt median %.0f ns, p99 %.0f ns (%ld round trips)\n", a, b,
+         rtt[rtt.size() / 2], rtt[rtt.size() * 99 / 100], samples * kPerSample);
+  return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
+}
