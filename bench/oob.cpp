@@ -15,14 +15,16 @@ namespace bench {
 namespace {
 
 int oob_accept(int port) {
-  const int ls = socket(AF_INET6, SOCK_STREAM, 0);
+  // IPv4, as the benchmark scripts' listening check reads /proc/net/tcp (a client given
+  // "localhost" tries ::1 and then 127.0.0.1).
+  const int ls = socket(AF_INET, SOCK_STREAM, 0);
   if (ls < 0) return -1;
   int one = 1;
   setsockopt(ls, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
-  sockaddr_in6 addr{};
-  addr.sin6_family = AF_INET6;
-  addr.sin6_addr = in6addr_any;
-  addr.sin6_port = htons(static_cast<uint16_t>(port));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_ANY);
+  addr.sin_port = htons(static_cast<uint16_t>(port));
   if (bind(ls, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 || listen(ls, 1) != 0) {
     perror("msgrate: bind/listen");
     close(ls);

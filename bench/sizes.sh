@@ -38,11 +38,11 @@ POSIX="env UCX_TLS=posix UCX_WARN_UNUSED_ENV_VARS=n"
 CMA="env UCX_TLS=cma UCX_WARN_UNUSED_ENV_VARS=n"
 msgrate() { pair "$E $B/msgrate -o $1 -n $2 -p @P" "$E $B/msgrate -o $1 -n $2 -p @P localhost" |
   awk '/^msgrate .* Mmsg\/s/ {for (i = 1; i <= NF; ++i) if ($i == "Mmsg/s") {print $(i-1); exit}}'; }
-clping() { $B/clping -n "$(it 200000)" | awk '{print $6}'; }
+clping() { $B/clping -n "$(it 200000)" | awk '{print $7}'; }
 mpi() {
   local wrap=$1
   taskset -c 0,1 mpirun -np 2 --allow-run-as-root --bind-to core --map-by core --mca pml ucx \
-    $wrap "$B/mpi_pingpong" "$(it 20000)" "$(it 200)" 2>&1
+    --mca pml_ucx_tls any --mca pml_ucx_devices any $wrap "$B/mpi_pingpong" "$(it 20000)" "$(it 200)" 2>&1 || true
 }
 
 declare -A V R  # V: per-round "emu0/anchor" figures, R: per-round ratios, by measure
@@ -53,8 +53,8 @@ place=""
 lat_round() {
   for s in 2 64 1024 4096 65536; do
     local n; n=$(it $((s == 65536 ? 5000 : 20000)))
-    read -r _ p50 avg _ <<<"$(ucx "$POSIX" -t tag_lat -s "$s" -n "$n" -w 1000)"
-    read -r _ p99 _ <<<"$(ucx "$POSIX" -t tag_lat -s "$s" -n "$n" -w 1000 -R 99)"
+    read -r _ _ p50 avg _ <<<"$(ucx "$POSIX" -t tag_lat -s "$s" -n "$n" -w 1000)"
+    read -r _ _ p99 _ <<<"$(ucx "$POSIX" -t tag_lat -s "$s" -n "$n" -w 1000 -R 99)"
     read -r _ _ _ _ typ eavg _ ep99 _ <<<"$(perf "ib_send_lat -s $s -n $n" "$s")"
     add "lat$s" "$typ" "$p50"; add "lat${s}_avg" "$eavg" "$avg"; add "lat${s}_p99" "$ep99" "$p99"
     echo "  lat $s B: ib_send_lat typical $typ avg $eavg p99 $ep99 us; tag_lat p50 $p50 avg $avg" \
@@ -102,8 +102,8 @@ spread_round() {
 
 ucx_emu_round() {
   local n; n=$(it 20000)
-  read -r _ p50 avg _ <<<"$(ucx "$POSIX" -t tag_lat -s 8 -n "$n" -w 1000)"
-  read -r _ ep50 eavg _ <<<"$(ucx "$EMU_UCX" -t tag_lat -s 8 -n "$n" -w 1000)"
+  read -r _ _ p50 avg _ <<<"$(ucx "$POSIX" -t tag_lat -s 8 -n "$n" -w 1000)"
+  read -r _ _ ep50 eavg _ <<<"$(ucx "$EMU_UCX" -t tag_lat -s 8 -n "$n" -w 1000)"
   add ucx_lat "$ep50" "$p50"; add ucx_lat_avg "$eavg" "$avg"
   t=$(ucx "$POSIX" -t tag_bw -s 65536 -n "$n" | awk '{print $7}')
   e=$(ucx "$EMU_UCX" -t tag_bw -s 65536 -n "$n" | awk '{print $7}'); add ucx_bw "$e" "$t"
@@ -128,7 +128,11 @@ mpi_round() {
 for r in $(seq "$rounds"); do
   c0=$(clping)
   echo "round $r: clping ${c0} ns" >&2
-  lat_round; bw_round; rate_round; spread_round; ucx_emu_round; mpi_round
+  for part in lat bw rate spread ucx_emu mpi; do
+    t0=$SECONDS
+    ${part}_round
+    echo "  ($part: $((SECONDS - t0)) s)" >&2
+  done
   c1=$(clping)
   place+="| $r | $c0 | $c1 |"$'\n'
   echo "round $r: clping at the end ${c1} ns" >&2
