@@ -106,15 +106,20 @@ static long bandwidth(int rank, int windows) {
   return rank == 1 ? (long)windows * kWindow : 0;
 }
 
+/* This process's rank, after checking that the job has exactly two. */
+static int rank_of_two(void) {
+  int rank = 0, ranks = 0;
+  MPI_Comm_size(MPI_COMM_WORLD, &ranks);
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  if (ranks == 2) return rank;
+  if (rank == 0) fprintf(stderr, "FAIL mpi_pingpong: %d ranks, not 2\n", ranks);
+  MPI_Abort(MPI_COMM_WORLD, 2);
+  return -1;
+}
+
 int main(int argc, char** argv) {
   MPI_Init(&argc, &argv);
-  int rank = 0, size = 0;
-  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
-  MPI_Comm_size(MPI_COMM_WORLD, &size);
-  if (size != 2) {
-    if (rank == 0) fprintf(stderr, "FAIL mpi_pingpong needs 2 ranks, has %d\n", size);
-    MPI_Abort(MPI_COMM_WORLD, 2);
-  }
+  const int rank = rank_of_two();
   const int trips = argc > 1 ? atoi(argv[1]) : 20000;
   const int windows = argc > 2 ? atoi(argv[2]) : 200;
   if (trips < 1 || windows < 1) MPI_Abort(MPI_COMM_WORLD, 2);

@@ -95,12 +95,12 @@ bool parse(int argc, char** argv, Options& o) {
 
 // The verbs objects of one side; the buffer holds the slots (server) or the payloads (client).
 struct Side {
+  std::vector<uint8_t> buf;
   ibv_context* ctx = nullptr;
   ibv_pd* pd = nullptr;
+  ibv_mr* mr = nullptr;
   ibv_cq* cq = nullptr;
   ibv_qp* qp = nullptr;
-  ibv_mr* mr = nullptr;
-  std::vector<uint8_t> buf;
   ibv_port_attr port{};
   ibv_gid gid{};
 };
@@ -175,10 +175,9 @@ bool connect_qp(Side& s, const Address& peer) {
                         IBV_QP_MAX_DEST_RD_ATOMIC | IBV_QP_MIN_RNR_TIMER))
     return false;
   a.qp_state = IBV_QPS_RTS;
-  a.sq_psn = 0x1234;
+  a.retry_cnt = a.rnr_retry = 7;  // 7: RNR retried without limit
   a.timeout = 14;
-  a.retry_cnt = 7;
-  a.rnr_retry = 7;
+  a.sq_psn = 0x1234;
   a.max_rd_atomic = 1;
   return ibv_modify_qp(s.qp, &a,
                        IBV_QP_STATE | IBV_QP_SQ_PSN | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT |
