@@ -79,9 +79,9 @@ bw_round() {
 rate_round() {
   local n; n=$(it 2000000)
   for op in write send; do
-    t=$(ucx "$POSIX" -t tag_bw -s 8 -n "$n" | awk '{print $9 / 1e6}')
+    t=$(ucx "$POSIX" -t tag_bw -s 8 -n "$n" | awk '{printf "%.3f\n", $9 / 1e6}')
     e=$(msgrate "$op" "$n"); add "rate_${op}_tag" "$e" "$t"
-    a=$(ucx "$POSIX" -t am_bw -x posix -d memory -s 8 -n "$n" | awk '{print $9 / 1e6}')
+    a=$(ucx "$POSIX" -t am_bw -x posix -d memory -s 8 -n "$n" | awk '{printf "%.3f\n", $9 / 1e6}')
     e2=$(msgrate "$op" "$n"); add "rate_${op}_am" "$e2" "$a"
     echo "  rate 8 B: msgrate $op $e / tag rate $t; $e2 / am rate $a Mmsg/s" >&2
   done
@@ -119,7 +119,7 @@ mpi_round() {
   grep -q '^PASS mpi_pingpong' <<<"$a$e" || { echo "  MPI: no PASS: $a $e" >&2; return 0; }
   # lat line: ... median X us, avg Y us, p99 Z us; bw line: ... X MB/s
   f() { awk -v k="$2" '$2 == "lat" {gsub(",", ""); for (i = 1; i < NF; ++i) if ($i == k) print $(i+1)}
-        $2 == "bw" && k == "bw" {print $4}' <<<"$1"; }
+        $2 == "bw" && k == "bw" {print $5}' <<<"$1"; }
   add mpi_lat "$(f "$e" median)" "$(f "$a" median)"; add mpi_lat_avg "$(f "$e" avg)" "$(f "$a" avg)"
   add mpi_lat_p99 "$(f "$e" p99)" "$(f "$a" p99)"; add mpi_bw "$(f "$e" bw)" "$(f "$a" bw)"
   echo "  MPI 8 B median $(f "$e" median) / $(f "$a" median) us, 64K $(f "$e" bw) / $(f "$a" bw) MB/s" >&2
