@@ -6,7 +6,9 @@
 //
 // Usage: clping [-a CORE] [-b CORE] [-n ROUND_TRIPS]   (defaults 0, 1, 200000)
 #include <sched.h>
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/prctl.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
@@ -66,9 +68,11 @@ int main(int argc, char** argv) {
   void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) return 1;
   Line& line = *new (page) Line{};
+  line.value.store(~0ULL);  // neither side waits for it: the parent starts the bouncing with 0
   const pid_t child = fork();
   if (child == 0) {  // odd values are the child's answers
-    if (!pin(b)) _exit(1);
+    // Ends with the parent (a timeout that kills the parent must not leave the child spinning).
+    if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() == 1 || !pin(b)) _exit(1);
     for (uint64_t v = 0; v < 2ULL * samples * kPerSample; v += 2) {
       await(line, v);
       line.value.store(v + 1, std::memory_order_release);
