@@ -2,7 +2,8 @@
 // bounced between two processes on two cores (this VM's host re-places its vCPUs: the same pair
 // of cores is 120–160 ns apart for a while, 450–520 ns at other times; perf-anchors.md). The parent
 // runs on core A and the child on core B; each waits for the other's value in a shared page and
-// answers with the next. Prints "clping cores A B: rtt median N ns, p99 N ns (R round trips)".
+// answers with the next, for at most 2 s. Prints "clping cores A B: rtt median N ns, p99 N ns (R
+// round trips)".
 //
 // Usage: clping [-a CORE] [-b CORE] [-n ROUND_TRIPS]   (defaults 0, 1, 200000)
 #include <sched.h>
@@ -23,7 +24,9 @@
 
 namespace {
 
-constexpr int kPerSample = 1000;  // round trips between two clock reads
+constexpr int kPerSample = 100;        // round trips between two clock reads
+constexpr double kBudgetNs = 2e9;      // a busy machine stretches a round trip to milliseconds
+constexpr uint64_t kStop = ~0ULL - 1;  // the parent's last store: the child ends
 
 struct alignas(64) Line {
   std::atomic<uint64_t> value;
@@ -42,9 +45,15 @@ double now_ns() {
   return 1e9 * static_cast<double>(ts.tv_sec) + static_cast<double>(ts.tv_nsec);
 }
 
-// Waits until the line holds `want` (the other process's store), spinning with pause.
-void await(Line& l, uint64_t want) {
-  while (l.value.load(std::memory_order_acquire) != want) __builtin_ia32_pause();
+// Waits until the line holds `want` (the other process's store), spinning with pause; false when
+// it holds kStop instead.
+bool await(Line& l, uint64_t want) {
+  for (;;) {
+    const uint64_t v = l.value.load(std::memory_order_acquire);
+    if (v == want) return true;
+    if (v == kStop) return false;
+    __builtin_ia32_pause();
+  }
 }
 
 }  // namespace
@@ -73,16 +82,14 @@ int main(int argc, char** argv) {
   if (child == 0) {  // odd values are the child's answers
     // Ends with the parent (a timeout that kills the parent must not leave the child spinning).
     if (prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || getppid() == 1 || !pin(b)) _exit(1);
-    for (uint64_t v = 0; v < 2ULL * samples * kPerSample; v += 2) {
-      await(line, v);
-      line.value.store(v + 1, std::memory_order_release);
-    }
+    for (uint64_t v = 0; await(line, v); v += 2) line.value.store(v + 1, std::memory_order_release);
     _exit(0);
   }
   if (child < 0 || !pin(a)) return 1;
   std::vector<double> rtt;
   uint64_t v = 0;
-  for (long s = 0; s < samples; ++s) {
+  const double start = now_ns();
+  for (long s = 0; s < samples && now_ns() - start < kBudgetNs; ++s) {
     const double t0 = now_ns();
     for (int i = 0; i < kPerSample; ++i, v += 2) {
       line.value.store(v, std::memory_order_release);
@@ -90,10 +97,12 @@ int main(int argc, char** argv) {
     }
     rtt.push_back((now_ns() - t0) / kPerSample);
   }
+  line.value.store(kStop, std::memory_order_release);
   int status = 0;
   waitpid(child, &status, 0);
   std::sort(rtt.begin(), rtt.end());
   printf("clping cores %d %d: rtt median %.0f ns, p99 %.0f ns (%ld round trips)\n", a, b,
-         rtt[rtt.size() / 2], rtt[rtt.size() * 99 / 100], samples * kPerSample);
+         rtt[rtt.size() / 2], rtt[rtt.size() * 99 / 100],
+         static_cast<long>(rtt.size()) * kPerSample);
   return WIFEXITED(status) && WEXITSTATUS(status) == 0 ? 0 : 1;
 }
