@@ -2,7 +2,7 @@
 // (argv, e.g. 100 1000 10000), that many RC QPs are made on one shared CQ, then `cycles`
 // create+destroy pairs of a QP, of a CQ and of an MR are timed; one line per count and kind:
 // "<kind> live=<n> ns_per_create_destroy=<t>". A count the device refuses prints "refused".
-// Only libibverbs: bench/scale.sh compiles it and runs it under each build's emu-run.
+// Only libibverbs: bench/scale_create.sh compiles it and runs it under each build's emu-run.
 #include <infiniband/verbs.h>
 
 #include <chrono>

@@ -17,6 +17,7 @@
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
+#include "emu/staging.h"
 #include "forward.h"
 #include "provider.h"
 
@@ -78,10 +79,12 @@ ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
   }
 }
 
-// Scatter-to-CQE: a small SEND's payload came in the CQE. Copy it into the buffers of the receive
-// WQE it consumed, read from the private copy of the WQE (the device checked their keys and
-// bounds, and their addresses are virtual ones).
-void scatter_from_cqe(EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
+// Scatter-to-CQE and staging: a SEND's payload came in the CQE (at most 32 bytes) or waits in the
+// CQ's staging area. Copy it into the buffers of the receive WQE it consumed, read from the
+// private copy of the WQE (the device checked their keys and bounds, and their addresses are
+// virtual ones).
+// The first `skip` bytes of the buffers are left as they are (a UD receive without a GRH).
+void scatter_to_wqe(EmuQp* qp, uint16_t idx, const uint8_t* src, uint32_t len, uint32_t skip = 0) {
   const uint8_t* w;
   uint32_t seg_bytes;
   if (qp->srq) {
@@ -91,15 +94,41 @@ void scatter_from_cqe(EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
     w = qp->rq_shadow.data() + (idx & (qp->rq_cnt - 1)) * qp->rq_stride;
     seg_bytes = qp->rq_stride;
   }
-  const uint8_t* src = reinterpret_cast<const uint8_t*>(&c);
   for (uint32_t off = 0; len && off + sizeof(DataSeg) <= seg_bytes; off += sizeof(DataSeg)) {
     DataSeg d;
     std::memcpy(&d, w + off, sizeof d);
     if (be32(d.lkey) == kInvalidLkey) break;
     uint32_t n = std::min(len, be32(d.byte_count) ? be32(d.byte_count) : len);
-    std::memcpy(reinterpret_cast<void*>(be64(d.addr)), src, n);
-    src += n;
+    if (skip >= n) {
+      skip -= n;
+      len -= n;
+      continue;
+    }
+    std::memcpy(reinterpret_cast<void*>(be64(d.addr) + skip), src, n - skip);
+    src += n - skip;
     len -= n;
+    skip = 0;
+  }
+}
+
+// A receive CQE that names staged bytes (kCqeFlagStaged): into the WQE's buffers if qp is still the
+// QP it was for, then the slots are free. One that asks for an area (kCqeFlagWantStaging): the
+// CQ's owner makes one, once (EMU_STAGING).
+void staged_recv(EmuCq* cq, EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
+  if (c.emu_flags & kCqeFlagStaged) {
+    uint64_t off = cq->shm->staging_off.load(std::memory_order_relaxed);
+    StagedRef ref;
+    std::memcpy(&ref, &c, sizeof ref);
+    auto* area = segment()->at<StagingArea>(off);
+    // A UD receive counts the GRH's 40 bytes, staged only if one came.
+    bool no_grh =
+        qp && qp->qpx.qp_base.qp_type == IBV_QPT_UD && !(be32(c.flags_rqpn) & kCqeRqpnGrh);
+    if (qp) scatter_to_wqe(qp, idx, staging_data(area, ref), len, no_grh ? kGrhBytes : 0);
+    staging_release(area, ref);
+  } else if (!cq->staging_asked) {
+    cq->staging_asked = true;
+    if (uint64_t bytes = staging_area_bytes(config().staging))
+      attach_staging(segment(), *cq->shm, bytes);  // no room: the CQ goes without
   }
 }
 
@@ -178,6 +207,7 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
       // receive from an SRQ still gives its WQE back (a destroyed QP's were given back by
       // srq_reclaim_cqes).
       if (qp && qp->srq && is_recv_cqe(opcode)) srq_complete(qp->srq, be16(c.wqe_counter));
+      if (c.emu_flags & kCqeFlagStaged) staged_recv(cq, nullptr, 0, c, 0);
       ++cq->ci;
       cq->shm->ci.store(cq->ci, std::memory_order_release);
       continue;
@@ -216,8 +246,10 @@ bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
       }
     } else {
       wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+      if (c.emu_flags & (kCqeFlagStaged | kCqeFlagWantStaging)) [[unlikely]]
+        staged_recv(cq, qp, idx, c, wc->byte_len);
       if (op_own & kCqeInlineScatter32) {
-        scatter_from_cqe(qp, idx, c, wc->byte_len);
+        scatter_to_wqe(qp, idx, reinterpret_cast<const uint8_t*>(&c), wc->byte_len);
         wc->src_qp =
             qp->shm->dest_qpn;  // bytes 0..31 held the payload; a connected QP knows its peer
         wc->slid = qp->shm->dlid;
@@ -313,10 +345,32 @@ inline void maybe_progress(EmuCq* cq) {
     progress_stalled(to_ctx(cq->cqx.context));
 }
 
+// Whether a poll would find nothing, decided without the CQ's lock: a busy poller (UCX polls four
+// CQs per progress call, most of them empty) then pays a few loads, not a lock and unlock. Only
+// an atomic read: the ring comes from the word producers read (`CqSlot::ring`), not from
+// cq->ring, which ibv_resize_cq swaps under the lock. A peek that overlaps a resize may read the
+// old ring after it was freed: a false "not empty" takes the lock and looks again; a false
+// "empty" is a poll that returned before the completions moved to the new ring, which an
+// overlapping call may. false (take the locked path) whenever that path does more than look:
+// inside a scheduled run (its points), and while a QP waits for a retry that polls drive.
+inline bool peek_empty(const EmuCq* cq) {
+  const CqSlot& cs = *cq->shm;
+  if (sched::scheduled()) return false;
+  if (cs.stalled_qps.load(std::memory_order_relaxed) |
+      cq->proc_stalled_qps->load(std::memory_order_relaxed))
+    return false;
+  uint64_t w = cs.ring.load(std::memory_order_acquire);
+  uint32_t ci = cs.ci.load(std::memory_order_relaxed);
+  uint32_t log = cq_ring_log(w);
+  auto* ring = reinterpret_cast<const Cqe64*>(cq->seg_base + cq_ring_off(w));
+  return !cqe_is_new(cqe_owner_load(&ring[ci & ((1u << log) - 1)].op_own), ci, log);
+}
+
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   if (attr->comp_mask) return EINVAL;
   EmuCq* cq = to_cq(cqx);
   if (inherited(cq)) return EPERM;
+  if (peek_empty(cq)) return ENOENT;
   if (!cq->poll_ex_lockless) pthread_spin_lock(&cq->lock.spin);
   maybe_progress(cq);
   if (!next_cqe(cq, &cq->cur_wc, &cq->cur_ts)) {
@@ -395,6 +449,7 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
   cq->poll_ex_lockless = cq->lock.off;
   cq->proc_stalled_qps = &seg->hdr()->procs[seg->self()].stalled_qps;
   cq->device_thread_engine = config().engine == EngineMode::progress_thread;
+  cq->seg_base = seg->at<char>(0);
   ibv_cq_ex& x = cq->cqx;
   x.context = context;
   x.channel = channel;
@@ -427,6 +482,10 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
   if (inherited(cq)) {
     errno = EPERM;
     return -1;
+  }
+  if (peek_empty(cq)) [[likely]] {
+    if (cq->device_thread_engine && device_thread_busy()) sched_yield();
+    return 0;
   }
   cq->lock.lock();
   EMU_KILL_POINT(KillPoint::cq_lock);

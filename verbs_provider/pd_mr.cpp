@@ -76,7 +76,7 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
     return fail_null<ibv_mr>(ENOMEM);
   }
   MrSlot& ms = mr_slot(seg->hdr(), slot);
-  if (!odp) share_pages(addr, length, ms);  // EMU_SHARED_MR; otherwise share_len stays 0
+  if (!odp) share_pages(addr, length, ms);  // else share_len stays 0: no shared window
   mr->slot = slot;
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
@@ -224,10 +224,17 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
     spec.iova = spec.addr;
   }
   if (spec.access & IBV_ACCESS_ZERO_BASED) spec.iova = 0;
+  // Other pages, or on-demand paging turned on or off: the shared window is found anew and set
+  // while no engine can use the slot (an ODP MR follows the page tables, never a window).
+  bool odp = spec.access & IBV_ACCESS_ON_DEMAND;
+  bool reshare = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ||
+                 odp != static_cast<bool>(ms.access & IBV_ACCESS_ON_DEMAND);
+  uint64_t old_uid = ms.share_len ? ms.share_uid : 0;
+  MrSlot share{};
+  if (reshare && !odp) share_pages(reinterpret_cast<void*>(spec.addr), spec.length, share);
   // The keys stay: what a peer was told still names the region.
-  rereg_mr(seg, ms, spec);
-  if ((flags & IBV_REREG_MR_CHANGE_TRANSLATION) && !(spec.access & IBV_ACCESS_ON_DEMAND))
-    share_pages(reinterpret_cast<void*>(spec.addr), spec.length, ms);
+  rereg_mr(seg, ms, spec, reshare ? &share : nullptr);
+  if (reshare && old_uid) unshare_pages(old_uid);
   if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
   mr->addr = reinterpret_cast<void*>(spec.addr);
   mr->length = spec.length;
@@ -241,7 +248,10 @@ int ibv_dereg_mr(ibv_mr* mr) {
   }
   if (inherited(to_mr(mr))) return EPERM;
   // As hardware guarantees: once dereg returns, no DMA touches the memory any more.
-  retire_mr(segment(), mr_slot(segment()->hdr(), to_mr(mr)->slot));
+  MrSlot& ms = mr_slot(segment()->hdr(), to_mr(mr)->slot);
+  uint64_t shared_uid = ms.share_len ? ms.share_uid : 0;
+  retire_mr(segment(), ms);
+  if (shared_uid) unshare_pages(shared_uid);
   if (to_mr(mr)->dm_refs) to_mr(mr)->dm_refs->fetch_sub(1);
   delete to_mr(mr);
   return 0;

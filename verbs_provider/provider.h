@@ -159,11 +159,13 @@ struct EmuCq {
   // timer, and whether a device thread of this process may need the core (EMU_ENGINE=thread).
   const std::atomic<uint32_t>* proc_stalled_qps = nullptr;
   bool device_thread_engine = false;
+  const char* seg_base = nullptr;  // the segment's mapping: the lock-free peek finds the ring there
   EmuPd* parent_domain = nullptr;  // IBV_CQ_INIT_ATTR_MASK_PD: held until the CQ goes
   uint64_t uid;
   std::atomic<uint32_t> events_read{0};        // completion events handed to the user (ack target)
   std::atomic<uint32_t> async_events_read{0};  // IBV_EVENT_CQ_ERR handed out (ack target)
   uint64_t wc_flags_mask;                      // create_cq_ex: which fields may be read
+  bool staging_asked = false;  // a CQE asked for a staging area: made (or no room), once
   // The completion an ibv_start_poll / ibv_next_poll walk stands on.
   ibv_wc cur_wc;
   uint64_t cur_ts = 0;
@@ -540,8 +542,11 @@ void cq_progress(EmuCq* cq);
 int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* attr);
 // What ibv_query_device answers for device `dev` (also the file view's source, sysfs_view.cpp).
 void device_attr_fill(uint32_t dev, ibv_device_attr* attr);
-// EMU_SHARED_MR: re-back the whole pages of a new MR with shared memory (shared_mr.cpp).
+// Make a new MR's pages reachable by other processes' engines without a system call, if they are
+// in a shared file mapping or (EMU_SHARED_MR) by re-backing them (shared_mr.cpp).
 bool share_pages(void* addr, size_t len, MrSlot& ms);
+// An MR that named share uid `uid` is gone: the file's descriptor goes with its last MR.
+void unshare_pages(uint64_t uid);
 // The name of an emu context's cmd_fd (a memfd: no kernel stands behind emu contexts).
 constexpr const char* kEmuCmdFdName = "rdmaemu-uverbs";
 // ibv_query_device_ex's max_dm_size: the largest device-memory block (dm.cpp).

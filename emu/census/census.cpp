@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "emu/config.h"
+#include "emu/staging.h"
 
 namespace emu {
 namespace {
@@ -128,14 +129,21 @@ Census take_census(Segment* seg) {
     }
   for (uint32_t i = 0; i < table_end(h->mr_dir); ++i)
     if (present(mr_slot(h, i), &dying)) {
-      uint32_t pd = mr_slot(h, i).pd;
-      uint32_t ctx = pd_at(h, pd) ? pd_at(h, pd)->ctx : 0;
-      add("mr", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, mr_slot(h, i).key,
-          mr_slot(h, i).owner, "", "", dying);
+      const MrSlot& m = mr_slot(h, i);
+      uint32_t ctx = pd_at(h, m.pd) ? pd_at(h, m.pd)->ctx : 0;
+      // SHARED: engines in other processes reach it through a mapping (share_len, layout.h).
+      add("mr", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, m.key, m.owner,
+          m.share_len ? "SHARED" : "", "", dying);
     }
   for (uint32_t i = 0; i < table_end(h->cq_dir); ++i)
-    if (present(cq_slot(h, i), &dying))
-      add("cq", i, cq_slot(h, i).dev, i, cq_slot(h, i).owner, "", "", dying);
+    if (present(cq_slot(h, i), &dying)) {
+      const CqSlot& c = cq_slot(h, i);
+      // A CQ with a receive staging area: its slots holding payloads not yet polled.
+      uint64_t off = c.staging_off.load(std::memory_order_acquire);
+      std::string staged =
+          off ? "STAGED " + std::to_string(staging_taken(seg->at<StagingArea>(off))) : "";
+      add("cq", i, c.dev, i, c.owner, "", staged.c_str(), dying);
+    }
   for (uint32_t i = 0; i < table_end(h->srq_dir); ++i)
     if (present(srq_slot(h, i), &dying))
       add("srq", i, srq_slot(h, i).dev, srq_slot(h, i).srqn, srq_slot(h, i).owner,

@@ -7,6 +7,7 @@
 #include <map>
 
 #include "check/problems.h"
+#include "emu/staging.h"
 #include "shm/shm_heap.h"
 
 namespace emu {
@@ -146,7 +147,18 @@ class Checker {
       if (cq_ring_off(w) != c.buf_off)
         ref("cq (resizing)", i, cq_ring_off(w), 64ull << cq_ring_log(w));
       ref("cq", i, c.buf_off, uint64_t{c.cqe_cnt} * 64);
+      if (uint64_t off = c.staging_off.load()) check_staging(i, off);
     }
+  }
+  // A receive staging area (emu/staging.h): laid out, a size the provider makes, slot 0 taken.
+  void check_staging(uint32_t i, uint64_t off) {
+    if (off % 4096 || off + sizeof(StagingArea) > h_->segment_size)
+      return problem("cq %u: staging area at %llu is outside the heap", i, (unsigned long long)off);
+    const auto* a = reinterpret_cast<const StagingArea*>(reinterpret_cast<const char*>(h_) + off);
+    if (a->magic != kStagingMagic || staging_area_bytes(a->bytes) != a->bytes ||
+        a->words != a->bytes >> (kStagingSlotShift + 6) || !(a->map()[0].load() & 1))
+      return problem("cq %u: staging area at %llu is not one", i, (unsigned long long)off);
+    ref("cq staging", i, off, a->bytes);
   }
   void check_srqs() {
     for (uint32_t i = 0; i < table_end(h_->srq_dir); ++i) {

@@ -97,12 +97,29 @@ const KnobDoc kKnobs[] = {
      "Packets a process writes to EMU_PCAP at most; past it the capture stops (logged once)."},
     {"EMU_LOG", "0",
      "1: log device-side events (errors, retries, races, port changes, lost events) to stderr."},
+    {"EMU_SHARED_BACKING", "1",
+     "1: ibv_reg_mr recognises a region inside a shared, writable file mapping (POSIX or SysV "
+     "shm, a memfd, a tmpfs or disk file, MAP_SHARED|MAP_ANONYMOUS where the mapping can be "
+     "opened) and keeps a descriptor of the file, so that engines in other processes map it and "
+     "copy with memcpy instead of a system call per message. Nothing is re-backed. 0: such "
+     "memory takes the process_vm_* path like private memory."},
+    {"EMU_DMA_RUNS", "1",
+     "1: a run of plain RDMA WRITEs, or of RDMA READs, waiting at the head of a send queue is "
+     "executed with one DMA call (one process_vm_writev/readv for another process's private "
+     "memory). 0: every WQE on its own (for A/B measurements)."},
     {"EMU_SHARED_MR", "0",
      "1: ibv_reg_mr re-backs the region's whole pages with a memfd (same addresses, same bytes) "
      "so that engines in other processes map them once and copy with memcpy instead of a system "
      "call per message. Registered pages are then not inherited by fork() (MADV_DONTFORK, as "
      "ibv_fork_init does), and a store another thread makes into them while ibv_reg_mr copies "
      "them can be lost; only private anonymous read-write memory is re-backed."},
+    {"EMU_STAGING", "256K",
+     "Size of the receive staging area a CQ takes from the segment the first time a SEND of more "
+     "than 32 bytes comes to it from another process (docs/architecture.md, \"Staging of two-sided "
+     "payloads\"): the sender's engine leaves the payload there and the receiver's poll copies it "
+     "into its buffers, with no system call per message. Rounded up to a power of two in "
+     "[64K, 4M]; a payload of at most 8 KiB is staged while the area has room, anything else is "
+     "placed directly (process_vm_writev). 0: no staging."},
     {"EMU_VENDOR_PART_ID", "4123",
      "vendor_part_id that ibv_query_device reports (vendor_id is 0xffffff, no IEEE vendor, as "
      "soft-RoCE reports). 4123 makes perftest treat "
@@ -243,6 +260,7 @@ Config config_from_env() {
   c.log = std::atoi(env_or("EMU_LOG", "0")) != 0;
   c.vendor_part_id =
       static_cast<uint32_t>(std::strtoul(env_or("EMU_VENDOR_PART_ID", "4123"), nullptr, 0));
+  c.staging = parse_size(env_or("EMU_STAGING", "256K"));
   c.link_layers = parse_link_layers(env_or("EMU_LINK_LAYER", "ib"));
   c.roce_netdevs = split_commas(env_or("EMU_ROCE_NETDEV", "auto"));
   return c;

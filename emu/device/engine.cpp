@@ -279,7 +279,18 @@ void Engine::raise_comm_est(QpSlot& r) {
 }
 
 void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
-  if (step_write_cqe(cq, info)) step_raise_event(cq, info);
+  if (info.staged && info.cqe_opcode == kCqeRespErr) [[unlikely]] {
+    // Staged, then failed at the responder (a SEND with invalidate naming a bad key): no payload.
+    release_staged(cq, info);
+    CqeInfo bare = info;
+    bare.staged = false;
+    bare.emu_flags &= static_cast<uint8_t>(~kCqeFlagStaged);
+    return write_cqe(cq, bare);
+  }
+  if (step_write_cqe(cq, info))
+    step_raise_event(cq, info);
+  else if (info.staged) [[unlikely]]
+    release_staged(cq, info);
 }
 
 bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
@@ -318,6 +329,7 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   if (info.inline_scatter) {
     std::memcpy(&c, info.inline_data, info.byte_cnt);
   } else {
+    if (info.staged) std::memcpy(&c, &info.staged_ref, sizeof info.staged_ref);
     c.slid = be16(info.slid);
     c.flags_rqpn = be32(info.src_qpn);
   }

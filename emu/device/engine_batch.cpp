@@ -1,7 +1,9 @@
-// A run of plain RDMA WRITEs executed with one DMA call. A device thread that falls behind a fast
-// poster finds many WQEs at once; copying them one system call each would cap the message rate at
-// the system-call rate. Everything that is not a plain, valid write goes the one-at-a-time way,
-// which also reports its errors.
+// A run of plain RDMA WRITEs, or of RDMA READs, executed with one DMA call (one process_vm_writev
+// or process_vm_readv for private target memory). A device thread that falls behind a fast poster,
+// or a program that posts a list in one call, leaves many WQEs at once; copying them one system
+// call each would cap the message rate at the system-call rate. Everything that is not a plain,
+// valid write or read of the run's kind goes the one-at-a-time way, which also reports its errors.
+#include <cstdlib>
 #include <cstring>
 
 #include "device/engine.h"
@@ -12,11 +14,19 @@
 namespace emu {
 using namespace engine_detail;
 
+namespace {
+// EMU_DMA_RUNS=0: every WQE on its own (to measure what runs gain).
+const bool g_runs = [] {
+  const char* v = std::getenv("EMU_DMA_RUNS");
+  return !v || !*v || std::atoi(v) != 0;
+}();
+}  // namespace
+
 uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   constexpr uint32_t kBatch = 64;
   uint32_t pending = (producer - qp.sq_ci) & 0xffff;
   // A scheduled run takes each WQE as its own steps, so that a schedule can switch between them.
-  if (pending < 2 || sched::scheduled()) return 0;
+  if (pending < 2 || sched::scheduled() || !g_runs) return 0;
   // A WQE delivered by BlueFlame is executed from its copy, one at a time: the run stops before it.
   if (stash_pending(qp.bf_stash)) {
     uint32_t stash = qp.bf_stash.index.load(std::memory_order_relaxed);
@@ -24,6 +34,12 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     if (before < pending) pending = before;
     if (pending < 2) return 0;
   }
+  // A stream of SENDs is not a run: its head's opcode, read in the ring (published: the head is
+  // below the producer index just read), spares it a fetch of the head that run_sq would then
+  // repeat for every message.
+  const auto& head = *seg_->at<CtrlSeg>(qp.sq_off + (qp.sq_ci & (qp.sq_bbs - 1)) * kSendWqeBB);
+  uint8_t head_op = ctrl_opcode(head);
+  if (head_op != kOpRdmaWrite && head_op != kOpRdmaRead) return 0;
   // Inline data sits in our copy of the WQE and SGEs in the requester's memory: one source address
   // space only when the requester is this process.
   if (h_->procs[qp.owner].pid != seg_->pid()) return 0;
@@ -44,17 +60,21 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   ParsedWqe w;
   uint32_t n = 0, nl = 0, nr = 0, pos = qp.sq_ci, consumed = 0;
   bool windows = false;
+  uint8_t op = 0;  // the run's opcode: its first WQE's
   while (n < kBatch && consumed < pending) {
     uint32_t bbs;
     if (fetch_wqe_at(qp, pos, wqes[n], &bbs) != Fetch::ok) break;
-    if (ctrl_opcode(*reinterpret_cast<const CtrlSeg*>(wqes[n])) != kOpRdmaWrite) break;
+    uint8_t o = ctrl_opcode(*reinterpret_cast<const CtrlSeg*>(wqes[n]));
+    if (n == 0 && (o == kOpRdmaWrite || o == kOpRdmaRead)) op = o;
+    if (o != op) break;
     if (parse_wqe(seg_, qp, wqes[n], &w) != 0) break;
     uint64_t total = w.local.total;
     if (nl + w.local.n > kBatch * 4) break;
     uint64_t rva = 0;
     const MrSlot* rmr = nullptr;
-    if (total && !translate_remote(seg_, *r, be32(w.raddr.rkey), be64(w.raddr.raddr), total,
-                                   kAccessRemoteWrite, &rva, &rmr))
+    if (total &&
+        !translate_remote(seg_, *r, be32(w.raddr.rkey), be64(w.raddr.raddr), total,
+                          op == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite, &rva, &rmr))
       break;
     // One copy call takes one address space: all through shared mappings, or none.
     if (total) {
@@ -71,17 +91,20 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     consumed += bbs;
   }
   if (n < 2) return 0;
-  // A failed copy is redone one WQE at a time, which reports it (rewriting the same bytes is
-  // harmless for a write).
+  // A failed copy is redone one WQE at a time, which reports it (moving the same bytes again is
+  // harmless for a write or a read).
   if (windows && !peer_still_there(qp, *r)) return 0;
-  if (dma_copy(0, local, static_cast<int>(nl), windows ? 0 : h_->procs[r->owner].pid, remote,
-               static_cast<int>(nr)) != CopyResult::ok)
-    return 0;
+  int rpid = windows ? 0 : h_->procs[r->owner].pid;
+  int nli = static_cast<int>(nl), nri = static_cast<int>(nr);
+  CopyResult cr = op == kOpRdmaRead ? dma_copy(rpid, remote, nri, 0, local, nli)
+                                    : dma_copy(0, local, nli, rpid, remote, nri);
+  if (cr != CopyResult::ok) return 0;
   for (uint32_t i = 0; i < n; ++i) {
     advance_psn(qp, r, packets(items[i].len, qp.path_mtu));
-    CqeInfo info{};
+    CqeInfo info;
+    clear_cqe_info(&info);
     info.cqe_opcode = kCqeReq;
-    info.wqe_opcode = kOpRdmaWrite;
+    info.wqe_opcode = op;
     info.wqe_counter = items[i].idx;
     info.qpn = qp.qpn;
     info.byte_cnt = items[i].len;

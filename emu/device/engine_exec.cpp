@@ -27,7 +27,7 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   sched::point(sched::kPointDevExecute, qp.qpn);
   ParsedWqe w;
   uint8_t syndrome = parse_wqe(seg_, qp, wqe, &w);
-  *out = CqeInfo{};
+  clear_cqe_info(out);
   out->cqe_opcode = kCqeReq;
   out->wqe_opcode = w.opcode;
   if (w.opcode == kOpSendImm || w.opcode == kOpRdmaWriteImm)
@@ -56,7 +56,9 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
     return ExecOutcome::done;
   }
   // A retry asks the slow question too: is the responder's process still the one that registered?
-  if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !seg_->proc_alive(r->owner))
+  // Asked at most once per clock tick per QP (peer_still_there): the question reads /proc (an open,
+  // a read, a kill: ~10 us), and a requester that outruns its receiver retries after every RNR.
+  if (qp.stall.load(std::memory_order_relaxed) != kStallNone && !peer_still_there(qp, *r))
     return ExecOutcome::stall_retry;
   raise_comm_est(*r);
   int remote_pid = h_->procs[r->owner].pid;
@@ -153,7 +155,8 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
   // (Of the XRC SRQ the request names, for XRC: xrc_key_domain found it.)
   RecvRef rq;
   recv_of(x.r, be32(w.xrc.xrc_srqn), &rq);
-  CqeInfo rc{};
+  CqeInfo rc;
+  clear_cqe_info(&rc);
   CopyResult cr;
   {
     ShmLockGuard held(recv_lock(rq), seg_->self());
@@ -232,7 +235,8 @@ ExecOutcome Engine::exec_send(Exchange& x) {
     return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
   }
   if (rq.srq && rq.srq->xrcd_ref) x.remote_pid = recv_pid(rq);  // the SRQ's process takes the data
-  CqeInfo rc{};
+  CqeInfo rc;
+  clear_cqe_info(&rc);
   uint8_t resp_syndrome = 0;
   TmVerdict tm{};
   {
@@ -350,6 +354,15 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
       return false;
     }
     return true;
+  }
+  // Into the receive CQ's staging area, for the receiver's poll to place (engine_stage.cpp).
+  if (addr_is_va && !by_srqn && elsewhere && peer_still_there(x.qp, x.r)) {
+    Staged st = stage_payload(recv_cq(rq), nullptr, 0, x.local_pid, local, rc);
+    if (st == Staged::staged) return true;
+    if (st == Staged::src_fault) {
+      *early = fail(x.out, kSynLocalProt);
+      return false;
+    }
   }
   CopyResult cr = dma_copy(x.local_pid, local.span, local.n, x.remote_pid, scatter.span, scatter.n);
   if (cr == CopyResult::dst_gone) {

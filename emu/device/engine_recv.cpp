@@ -255,12 +255,13 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   if (!can_receive(r.qp_state.load()) || r.qkey != pkt.qkey) return;
   if (h_->procs[r.owner].state.load(std::memory_order_relaxed) != kProcAlive) return;
   RecvRef q = recv_of(r);
-  CqeInfo rc{};
+  CqeInfo rc;
+  clear_cqe_info(&rc);
   uint8_t syndrome = 0;
   {
     ShmLockGuard held(recv_lock(q), seg_->self());
     if (recv_empty(q)) return;
-    if (!ud_payload(pkt, q, &rc.wqe_counter, &syndrome)) return;
+    if (!ud_payload(pkt, q, &rc, &syndrome)) return;
     recv_consume(q);
   }
   rc.qpn = r.qpn;
@@ -271,7 +272,7 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
   rc.byte_cnt = static_cast<uint32_t>(kGrhBytes + pkt.local->total);
   rc.imm_be = pkt.ctrl->imm;
-  rc.emu_flags = recv_cqe_flags(*pkt.ctrl, imm);
+  rc.emu_flags |= recv_cqe_flags(*pkt.ctrl, imm);
   write_cqe(cq_slot(h_, r.recv_cq), rc);
 }
 
@@ -283,23 +284,30 @@ void Engine::receive_failed(QpSlot& r, CqeInfo* rc, uint8_t syndrome) {
 }
 
 bool Engine::recv_target(const RecvRef& q, uint64_t need, uint16_t* wqe_index, Sges* scatter,
-                         uint8_t* syndrome) {
+                         uint8_t* syndrome, bool* addr_is_va) {
   uint32_t seg_bytes;
   const uint8_t* wqe = recv_head(q, &seg_bytes, wqe_index);
-  bool addr_is_va;
-  if (!recv_scatter(q, wqe, seg_bytes, scatter, &addr_is_va))
+  bool va;
+  if (!recv_scatter(q, wqe, seg_bytes, scatter, addr_is_va ? addr_is_va : &va))
     *syndrome = kSynLocalProt;
   else if (scatter->total < need)
     *syndrome = kSynLocalLength;
   return *syndrome == 0;
 }
 
-bool Engine::ud_payload(const UdPacket& pkt, const RecvRef& q, uint16_t* wqe_index,
-                        uint8_t* syndrome) {
+bool Engine::ud_payload(const UdPacket& pkt, const RecvRef& q, CqeInfo* rc, uint8_t* syndrome) {
   const Sges& local = *pkt.local;
   Sges scatter;
-  if (!recv_target(q, kGrhBytes + local.total, wqe_index, &scatter, syndrome)) return true;
+  bool addr_is_va;
+  if (!recv_target(q, kGrhBytes + local.total, &rc->wqe_counter, &scatter, syndrome, &addr_is_va))
+    return true;
   int rpid = h_->procs[q.qp->owner].pid;
+  if (addr_is_va && rpid != seg_->pid()) {
+    // The GRH (when one came) and the payload into the receive CQ's staging area.
+    Staged st = stage_payload(cq_slot(h_, q.qp->recv_cq), &pkt.grh, pkt.has_grh ? kGrhBytes : 0,
+                              pkt.local_pid, local, rc);
+    if (st != Staged::not_staged) return st == Staged::staged;
+  }
   CopyResult cr = CopyResult::ok;
   bool local_here = pkt.local_pid == 0 || pkt.local_pid == seg_->pid();
   if (pkt.has_grh && local_here && local.n < kMaxSpans) {

@@ -3,6 +3,7 @@
 
 #include "emu/objects.h"
 #include "emu/reclaim.h"
+#include "emu/staging.h"
 #include "emu/wqe.h"
 #include "emu/xrc.h"
 
@@ -26,6 +27,7 @@ Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx) {
   c.chan_wfd = spec.chan_wfd;
   c.chan_uid = spec.chan_uid;
   c.stamp = spec.stamp ? 1 : 0;
+  c.staging_off.store(0, std::memory_order_relaxed);
   auto* ring = seg->at<Cqe64>(c.buf_off);
   for (uint32_t i = 0; i < cnt; ++i) ring[i].op_own = kCqeInvalid << 4 | 1;
   c.ring.store(cq_ring_word(c.buf_off, c.log_cqe_cnt, c.log_cqe_cnt), std::memory_order_release);
@@ -41,7 +43,22 @@ void retire_cq(Segment* seg, CqSlot& c) {
 
 // (An owner that dies inside resize_cq leaves the ring it was moving to, which buf_off does not
 // name yet, to the segment's end: one ring, and only then.)
-void free_rings(Segment* seg, const CqSlot& c) { seg->free(c.buf_off); }
+void free_rings(Segment* seg, const CqSlot& c) {
+  seg->free(c.buf_off);
+  if (uint64_t off = c.staging_off.load(std::memory_order_acquire)) seg->free(off);
+}
+
+Status attach_staging(Segment* seg, CqSlot& c, uint64_t bytes) {
+  if (c.staging_off.load(std::memory_order_relaxed)) return Status::ok;
+  HeapUse use(seg);  // until staging_off names the block (Segment::audit_heap)
+  uint64_t off = seg->alloc(bytes, 4096);
+  if (!off) return Status::no_memory;
+  staging_init(seg->at<StagingArea>(off), bytes);
+  // Engines stage from here on. (A second poller of an imported CQ may have been first.)
+  uint64_t none = 0;
+  if (!c.staging_off.compare_exchange_strong(none, off, std::memory_order_release)) seg->free(off);
+  return Status::ok;
+}
 
 Status create_srq(Segment* seg, const SrqSpec& spec, uint32_t* idx) {
   HeapUse use(seg);
@@ -115,11 +132,18 @@ void retire_mr(Segment* seg, MrSlot& m) {
   m.state.store(kSlotFree, std::memory_order_release);
 }
 
-void rereg_mr(Segment* seg, MrSlot& m, const MrSpec& spec) {
+void rereg_mr(Segment* seg, MrSlot& m, const MrSpec& spec, const MrSlot* share) {
   m.state.store(kSlotDying, std::memory_order_release);
   wait_for_engines(seg);
-  // Other pages: the old pages' shared mapping is not the new translation's.
-  if (m.addr != spec.addr || m.length != spec.length) m.share_len = 0;
+  if (share) {
+    m.share_fd = share->share_fd;
+    m.share_va = share->share_va;
+    m.share_len = share->share_len;
+    m.share_off = share->share_off;
+    m.share_uid = share->share_uid;
+  } else if (m.addr != spec.addr || m.length != spec.length) {
+    m.share_len = 0;  // other pages: the old pages' shared mapping is not the new translation's
+  }
   m.pd = spec.pd;
   m.dev = pd_slot(seg->hdr(), spec.pd).dev;
   m.access = spec.access;

@@ -57,6 +57,7 @@ std::vector<uint64_t> named_blocks(const Header& h) {
     if (!used(c)) return;
     add(c.buf_off);
     add(cq_ring_off(c.ring.load()));  // a resize's new ring, published before buf_off
+    add(c.staging_off.load());
   });
   for (const ContextSlot& c : h.ctxs)
     if (used(c)) add(c.uar_off);

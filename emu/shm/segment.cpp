@@ -155,6 +155,15 @@ Status alloc_table_slot(
   return claim(std::max(first, c * kChunkSlots)) ? Status::ok : Status::no_memory;
 }
 
+// Whether a context or PD slot (live or dying) is still the process's: the two small tables.
+bool owns_context_or_pd(const Header* h, uint32_t proc) {
+  for (const auto& c : h->ctxs)
+    if (c.state.load() != kSlotFree && c.owner == proc) return true;
+  bool pd = false;
+  each_pd(h, [&](const PdSlot& p) { pd |= p.state.load() != kSlotFree && p.owner == proc; });
+  return pd;
+}
+
 template <class SlotT>
 bool is_tgt_qp(const SlotT& slot) {
   // Attached to a domain (tgt_qp_attach): its handles decide. Before that it is its creator's,
@@ -433,9 +442,9 @@ QpSlot* Segment::find_qp(uint32_t qpn) const {
 bool Segment::proc_alive(uint32_t slot) const { return proc_slot_alive(slot); }
 
 // Retires every object `owned` selects: dying first (unfindable), then, once no engine can be
-// inside any of them, rings freed and slots free.
+// inside any of them, rings freed and slots free. Returns how many it marked dying.
 template <class Owned>
-void Segment::release_objects(Owned owned, bool owner_dead) {
+size_t Segment::release_objects(Owned owned, bool owner_dead) {
   // Only what this call marks dying has its rings freed here. A slot already dying belongs to a
   // destroy that its (now dead) owner had begun and may have half done: its rings are left alone
   // (a leak, not a double free), and the slot is freed.
@@ -476,9 +485,10 @@ void Segment::release_objects(Owned owned, bool owner_dead) {
   each_mr(hdr_, retire);
   each_pd(hdr_, retire);
   for (auto& c : hdr_->ctxs) retire(c);
+  return mine.size();
 }
 
-void Segment::release_proc_objects(uint32_t proc) {
+size_t Segment::release_proc_objects(uint32_t proc) {
   // Locks the dead process held (it may have died inside the engine) are free again, and its
   // engine sections closed.
   each_qp(hdr_, [proc](QpSlot& q) {
@@ -497,8 +507,8 @@ void Segment::release_proc_objects(uint32_t proc) {
   // XRC references first (a TGT QP is not its creator's: its handles decide, emu/xrc/xrc.cpp).
   xrc_release_proc(this, proc);
   raw_release_proc(this, proc);
-  release_objects([proc](const auto& slot) { return slot.owner == proc && !is_tgt_qp(slot); },
-                  true);
+  return release_objects(
+      [proc](const auto& slot) { return slot.owner == proc && !is_tgt_qp(slot); }, true);
 }
 
 void Segment::release_context_objects(uint32_t ctx) {
@@ -521,6 +531,7 @@ void Segment::release_context_objects(uint32_t ctx) {
 
 int Segment::sweep_dead() {
   int n = 0;
+  bool audit = false;
   for (uint32_t i = 0; i < kMaxProcs; ++i) {
     ProcRecord& r = hdr_->procs[i];
     // Dead is only ever seen under the table lock while a sweeper works on the record; seen with
@@ -532,16 +543,28 @@ int Segment::sweep_dead() {
     ShmLockGuard g(hdr_->table_lock, kMaxProcs + static_cast<uint32_t>(pid_));
     st = r.state.load();
     if (st != kProcAlive && st != kProcDead) continue;
+    // A process that ran its exit handler after releasing everything (ibv_close_device does)
+    // cannot have died inside a ring maker or a destroy; a record already dead is a sweep whose
+    // sweeper died. Only the others can have leaked heap blocks.
+    bool clean_exit = st == kProcAlive && r.detached.load() != 0;
     r.state.store(kProcDead);
-    release_proc_objects(i);
+    if (clean_exit && !owns_context_or_pd(hdr_, i)) {
+      // Nothing of it can be in any table (every object hangs off a context or a PD, and closing
+      // a context released them): the scans of every table are skipped, which in a fresh mapping
+      // fault in the whole header (docs/architecture.md, "64 processes on one device").
+      reset_engine_slots(this, i);
+    } else if (release_proc_objects(i) != 0 || !clean_exit) {
+      audit = true;
+    }
     r.state.store(kProcFree);
     ++n;
   }
   // Blocks the dead leaked inside an allocation or a free, and rings a dead sweeper left behind
   // (its victim's slots freed above without them). Outside the table lock, which a process
   // making an object takes while it holds the heap-use lock; not waiting for such a process
-  // (the next sweep gets the blocks).
-  if (n > 0) audit_heap(true, false);
+  // (the next sweep gets the blocks). Not after clean exits alone: the audit reads the heap's
+  // whole bookkeeping (most of an attach's cost after another process exited, docs/perf.md).
+  if (audit) audit_heap(true, false);
   return n;
 }
 

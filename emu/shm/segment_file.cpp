@@ -111,6 +111,12 @@ uint32_t live_procs(const Header& h) {
   return n;
 }
 
+bool any_proc_uses_fabric(const Header& h) {
+  for (const ProcRecord& r : h.procs)
+    if (proc_uses_fabric(r)) return true;
+  return false;
+}
+
 uint32_t kept_objects(const Header& h) {
   auto kept = [&h](uint32_t x) {
     return x < kMaxXrcds && h.xrcds[x].state.load(std::memory_order_acquire) == kSlotLive &&

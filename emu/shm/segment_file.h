@@ -43,6 +43,8 @@ bool proc_uses_fabric(const ProcRecord& r);
 // What a fabric's header says about its life, read without attaching (another process may be
 // changing it: a snapshot): the processes that use it.
 uint32_t live_procs(const Header& h);
+// Whether any does: stops at the first (each record costs a read of /proc/<pid>/stat).
+bool any_proc_uses_fabric(const Header& h);
 // XRC domains kept on purpose (a policy other than the kernel's) and TGT QPs bound to them: what
 // outlives every process, and keeps the fabric's segment.
 uint32_t kept_objects(const Header& h);

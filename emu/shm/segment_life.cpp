@@ -210,8 +210,10 @@ void Segment::detach_at_exit() {
   // Two last processes exiting together each see the other's pid alive: the one that detaches
   // first marks itself, so the second sees it gone and removes the file.
   hdr_->procs[self_].detached.store(1);
-  if (still_linked(lock_fd_, path_) && hdr_->persistent.load() == 0 && kept_objects(*hdr_) == 0 &&
-      live_procs(*hdr_) == 0) {
+  // Another user first: it ends the test at the first live record (not last: the usual case at
+  // 64 processes), before kept_objects reads the whole QP table.
+  if (still_linked(lock_fd_, path_) && hdr_->persistent.load() == 0 &&
+      !any_proc_uses_fabric(*hdr_) && kept_objects(*hdr_) == 0) {
     // Our objects go with the file; the mapping stays valid for the threads still running.
     unlink(path_.c_str());
   }

@@ -1,6 +1,6 @@
-// The engine's side of EMU_SHARED_MR: another process's registered pages, mapped here once (from
-// the memfd its owner keeps open) so the device copies into them with memcpy, as a NIC writes
-// host memory without the host's CPU.
+// The engine's side of shared registered memory: another process's registered pages, mapped here
+// once (from the file or memfd its owner keeps open) so the device copies into them with memcpy, as
+// a NIC writes host memory without the host's CPU.
 #pragma once
 #include <cstdint>
 

@@ -146,7 +146,7 @@ PeerDevice peer_open_device(Info& info, int cqe) {
 
 class Peer {
  public:
-  // Spawns /proc/self/exe as a peer in `role` (extra_env "NAME=value" replaces NAME).
+  // Spawns /proc/self/exe as a peer in `role` (extra_env "NAME=value ..." replaces each NAME).
   bool spawn(const char* role, const std::string& extra_env = "") {
     int to_peer[2], from_peer[2];
     if (pipe2(to_peer, O_CLOEXEC) || pipe2(from_peer, O_CLOEXEC)) return false;
@@ -157,12 +157,16 @@ class Peer {
     std::vector<std::string> env_s;
     for (char** e = environ; *e; ++e)
       if (std::strncmp(*e, kPeerEnv, std::strlen(kPeerEnv)) != 0) env_s.push_back(*e);
-    if (!extra_env.empty()) {
-      std::string key = extra_env.substr(0, extra_env.find('=') + 1);
+    for (size_t at = 0; at < extra_env.size();) {  // space-separated NAME=value entries
+      size_t end = std::min(extra_env.find(' ', at), extra_env.size());
+      std::string one = extra_env.substr(at, end - at);
+      at = end + 1;
+      if (one.empty()) continue;
+      std::string key = one.substr(0, one.find('=') + 1);
       env_s.erase(std::remove_if(env_s.begin(), env_s.end(),
                                  [&](const std::string& e) { return e.rfind(key, 0) == 0; }),
                   env_s.end());
-      env_s.push_back(extra_env);
+      env_s.push_back(one);
     }
     env_s.push_back(std::string(kPeerEnv) + "=" + role);
     std::vector<char*> envp;

@@ -1,5 +1,9 @@
 // Tests with a second process (peer.h: the test binary re-executes itself as the peer).
 #include <arpa/inet.h>
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/shm.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
@@ -78,13 +82,63 @@ struct RecvReport {
   _exit(ok ? 0 : 2);
 }
 
+// The peer's buffer, by EMU_TEST_PEER_BACKING: private (unset), "shm" (the second page of a POSIX
+// shm object, linked until the buffer is registered) or "memfd" (a memfd the peer keeps open).
+// Shared ones are what the device reaches through a mapping instead of process_vm_* (the census
+// shows their MR as SHARED).
+const char* peer_backing() {
+  const char* b = std::getenv("EMU_TEST_PEER_BACKING");
+  return b ? b : "";
+}
+
+uint8_t* peer_buffer(PeerInfo& me, std::string* shm_name) {
+  alignas(4096) static uint8_t priv[kPeerBuf];
+  std::string backing = peer_backing();
+  if (backing.empty()) return priv;
+  int fd = -1;
+  off_t off = 0;
+  if (backing == "shm") {
+    *shm_name = "/rdmaemu-test-peer-" + std::to_string(getpid());
+    fd = shm_open(shm_name->c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    off = kPeerBuf;
+  } else if (backing == "memfd") {
+    fd = memfd_create("rdmaemu-test-peer", MFD_CLOEXEC);
+  } else if (backing == "anon" || backing == "sysv") {  // no descriptor to find: map_files only
+    void* p = MAP_FAILED;
+    if (backing == "anon") {
+      p = mmap(nullptr, kPeerBuf, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
+    } else if (int id = shmget(IPC_PRIVATE, kPeerBuf, IPC_CREAT | 0600); id >= 0) {
+      p = shmat(id, nullptr, 0);
+      shmctl(id, IPC_RMID, nullptr);  // gone with the last detach: nothing left behind
+    }
+    if (p == MAP_FAILED) peer_fail(me, "backing");
+    return static_cast<uint8_t*>(p);
+  }
+  if (fd < 0 || ftruncate(fd, off + static_cast<off_t>(kPeerBuf)) != 0) peer_fail(me, "backing");
+  void* p = mmap(nullptr, kPeerBuf, PROT_READ | PROT_WRITE, MAP_SHARED, fd, off);
+  if (p == MAP_FAILED) peer_fail(me, "mmap");
+  return static_cast<uint8_t*>(p);
+}
+
+// EMU_TEST_PEER_FORK=1: the peer forks once its buffer is registered (the child exits at once);
+// the parent's registration must serve as before.
+void maybe_fork(PeerInfo& me) {
+  const char* f = std::getenv("EMU_TEST_PEER_FORK");
+  if (!f || std::strcmp(f, "1") != 0) return;
+  pid_t child = fork();
+  if (child == 0) _exit(0);
+  int st = 0;
+  if (child < 0 || waitpid(child, &st, 0) != child || !WIFEXITED(st)) peer_fail(me, "fork");
+}
+
 [[noreturn]] void run_peer(std::string role) {
   if (role == "attach") run_attach_peer();
   PeerInfo me{};
   PeerDevice d = peer_open_device(me, 16);
   ibv_qp* qp = create_rc_qp(d.pd, d.cq, d.cq);
   if (!qp) peer_fail(me, "pd/cq/qp");
-  alignas(4096) static uint8_t buf[kPeerBuf];
+  std::string shm_name;
+  uint8_t* buf = peer_buffer(me, &shm_name);
   for (size_t i = 0; i < kReadLen; ++i) buf[kReadOff + i] = pattern_byte(i + 100);
   uint64_t init = kFaaInit;
   std::memcpy(buf + kFaaOff, &init, 8);
@@ -94,9 +148,11 @@ struct RecvReport {
   bool iova = role == "receiver-iova";
   if (iova) role = "receiver";
   uint64_t base = iova ? kPeerIova : reinterpret_cast<uint64_t>(buf);
-  ibv_mr* mr = iova ? ibv_reg_mr_iova(d.pd, buf, sizeof buf, kPeerIova, kAllAccess)
-                    : ibv_reg_mr(d.pd, buf, sizeof buf, kAllAccess);
+  ibv_mr* mr = iova ? ibv_reg_mr_iova(d.pd, buf, kPeerBuf, kPeerIova, kAllAccess)
+                    : ibv_reg_mr(d.pd, buf, kPeerBuf, kAllAccess);
+  if (!shm_name.empty()) shm_unlink(shm_name.c_str());
   if (!mr) peer_fail(me, "reg_mr");
+  maybe_fork(me);
 
   me = {1, d.lid, qp->qp_num, 0x4242, mr->rkey, reinterpret_cast<uint64_t>(buf), {}};
   peer_tell(me);
@@ -147,11 +203,11 @@ struct RecvReport {
       peer_report_failure(rep, "ibv_dereg_mr failed");
     }
     static uint8_t snapshot[kPeerBuf];
-    std::memcpy(snapshot, buf, sizeof buf);
+    std::memcpy(snapshot, buf, kPeerBuf);
     uint8_t done = 1;
     write_all(kPeerOut, &done, 1);
     peer_hear<uint8_t>();  // the parent saw its writes fail
-    if (rep.ok && std::memcmp(snapshot, buf, sizeof buf) != 0) {
+    if (rep.ok && std::memcmp(snapshot, buf, kPeerBuf) != 0) {
       peer_report_failure(rep, "the buffer changed after ibv_dereg_mr returned");
     }
     peer_finish(rep);
@@ -186,8 +242,8 @@ __attribute__((constructor)) void maybe_run_peer() {
 class CrossProcess : public VerbsTest {
  protected:
   // Spawns the peer, exchanges connection data and connects qp (made with `params`).
-  void connect_peer(const char* role, const ConnParams& params) {
-    ASSERT_NO_FATAL_FAILURE(peer.start(role, &pi));
+  void connect_peer(const char* role, const ConnParams& params, const std::string& env = "") {
+    ASSERT_NO_FATAL_FAILURE(peer.start(role, &pi, env));
     cq = make_cq();
     ASSERT_NE(cq, nullptr);
     qp = make_qp(cq, cq);
@@ -200,6 +256,12 @@ class CrossProcess : public VerbsTest {
   }
   // SENDs of every size class to a peer in role "receiver*", which checks what it received.
   void send_to_receiver(const char* role);
+  // The tests below, with the peer's buffer backed as `env` says (peer_buffer).
+  void one_sided(const std::string& env);
+  void dereg_race(const std::string& env);
+  void dead_peer(const std::string& env);
+  // The peer's MRs the census shows reachable through a shared mapping.
+  int shared_mrs_of_peer();
   Peer peer;
   PeerInfo pi{};
   ibv_cq* cq = nullptr;
@@ -209,8 +271,60 @@ class CrossProcess : public VerbsTest {
 
 // One-sided operations complete while the peer sits in read(): the device, not the peer's CPU,
 // serves them.
-TEST_F(CrossProcess, OneSidedWhilePeerBlocked) {
-  ASSERT_NO_FATAL_FAILURE(connect_peer("target", {}));
+TEST_F(CrossProcess, OneSidedWhilePeerBlocked) { one_sided(""); }
+
+// The same into a POSIX shm object and a memfd of the peer's, which the device maps (no system
+// call per message); and after the peer forked.
+TEST_F(CrossProcess, OneSidedIntoPeerShm) { one_sided("EMU_TEST_PEER_BACKING=shm"); }
+TEST_F(CrossProcess, OneSidedIntoPeerMemfd) { one_sided("EMU_TEST_PEER_BACKING=memfd"); }
+TEST_F(CrossProcess, OneSidedIntoPeerShmAfterFork) {
+  one_sided("EMU_TEST_PEER_BACKING=shm EMU_TEST_PEER_FORK=1");
+}
+// Shared anonymous memory and SysV shm have no file to open but /proc/self/map_files, which takes
+// CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE: without them the MR keeps the system-call path.
+TEST_F(CrossProcess, OneSidedIntoPeerSharedAnonymous) { one_sided("EMU_TEST_PEER_BACKING=anon"); }
+TEST_F(CrossProcess, OneSidedIntoPeerSysvShm) { one_sided("EMU_TEST_PEER_BACKING=sysv"); }
+// With the recognition turned off, the shm MR is not shared (and the data path still right).
+TEST_F(CrossProcess, OneSidedIntoPeerShmNotShared) {
+  one_sided("EMU_TEST_PEER_BACKING=shm EMU_SHARED_BACKING=0");
+}
+
+int CrossProcess::shared_mrs_of_peer() {
+  std::string s = run_command(EMU_CTL " census --json");
+  std::string owner = "\"owner_pid\":" + std::to_string(peer.pid()) + ",";
+  const std::string mr = "{\"kind\":\"mr\"";
+  int count = 0;
+  for (size_t at = s.find(mr); at != std::string::npos; at = s.find(mr, at + 1)) {
+    std::string obj = s.substr(at, s.find('}', at) - at);
+    if (obj.find(owner) != std::string::npos &&
+        obj.find("\"type\":\"SHARED\"") != std::string::npos)
+      ++count;
+  }
+  return count;
+}
+
+// CAP_SYS_ADMIN (21) or CAP_CHECKPOINT_RESTORE (40) in this process's effective set.
+bool may_open_map_files() {
+  std::FILE* f = std::fopen("/proc/self/status", "r");
+  if (!f) return false;
+  char line[256];
+  unsigned long long eff = 0;
+  while (std::fgets(line, sizeof line, f))
+    if (std::sscanf(line, "CapEff: %llx", &eff) == 1) break;
+  std::fclose(f);
+  return (eff >> 21 & 1) || (eff >> 40 & 1);
+}
+
+void CrossProcess::one_sided(const std::string& env) {
+  ASSERT_NO_FATAL_FAILURE(connect_peer("target", {}, env));
+  // Shared: a shm or memfd buffer unless recognition is off; a private one only if re-backed.
+  bool backed = env.find("BACKING=") != std::string::npos;
+  const char* reback = std::getenv("EMU_SHARED_MR");
+  bool shared = backed ? env.find("EMU_SHARED_BACKING=0") == std::string::npos
+                       : reback && std::strcmp(reback, "1") == 0;
+  bool fileless = env.find("=anon") != std::string::npos || env.find("=sysv") != std::string::npos;
+  if (fileless && !may_open_map_files()) shared = false;
+  EXPECT_EQ(shared_mrs_of_peer(), shared ? 1 : 0);
   for (size_t i = 0; i < kWriteLen; ++i) local.p[i] = pattern_byte(i);
   ibv_sge ws = local.sge(0, kWriteLen);
   ibv_send_wr w = rdma_wr(1, IBV_WR_RDMA_WRITE, &ws, 1, pi.addr + kWriteOff, pi.rkey);
@@ -238,8 +352,15 @@ TEST_F(CrossProcess, OneSidedWhilePeerBlocked) {
   ASSERT_TRUE(peer.recv(&rep, sizeof rep)) << "peer died before reporting";
   EXPECT_EQ(rep.write_ok, 1u) << "the RDMA WRITE did not land in the peer's buffer";
   EXPECT_EQ(rep.faa_value_ok, 1u) << "peer sees " << rep.faa_value;
+  pid_t peer_pid = peer.pid();
   int st = peer.wait();
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "peer status " << st;
+  // Nothing of the peer is left, and the heap has no block that no object names.
+  std::string census = run_command(EMU_CTL " census --json");
+  EXPECT_EQ(census.find("\"owner_pid\":" + std::to_string(peer_pid) + ","), std::string::npos)
+      << census;
+  std::string heap = run_command(EMU_CTL " heap");
+  EXPECT_EQ(heap.rfind("0 leaked heap blocks", 0), 0u) << heap;
 }
 
 // SENDs to another process: the bytes, lengths and immediate data the receiver's polls report.
@@ -269,8 +390,13 @@ void CrossProcess::send_to_receiver(const char* role) {
 
 // Writes race the target's ibv_dereg_mr: once it returns, no write lands any more (as on hardware)
 // and the initiator's next write fails with REM_ACCESS_ERR.
-TEST_F(CrossProcess, NoWriteLandsAfterDeregReturns) {
-  ASSERT_NO_FATAL_FAILURE(connect_peer("dereg", {}));
+TEST_F(CrossProcess, NoWriteLandsAfterDeregReturns) { dereg_race(""); }
+TEST_F(CrossProcess, NoWriteLandsInPeerShmAfterDeregReturns) {
+  dereg_race("EMU_TEST_PEER_BACKING=shm");
+}
+
+void CrossProcess::dereg_race(const std::string& env) {
+  ASSERT_NO_FATAL_FAILURE(connect_peer("dereg", {}, env));
   bool told = false, peer_done = false;
   int failed_at = -1;
   for (int i = 0; i < 100000 && failed_at < 0; ++i) {
@@ -307,11 +433,16 @@ TEST_F(CrossProcess, NoWriteLandsAfterDeregReturns) {
 }
 
 // A responder whose process died answers nothing: the write exhausts its transport retries.
-TEST_F(CrossProcess, DeadPeerRetryExceeded) {
+TEST_F(CrossProcess, DeadPeerRetryExceeded) { dead_peer(""); }
+// Through a mapping the dead peer's pages would still take the write: the device asks whether the
+// owner lives.
+TEST_F(CrossProcess, DeadPeerWithShmRetryExceeded) { dead_peer("EMU_TEST_PEER_BACKING=memfd"); }
+
+void CrossProcess::dead_peer(const std::string& env) {
   ConnParams cp;
   cp.timeout = 10;  // 4.096 us * 2^10 ~ 4 ms per attempt
   cp.retry_cnt = 2;
-  ASSERT_NO_FATAL_FAILURE(connect_peer("victim", cp));
+  ASSERT_NO_FATAL_FAILURE(connect_peer("victim", cp, env));
   ASSERT_NO_FATAL_FAILURE(peer.kill_now());
   ibv_sge s = local.sge(0, 64);
   ibv_send_wr w = rdma_wr(9, IBV_WR_RDMA_WRITE, &s, 1, pi.addr, pi.rkey);

@@ -40,23 +40,43 @@ class WriteRuns : public VerbsTest {
     *off_end = off;
     return wrs;
   }
+  // The same chain as RDMA READs of src's bytes into the same places of dst (no inline).
+  void as_reads(std::vector<ibv_send_wr>& wrs, std::vector<ibv_sge>& sges) {
+    for (size_t i = 0; i < wrs.size(); ++i) {
+      uint64_t off = sges[i].addr - src.addr();
+      sges[i] = dst.sge(off, sges[i].length);
+      wrs[i].opcode = IBV_WR_RDMA_READ;
+      wrs[i].send_flags &= ~IBV_SEND_INLINE;
+      wrs[i].wr.rdma.remote_addr = src.addr() + off;
+      wrs[i].wr.rdma.rkey = src.rkey();
+    }
+  }
+  void chain_moves_every_byte(bool reads);
   Pair p;
   Buf src, dst;
 };
 
-TEST_F(WriteRuns, ChainOfWritesMovesEveryByte) {
+// A chain of 100 writes (or, as_reads, reads) posted in one call moves every byte to dst, and only
+// the signaled last one completes.
+TEST_F(WriteRuns, ChainOfWritesMovesEveryByte) { chain_moves_every_byte(false); }
+// A run of READs (one DMA call: one process_vm_readv for another process's private memory).
+TEST_F(WriteRuns, ChainOfReadsMovesEveryByte) { chain_moves_every_byte(true); }
+
+void WriteRuns::chain_moves_every_byte(bool reads) {
   std::vector<ibv_sge> sges;
   size_t end = 0;
   auto wrs = chain(100, sges, &end);
+  if (reads) as_reads(wrs, sges);
+  const char* what = reads ? "read " : "write ";
   ibv_send_wr* bad = nullptr;
   ASSERT_EQ(ibv_post_send(p.a, wrs.data(), &bad), 0);
   ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 1099));
   for (int i = 0; i < 100; ++i) {
-    size_t off = sges[i].addr - src.addr();
-    ASSERT_EQ(std::memcmp(dst.p + off, src.p + off, sges[i].length), 0) << "write " << i;
-    ASSERT_EQ(dst.p[off + sges[i].length], 0) << "write " << i << " overran";
+    size_t off = sges[i].addr - (reads ? dst.addr() : src.addr());
+    ASSERT_EQ(std::memcmp(dst.p + off, src.p + off, sges[i].length), 0) << what << i;
+    ASSERT_EQ(dst.p[off + sges[i].length], 0) << what << i << " overran";
   }
-  EXPECT_TRUE(drain(p.cqa).empty()) << "unsignaled writes completed";
+  EXPECT_TRUE(drain(p.cqa).empty()) << "unsignaled WRs completed";
 }
 
 TEST_F(WriteRuns, BadRkeyInTheMiddleStopsTheRunThere) {

@@ -26,6 +26,7 @@ struct Config {
   EngineMode engine;        // EMU_ENGINE
   bool log;                 // EMU_LOG
   uint32_t vendor_part_id;  // EMU_VENDOR_PART_ID
+  uint64_t staging;         // EMU_STAGING: a receive CQ's staging area, bytes (0: none)
   // Per port, from port 1; the last entry stands for every later port.
   std::vector<PortLinkLayer> link_layers;  // EMU_LINK_LAYER (never empty)
   std::vector<std::string> roce_netdevs;   // EMU_ROCE_NETDEV (entries may be "auto" or "")

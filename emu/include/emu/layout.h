@@ -26,7 +26,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 32;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 33;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -323,6 +323,9 @@ struct CqSlot {
   alignas(64) std::atomic<uint32_t> arm;  // CqArm
   std::atomic<uint32_t> overrun;          // CqOverrun
   std::atomic<uint32_t> stalled_qps;      // QPs completing here whose head WQE waits for a retry
+  // The receive staging area (emu/staging.h), 0 until the owner's poll makes one: set once, by
+  // the owner, and freed with the CQ (free_rings).
+  std::atomic<uint64_t> staging_off;
 };
 
 // CqSlot::ring: a ring's offset (4096-aligned), its log2 CQE count in bits 0-5 and, in bits 6-11,

@@ -83,6 +83,9 @@ void retire_cq(Segment* seg, CqSlot& cq);
 // index is ci, and polls nothing until it returns; *ring_off is then the ring to poll. invalid:
 // more completions are outstanding than the new ring holds; no_memory: no room for it.
 Status resize_cq(Segment* seg, CqSlot& cq, uint32_t log_cqe_cnt, uint32_t ci, uint64_t* ring_off);
+// Gives the CQ a receive staging area of `bytes` (staging_area_bytes) if it has none; its poller
+// calls this when a CQE asks for one. no_memory: no room (the CQ goes without).
+Status attach_staging(Segment* seg, CqSlot& cq, uint64_t bytes);
 
 struct SrqSpec {
   uint32_t dev;
@@ -116,8 +119,9 @@ Status create_mr(Segment* seg, const MrSpec& spec, uint32_t* idx);
 // Once this returns no engine touches the registered memory any more (as ibv_dereg_mr promises).
 void retire_mr(Segment* seg, MrSlot& mr);
 // ibv_rereg_mr: the MR takes spec's PD, rights and translation under its key. Engines are kept
-// off it meanwhile (as retire_mr), so none sees half of the old and half of the new.
-void rereg_mr(Segment* seg, MrSlot& mr, const MrSpec& spec);
+// off it meanwhile (as retire_mr), so none sees half of the old and half of the new. `share`, if
+// given, carries the shared window (share_*) the MR takes; else other pages drop the old one.
+void rereg_mr(Segment* seg, MrSlot& mr, const MrSpec& spec, const MrSlot* share = nullptr);
 
 Status create_pd(Segment* seg, uint32_t dev, uint32_t ctx, uint32_t* idx);
 // The caller has checked that nothing of its own uses it (EBUSY at the verbs edge).

@@ -109,9 +109,9 @@ class Segment {
   void unmap_and_close();
   void init_devices(const Config& cfg);
   void init_roce_port_from(const Config& cfg, uint32_t dev, uint32_t port);
-  void release_proc_objects(uint32_t proc);
+  size_t release_proc_objects(uint32_t proc);
   template <class Owned>
-  void release_objects(Owned owned, bool owner_dead);
+  size_t release_objects(Owned owned, bool owner_dead);
   HeapLeaks audit_heap_blocks(const uint64_t* heads, size_t n, bool reclaim);
 
   int lock_fd_ = -1;  // the segment file: mapped, flocked by the allocator, OFD-locked for its life

@@ -195,6 +195,11 @@ enum CqeEmuFlags : uint8_t {
                          // srqn_uidx names the TM SRQ, wqe_counter its WQE or tag index
   kCqeFlagTmSyncReq = 1 << 4,  // the device's phase count differs from software's
   kCqeFlagTmFail = 1 << 5,     // a DEL found the tag already consumed (IBV_WC_TM_ERR)
+  // A receive whose payload waits in the CQ's staging area (emu/staging.h), bytes 0..15 of the
+  // CQE naming its slots (a StagedRef): the poll copies it into the WQE's buffers and frees them.
+  kCqeFlagStaged = 1 << 6,
+  // A receive that could have been staged had the CQ an area: its owner's poll makes one.
+  kCqeFlagWantStaging = 1 << 7,
 };
 
 // app_op of a tag matching CQE, mlx5's numbering (MLX5_CQE_APP_OP_TM_*).

@@ -1,0 +1,36 @@
+#!/bin/bash
+# Benchmark (not a test): create+destroy cost per QP, CQ and MR with 100, 1,000 and 10,000 QPs
+# live (issue 18 item 3), build A (default /work/main/build/bin: fixed tables, at most 4,094 QPs)
+# against build B (this tree's: chunked tables), alternated A B A B ..., pinned to core 1. Prints
+# the median ns per create+destroy pair and the median of per-round B/A ratios.
+# Usage: bench/scale_create.sh [A_BIN] [rounds=5]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+A=${1:-/work/main/build/bin}
+B=build/bin
+rounds=${2:-5}
+source bench/lib.sh
+prog=$(mktemp /tmp/scale_create.XXXXXX)
+trap 'rm -f "$prog"' EXIT
+g++ -O2 -std=c++17 -o "$prog" bench/scale_create.cpp -libverbs
+export EMU_SHM_SIZE=${EMU_SHM_SIZE:-256M}
+run() { EMU_FABRIC=scale-bench-$$ taskset -c 1 "$1/emu-run" "$prog" 100 1000 10000; }
+declare -A R
+for _ in $(seq "$rounds"); do
+  for side in a b; do
+    bin=$A && [ $side = b ] && bin=$B
+    while read -r kind live val; do
+      R[$side.$kind.$live]+="${val#*=} "
+    done < <(run "$bin" | awk '{print $1, $2, $3}')
+  done
+done
+m() { tr ' ' '\n' <<<"${R[$1]:-}" | grep -E '^[0-9.]+$' | median; }
+echo "| object | live QPs | A ns | B ns | B/A (median of rounds) |"
+echo "|---|---|---|---|---|"
+for kind in qp cq mr; do
+  for live in live=100 live=1000 live=10000; do
+    a=($(echo ${R[a.$kind.$live]:-})) b=($(echo ${R[b.$kind.$live]:-}))
+    rs=$(for i in "${!b[@]}"; do ratio "${b[$i]}" "${a[$i]:-0}"; echo; done | grep -v n/a | median)
+    echo "| $kind | ${live#live=} | $(m a.$kind.$live) | $(m b.$kind.$live) | ${rs:-n/a} |"
+  done
+done
