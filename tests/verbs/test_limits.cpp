@@ -93,9 +93,12 @@ TEST_F(Limits, CreateQpBeyondMaxQpWrAndMaxSge) {
   EXPECT_EQ(errno, EINVAL);
 }
 
-// The device holds as many QPs as it says: max_qp of them can exist at once (the segment is sized
-// for it), the next one is ENOMEM, and destroying one makes room.
-TEST_F(Limits, MaxQpQpsExistAtOnce) {
+// QPs can be made until the table (max_qp) or the segment's heap is full, whichever comes
+// first: the next one is ENOMEM, and destroying one makes room. Since the tables are heap chunks
+// (issue 18 item 3) max_qp is 65,534, more of even the smallest QPs than the default EMU_SHM_SIZE
+// holds, so here the heap is what fills (once max_qp was 4,094 and the segment sized for it);
+// tests/verbs/test_scale.cpp makes 10,000 in a segment sized for them.
+TEST_F(Limits, QpsCanBeMadeUntilTheTableOrTheHeapIsFull) {
   std::vector<ibv_qp*> qps;
   ibv_qp_init_attr ia;
   std::memset(&ia, 0, sizeof ia);
@@ -104,14 +107,17 @@ TEST_F(Limits, MaxQpQpsExistAtOnce) {
   ia.qp_type = IBV_QPT_RC;
   ia.cap = {1, 1, 1, 1, 0};
   for (int i = 0; i < da.max_qp; ++i) {
+    errno = 0;
     ibv_qp* qp = ibv_create_qp(pd, &ia);
     if (!qp) {
-      ADD_FAILURE() << "QP " << i << " of max_qp " << da.max_qp << ": errno " << errno;
+      EXPECT_EQ(errno, ENOMEM) << "QP " << i << " of max_qp " << da.max_qp;
       break;
     }
     qps.push_back(qp);
   }
-  if (static_cast<int>(qps.size()) == da.max_qp) {
+  // More than the old fixed table held: the default segment has room for over 4,094 such QPs.
+  EXPECT_GT(qps.size(), 4094u);
+  if (!qps.empty()) {
     ASSERT_NO_FATAL_FAILURE(expect_full_until_one_goes(
         qps, [&] { return ibv_create_qp(pd, &ia); }, ibv_destroy_qp));
   }
