@@ -17,7 +17,7 @@ const KnobDoc kKnobs[] = {
     {"EMU_SHM_DIR", "/dev/shm", "Directory of the shared segment file (a tmpfs)."},
     {"EMU_SHM_SIZE", "48M",
      "The most a fabric's shared segment can grow to (suffix K/M/G; at least 8M): the size of "
-     "its mapping. Its tmpfs pages are taken as the fabric grows (the 5.5 MiB header and 1/50 of "
+     "its mapping. Its tmpfs pages are taken as the fabric grows (the 0.6 MiB header and 1/50 of "
      "this size for the heap's bookkeeping when it is made, then each ring as it is allocated) "
      "and given back as rings are freed; a full tmpfs fails the verb that needed the room with "
      "ENOMEM and a message."},
