@@ -19,21 +19,28 @@ std::string prefix() { return "rdmaemu-" + std::to_string(getuid()) + "-"; }
 
 // A segment file opened and its header mapped read-only (holes read as zeros: nothing is taken
 // from the tmpfs). hdr is null when the file is too short to hold a header.
+// The whole file is mapped, not only the Header: the object tables live in heap chunks past it
+// (kept_objects reads the QP chunks). Read-only and untouched beyond what is read, so the mapping
+// costs no tmpfs page that the segment does not already hold.
 struct Peek {
   int fd = -1;
   struct stat st = {};
   const Header* hdr = nullptr;
+  size_t mapped = 0;
 
   bool open_at(const std::string& path) {
     fd = open(path.c_str(), O_RDWR | O_CLOEXEC | O_NOFOLLOW);
     if (fd < 0 || fstat(fd, &st) != 0) return false;
     if (static_cast<uint64_t>(st.st_size) < sizeof(Header)) return true;
-    void* p = mmap(nullptr, sizeof(Header), PROT_READ, MAP_SHARED, fd, 0);
-    if (p != MAP_FAILED) hdr = static_cast<const Header*>(p);
+    void* p = mmap(nullptr, static_cast<size_t>(st.st_size), PROT_READ, MAP_SHARED, fd, 0);
+    if (p != MAP_FAILED) {
+      hdr = static_cast<const Header*>(p);
+      mapped = static_cast<size_t>(st.st_size);
+    }
     return true;
   }
   ~Peek() {
-    if (hdr) munmap(const_cast<Header*>(hdr), sizeof(Header));
+    if (hdr) munmap(const_cast<Header*>(hdr), mapped);
     if (fd >= 0) close(fd);
   }
 };

@@ -27,7 +27,8 @@ namespace {
 
 // EMU_UNIT_PROBE=life-*: this process attaches to $EMU_FABRIC in $EMU_SHM_DIR (exit 3 with the
 // error if refused), then: life-exit exits normally (its exit handlers run), life-die SIGKILLs
-// itself, life-limit allocates 8 MiB and then 4 KiB and prints "big=<0|1> small=<0|1>".
+// itself, life-die-qp takes a QP slot (the QP table's first heap chunk) and SIGKILLs itself,
+// life-limit allocates 8 MiB and then 4 KiB and prints "big=<0|1> small=<0|1>".
 __attribute__((constructor)) void maybe_probe() {
   const char* probe = std::getenv("EMU_UNIT_PROBE");
   if (!probe || std::strncmp(probe, "life-", 5) != 0) return;
@@ -39,6 +40,11 @@ __attribute__((constructor)) void maybe_probe() {
   }
   std::string mode = probe + 5;
   if (mode == "die") raise(SIGKILL);
+  if (mode == "die-qp") {
+    uint32_t qp = 0;
+    if (s->alloc_qp(&qp) == Status::ok) raise(SIGKILL);
+    _exit(4);
+  }
   if (mode == "limit") {
     bool big = s->alloc(8u << 20) != 0;
     bool small = s->alloc(4096) != 0;
@@ -111,6 +117,23 @@ TEST(SegmentLife, AKilledFabricGoesAtTheNextAttachOfAnyFabric) {
   EXPECT_TRUE(exists(d.seg("killed"))) << "nobody has attached since";
   ASSERT_EQ(probe(d, "exit", "next", {}, &out), 0) << out;
   EXPECT_FALSE(exists(d.seg("killed")));
+  EXPECT_TRUE(d.files().empty());
+}
+
+// The tables live in heap chunks past the Header: reading another fabric's QP table (whether it
+// keeps XRC objects) must reach them through a mapping of the whole file, not of the Header only
+// (that read past the mapping crashed ibv_rc_pingpong in accept.shm_life).
+TEST(SegmentLife, AKilledFabricWithAQpTableIsListedAndRemoved) {
+  ShmDir d;
+  std::string out;
+  ASSERT_EQ(probe(d, "die-qp", "tables", {}, &out), -SIGKILL) << out;
+  std::vector<FabricInfo> list = list_fabrics(d.config());
+  ASSERT_EQ(list.size(), 1u);
+  EXPECT_TRUE(list[0].readable);
+  EXPECT_EQ(list[0].live_procs, 0u);
+  EXPECT_EQ(list[0].kept_objects, 0u);
+  ASSERT_EQ(probe(d, "exit", "next", {}, &out), 0) << out;
+  EXPECT_FALSE(exists(d.seg("tables")));
   EXPECT_TRUE(d.files().empty());
 }
 
