@@ -128,6 +128,24 @@ void recount_opens(Segment* seg) {
   }
 }
 
+// The same for TGT QPs: a death inside release_handle or tgt_qp_attach can leave a QP's handle
+// count apart from its live handles (the handle freed, the count or the destroy not yet; or the
+// handle made and the count not yet), so that no handle of the dead names the QP any more and
+// nothing would ever take it. The handles are the truth; a QP the kernel's rule says goes (none
+// left, not bound to its domain) goes now. Only with xrc_lock held.
+void recount_tgt_handles(Segment* seg) {
+  Header* h = seg->hdr();
+  for (uint32_t qi = 0; qi < table_end(h->qp_dir); ++qi) {
+    QpSlot& q = qp_slot(h, qi);
+    if (q.state.load() != kSlotLive || q.type != kQptXrcRecv || q.xrcd_ref == 0) continue;
+    uint32_t n = 0;
+    for (const XrcHandle& x : h->xrc_handles)
+      n += x.state.load() == kSlotLive && x.kind == kHandleTgtQp && x.object == qi;
+    q.handles.store(n);
+    if (n == 0 && !q.dies_with_xrcd) destroy_tgt_qp(seg, qi);
+  }
+}
+
 }  // namespace
 
 Status xrcd_open(Segment* seg, const XrcdKey& key, bool create, bool excl, uint32_t policy,
@@ -252,6 +270,7 @@ void xrc_release_proc(Segment* seg, uint32_t proc) {
     if (x.state.load() == kSlotLive && x.owner == proc && x.kind == kHandleXrcd)
       release_handle(seg, i, true);
   }
+  recount_tgt_handles(seg);
   recount_opens(seg);
 }
 

@@ -127,6 +127,29 @@ TEST(Census, DeadCreatorUnderEachPolicy) {
   }
 }
 
+// ibv_destroy_qp of the last TGT QP handle killed between freeing the handle and destroying the
+// real QP (pyharness test_random_kills[10], a SIGKILL inside the opener's destroy): no handle of
+// the dead names the QP any more, so only a recount from the handles finds that it must go.
+TEST(Census, ADestroyCutShortAfterItsHandleWentTakesTheQpAtTheSweep) {
+  Segment* s = Segment::get();
+  ASSERT_NE(s, nullptr);
+  uint32_t dead = forge_dead_proc(s);
+  uint32_t xi = 0, open = 0;
+  ASSERT_EQ(xrcd_open(s, {0, 13, 50}, true, false, kXrcPolicyKernel, 0, &xi, &open), Status::ok);
+  uint32_t th = 0;
+  uint32_t qi = forge_tgt_qp(s, xi, dead, &th);
+  uint32_t qpn = qp_slot(s->hdr(), qi).qpn;
+  s->hdr()->xrc_handles[th].state.store(kSlotFree);  // where the SIGKILL came: count still 1
+  ASSERT_NE(tgt(take_census(s), qpn), nullptr);
+  EXPECT_EQ(s->sweep_dead(), 1);
+  Census after = take_census(s);
+  EXPECT_EQ(tgt(after, qpn), nullptr) << "no handle left: the kernel rule destroys it";
+  ASSERT_EQ(after.xrcds.size(), 1u);
+  EXPECT_EQ(after.xrcds[0].objects, 0u);
+  xrcd_close(s, open);
+  EXPECT_TRUE(take_census(s).xrcds.empty());
+}
+
 TEST(Census, XrcdOpenErrors) {
   Segment* s = Segment::get();
   ASSERT_NE(s, nullptr);
