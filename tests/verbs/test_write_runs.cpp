@@ -79,6 +79,36 @@ void WriteRuns::chain_moves_every_byte(bool reads) {
   EXPECT_TRUE(drain(p.cqa).empty()) << "unsignaled WRs completed";
 }
 
+// A stream of inline writes into consecutive slots (the device joins adjacent targets into one
+// span and gathers the inline payloads into one source), with a gap after every 16th and a
+// non-inline write among them: every slot holds its own bytes, the gaps stay untouched.
+TEST_F(WriteRuns, AdjacentInlineWritesMoveEveryByte) {
+  constexpr int kN = 64;
+  std::vector<ibv_send_wr> wrs(kN);
+  std::vector<ibv_sge> sges(kN);
+  std::vector<size_t> at(kN);
+  size_t off = 0;
+  for (int i = 0; i < kN; ++i) {
+    at[i] = off;
+    sges[i] = src.sge(static_cast<size_t>(i) * 8, 8);
+    unsigned flags = i == 40 ? 0 : IBV_SEND_INLINE;
+    if (i == kN - 1) flags |= IBV_SEND_SIGNALED;
+    wrs[i] = rdma_wr(2000 + i, IBV_WR_RDMA_WRITE, &sges[i], 1, dst.addr() + off, dst.rkey(), flags);
+    if (i + 1 < kN) wrs[i].next = &wrs[i + 1];
+    off += 8 + (i % 16 == 15 ? 8 : 0);
+  }
+  ibv_send_wr* bad = nullptr;
+  ASSERT_EQ(ibv_post_send(p.a, wrs.data(), &bad), 0);
+  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 2000 + kN - 1));
+  for (int i = 0; i < kN; ++i) {
+    ASSERT_EQ(std::memcmp(dst.p + at[i], src.p + static_cast<size_t>(i) * 8, 8), 0)
+        << "write " << i;
+    if (i % 16 != 15) continue;
+    for (int g = 8; g < 16; ++g) ASSERT_EQ(dst.p[at[i] + g], 0) << "gap after write " << i;
+  }
+  EXPECT_TRUE(drain(p.cqa).empty()) << "unsignaled WRs completed";
+}
+
 TEST_F(WriteRuns, BadRkeyInTheMiddleStopsTheRunThere) {
   std::vector<ibv_sge> sges;
   size_t end = 0;
