@@ -28,10 +28,39 @@ bool all_inline(const MemSpan* spans, uint32_t n, const void* wqes, uint64_t byt
   return true;
 }
 
+constexpr uint32_t kBatch = 64;
+
+// A run's per-thread buffers. A thread_local of a shared library costs a __tls_get_addr call,
+// which the compiler repeats at every use rather than keep the address (three per WQE): the
+// address comes from a call it cannot see into, once per run.
+struct RunBuffers {
+  uint8_t wqes[kBatch][kMaxWqeBBs * kSendWqeBB];
+  uint8_t gathered[kBatch * kMaxWqeBBs * kSendWqeBB];
+  MemSpan local[kBatch * 4];
+  MemSpan remote[kBatch];
+};
+__attribute__((noinline)) RunBuffers* run_buffers() {
+  static thread_local RunBuffers t_buffers;
+  return &t_buffers;
+}
+
+// A copy of a small inline payload without a call into libc for each one: 8-byte moves (the
+// last one overlapping) for up to 16 bytes, memcpy beyond.
+inline void gather_copy(uint8_t* to, const uint8_t* from, uint64_t len) {
+  if (len >= 8 && len <= 16) {
+    uint64_t a, b;
+    std::memcpy(&a, from, 8);
+    std::memcpy(&b, from + len - 8, 8);
+    std::memcpy(to, &a, 8);
+    std::memcpy(to + len - 8, &b, 8);
+    return;
+  }
+  std::memcpy(to, from, len);
+}
+
 }  // namespace
 
 uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
-  constexpr uint32_t kBatch = 64;
   uint32_t pending = (producer - qp.sq_ci) & 0xffff;
   // A scheduled run takes each WQE as its own steps, so that a schedule can switch between them.
   if (pending < 2 || sched::scheduled() || !g_runs) return 0;
@@ -61,9 +90,10 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     uint16_t idx;
     bool signaled;
   };
-  static thread_local uint8_t wqes[kBatch][kMaxWqeBBs * kSendWqeBB];
-  static thread_local MemSpan local[kBatch * 4];
-  static thread_local MemSpan remote[kBatch];
+  RunBuffers& buffers = *run_buffers();
+  auto& wqes = buffers.wqes;
+  MemSpan* local = buffers.local;
+  MemSpan* remote = buffers.remote;
   Item items[kBatch];
   ParsedWqe w;
   uint32_t n = 0, nl = 0, nr = 0, pos = qp.sq_ci, consumed = 0;
@@ -110,11 +140,11 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   int rpid = windows ? 0 : h_->procs[r->owner].pid;
   // Inline payloads of a write run sit in our copies of the WQEs, many small spans the kernel
   // would walk one iovec at a time: gathered into one span first, they cost one memcpy each.
-  static thread_local uint8_t gathered[kBatch * kMaxWqeBBs * kSendWqeBB];
   if (op == kOpRdmaWrite && rpid && nl > 1 && all_inline(local, nl, wqes, sizeof wqes)) {
+    uint8_t* gathered = buffers.gathered;
     uint64_t at = 0;
     for (uint32_t i = 0; i < nl; ++i) {
-      std::memcpy(gathered + at, reinterpret_cast<const void*>(local[i].addr), local[i].len);
+      gather_copy(gathered + at, reinterpret_cast<const uint8_t*>(local[i].addr), local[i].len);
       at += local[i].len;
     }
     local[0] = {reinterpret_cast<uint64_t>(gathered), at};
@@ -124,14 +154,15 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   CopyResult cr = op == kOpRdmaRead ? dma_copy(rpid, remote, nri, 0, local, nli)
                                     : dma_copy(0, local, nli, rpid, remote, nri);
   if (cr != CopyResult::ok) return 0;
+  // One CqeInfo for the run: every WQE sets the same fields, and step_complete only reads it.
+  CqeInfo info;
+  clear_cqe_info(&info);
+  info.cqe_opcode = kCqeReq;
+  info.wqe_opcode = op;
+  info.qpn = qp.qpn;
   for (uint32_t i = 0; i < n; ++i) {
     advance_psn(qp, r, packets(items[i].len, qp.path_mtu));
-    CqeInfo info;
-    clear_cqe_info(&info);
-    info.cqe_opcode = kCqeReq;
-    info.wqe_opcode = op;
     info.wqe_counter = items[i].idx;
-    info.qpn = qp.qpn;
     info.byte_cnt = items[i].len;
     step_complete(qp, info, items[i].signaled, items[i].bbs);
   }
