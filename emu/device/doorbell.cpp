@@ -287,17 +287,11 @@ bool take_bf_copy(QpSlot& qp, uint32_t pos, uint8_t* buf, bool* bad) {
   }
 }
 
-void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf) {
-  WqeWriteRec* rec = wrec_of(seg, qp);
-  if (!rec || !qp.wrec_tracked.load(std::memory_order_relaxed)) return;
-  WqeWriteRec& r = rec[pos & (qp.sq_bbs - 1)];
-  uint32_t n = r.unfetched.load(std::memory_order_relaxed);
-  if (n == 0) return;
-  r.unfetched.store(0, std::memory_order_relaxed);
-  if (n > 1)
-    report(seg, kRaceDoubleWrite, from_bf ? kActExecutedBf : kActExecutedRing, &qp, qp.uar_index,
-           pos & 0xffff, r.prev_writer.load(std::memory_order_relaxed),
-           r.writer.load(std::memory_order_relaxed), n, 0);
+void report_double_write(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf, uint32_t n) {
+  const WqeWriteRec& r = wrec_of(seg, qp)[pos & (qp.sq_bbs - 1)];
+  report(seg, kRaceDoubleWrite, from_bf ? kActExecutedBf : kActExecutedRing, &qp, qp.uar_index,
+         pos & 0xffff, r.prev_writer.load(std::memory_order_relaxed),
+         r.writer.load(std::memory_order_relaxed), n, 0);
 }
 
 void report_stale(Segment* seg, QpSlot& qp, uint32_t pos) {

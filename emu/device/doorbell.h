@@ -65,9 +65,27 @@ uint32_t dbrec_checked(Segment* seg, QpSlot& qp, uint32_t raw_producer);
 // *bad if it did not parse). Stale copies the device has passed are dropped. Engine lock held.
 bool take_bf_copy(QpSlot& qp, uint32_t pos, uint8_t* buf, bool* bad);
 
+// Whether a BlueFlame copy waits that the runner has not taken or dropped (take_bf_copy's first
+// test, for a caller that fetches many WQEs from the ring in a row). Engine lock held.
+inline bool bf_copy_waiting(const QpSlot& qp) {
+  return qp.bf_stash.seq.load(std::memory_order_acquire) !=
+         qp.bf_stash.consumed.load(std::memory_order_relaxed);
+}
+
+// Reports a double write found by note_fetch: n WQE starts written at pos since the last fetch.
+void report_double_write(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf, uint32_t n);
+
 // The device fetched the WQE starting at ring position pos (from the ring or a BlueFlame copy):
 // reports a double write (two WQEs written into the slot since the last fetch). Engine lock held.
-void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf);
+// Inline: it runs for every WQE, and its common case is two loads and a store.
+inline void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf) {
+  if (!qp.wrec_off || !qp.wrec_tracked.load(std::memory_order_relaxed)) return;
+  WqeWriteRec& r = seg->at<WqeWriteRec>(qp.wrec_off)[pos & (qp.sq_bbs - 1)];
+  uint32_t n = r.unfetched.load(std::memory_order_relaxed);
+  if (n == 0) return;
+  r.unfetched.store(0, std::memory_order_relaxed);
+  if (n > 1) report_double_write(seg, qp, pos, from_bf, n);
+}
 
 // The device reached a slot below the doorbell record that holds no WQE for that position.
 void report_stale(Segment* seg, QpSlot& qp, uint32_t pos);

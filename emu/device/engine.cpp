@@ -120,7 +120,7 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
 // from the ring.
 Engine::Fetch Engine::fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs) {
   bool bad = false;
-  bool from_bf = take_bf_copy(qp, pos, buf, &bad);
+  bool from_bf = bf_copy_waiting(qp) && take_bf_copy(qp, pos, buf, &bad);
   if (from_bf && bad) {
     note_fetch(seg_, qp, pos, true);
     return Fetch::bad_bf;

@@ -58,6 +58,38 @@ inline void gather_copy(uint8_t* to, const uint8_t* from, uint64_t len) {
   std::memcpy(to, from, len);
 }
 
+// A run's fetch of its common WQE without a call: one block, in the ring, no BlueFlame copy
+// waiting. False for anything else (a copy to take, a longer or stale WQE), which fetch_wqe_at
+// then reads the general way. Runs are never scheduled, so the ring is what the device sees.
+inline bool fetch_one_block(Segment* seg, QpSlot& qp, uint32_t pos, uint8_t* buf) {
+  if (bf_copy_waiting(qp)) return false;
+  std::memcpy(buf, seg->at<uint8_t>(qp.sq_off) + (pos & (qp.sq_bbs - 1)) * kSendWqeBB, kSendWqeBB);
+  CtrlSeg ctrl;
+  std::memcpy(&ctrl, buf, sizeof ctrl);
+  uint32_t size = ctrl_size(ctrl);
+  if (size == 0 || size > kSendWqeBB || ctrl_wqe_index(ctrl) != (pos & 0xffff) ||
+      ctrl_qpn(ctrl) != qp.qpn)
+    return false;
+  note_fetch(seg, qp, pos, false);
+  return true;
+}
+
+// The responder's translation of the run's last R_Key, reused while the key stays the same: the
+// MR cannot change during the run (the engine section keeps retire_mr and rereg_mr waiting), and
+// the QP's and the MR's rights were checked for this opcode at the first WQE. A key naming a
+// memory window is translated every time.
+struct RemoteKeyCache {
+  uint32_t rkey = 0;
+  const MrSlot* mr = nullptr;
+  bool translate(uint32_t key, uint64_t addr, uint64_t len, uint64_t* va) const {
+    if (!mr || key != rkey || addr < mr->iova || len > mr->length ||
+        addr - mr->iova > mr->length - len)
+      return false;
+    *va = mr->addr + (addr - mr->iova);
+    return true;
+  }
+};
+
 }  // namespace
 
 uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
@@ -98,10 +130,13 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   ParsedWqe w;
   uint32_t n = 0, nl = 0, nr = 0, pos = qp.sq_ci, consumed = 0;
   bool windows = false;
+  RemoteKeyCache keys;
   uint8_t op = 0;  // the run's opcode: its first WQE's
   while (n < kBatch && consumed < pending) {
-    uint32_t bbs;
-    if (fetch_wqe_at(qp, pos, wqes[n], &bbs) != Fetch::ok) break;
+    uint32_t bbs = 1;
+    if (!fetch_one_block(seg_, qp, pos, wqes[n]) &&
+        fetch_wqe_at(qp, pos, wqes[n], &bbs) != Fetch::ok)
+      break;
     uint8_t o = ctrl_opcode(*reinterpret_cast<const CtrlSeg*>(wqes[n]));
     if (n == 0 && (o == kOpRdmaWrite || o == kOpRdmaRead)) op = o;
     if (o != op) break;
@@ -109,14 +144,18 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     uint64_t total = w.local.total;
     if (nl + w.local.n > kBatch * 4) break;
     uint64_t rva = 0;
-    const MrSlot* rmr = nullptr;
-    if (total &&
-        !translate_remote(seg_, *r, be32(w.raddr.rkey), be64(w.raddr.raddr), total,
-                          op == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite, &rva, &rmr))
-      break;
+    const MrSlot* rmr = keys.mr;
+    uint32_t rkey = be32(w.raddr.rkey);
+    if (total && !keys.translate(rkey, be64(w.raddr.raddr), total, &rva)) {
+      if (!translate_remote(seg_, *r, rkey, be64(w.raddr.raddr), total,
+                            op == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite, &rva, &rmr))
+        break;
+      keys = {};
+      if (!rmr->mw_type && rmr->key == rkey) keys = {rkey, rmr};
+    }
     // One copy call takes one address space: all through shared mappings, or none.
     if (total) {
-      uint64_t window = shared_window(seg_, *rmr, rva, total);
+      uint64_t window = rmr->share_len ? shared_window(seg_, *rmr, rva, total) : 0;
       if (nr == 0) windows = window != 0;
       if ((window != 0) != windows) break;
       if (window) rva = window;

@@ -1,5 +1,6 @@
 #include "emu/race_log.h"
 
+#include <pthread.h>
 #include <sys/syscall.h>
 #include <unistd.h>
 
@@ -12,14 +13,17 @@
 
 namespace emu {
 
-namespace {
-EMU_FAST_TLS uint32_t t_tid = 0;
-}
+namespace detail {
+EMU_FAST_TLS constinit uint32_t t_writer_tid = 0;
 
-uint32_t writer_tid() {
-  if (__builtin_expect(t_tid == 0, 0)) t_tid = static_cast<uint32_t>(syscall(SYS_gettid));
-  return t_tid;
+uint32_t writer_tid_slow() {
+  // A fork child's thread has its own id: the parent's cached one is forgotten there.
+  [[maybe_unused]] static const int forget_in_child =
+      pthread_atfork(nullptr, nullptr, [] { t_writer_tid = 0; });
+  t_writer_tid = static_cast<uint32_t>(syscall(SYS_gettid));
+  return t_writer_tid;
 }
+}  // namespace detail
 
 namespace {
 

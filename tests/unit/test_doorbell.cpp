@@ -2,6 +2,8 @@
 // and ring stores, each with the legal sequences it must pass; then the same through the engine,
 // checking what the device executes and what it logs.
 #include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include <thread>
 
@@ -30,6 +32,29 @@ uint32_t in_another_thread(F f) {
 }
 
 }  // namespace
+
+// ---- the writers the device names ----
+
+TEST(WriterTid, AForkChildIsNamedByItsOwnThreadIdNotItsParents) {
+  uint32_t parent = writer_tid();  // cached in this thread now
+  ASSERT_EQ(parent, static_cast<uint32_t>(gettid()));
+  int fds[2];
+  ASSERT_EQ(pipe(fds), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    uint32_t ids[2] = {writer_tid(), static_cast<uint32_t>(gettid())};
+    _exit(write(fds[1], ids, sizeof ids) == sizeof ids ? 0 : 1);
+  }
+  uint32_t ids[2] = {0, 0};
+  ASSERT_EQ(read(fds[0], ids, sizeof ids), static_cast<ssize_t>(sizeof ids));
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  close(fds[0]);
+  close(fds[1]);
+  EXPECT_EQ(ids[0], ids[1]) << "the child's writer id is its own thread id";
+  EXPECT_NE(ids[0], parent);
+  EXPECT_EQ(writer_tid(), parent) << "the parent's stays";
+}
 
 // ---- BlueFlame buffers ----
 

@@ -12,7 +12,9 @@
 
 #include "emu/barriers.h"
 #include "emu/layout.h"
+#include "emu/race_log.h"  // writer_tid
 #include "emu/visibility.h"
+#include "emu/wqe.h"  // kSendWqeBB
 
 namespace emu {
 
@@ -45,7 +47,27 @@ void sq_note_wqe_before_slow(QpSlot& qp, uint32_t pos, uint32_t nbbs);
 inline void sq_note_wqe_before(QpSlot& qp, uint32_t pos, uint32_t nbbs) {
   if (sched::scheduled()) sq_note_wqe_before_slow(qp, pos, nbbs);
 }
-void sq_note_wqe_store(QpSlot& qp, WqeWriteRec* rec, uint32_t pos, uint32_t nbbs);
+// Inline: it runs for every WQE posted, a few loads and stores.
+inline void sq_note_wqe_store(QpSlot& qp, WqeWriteRec* rec, uint32_t pos, uint32_t nbbs) {
+  // After the ring copy: the switch a schedule may make between this WQE and what follows it.
+  sched::point(sched::kPointWqeStore, qp.sq_off + (pos & (qp.sq_bbs - 1)) * kSendWqeBB, pos);
+  if (!rec) return;
+  uint32_t tid = writer_tid();
+  uint32_t mask = qp.sq_bbs - 1;
+  WqeWriteRec& c = rec[pos & mask];
+  // Loads and stores, no read-modify-write (this runs on every post): two threads storing into
+  // one slot at the very same moment may count once, but a slot written twice before the device
+  // fetched it — the race that leaves a trace — counts two.
+  c.prev_writer.store(c.writer.load(std::memory_order_relaxed), std::memory_order_relaxed);
+  c.writer.store(tid, std::memory_order_relaxed);
+  c.unfetched.store(c.unfetched.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+  c.pos.store(pos, std::memory_order_relaxed);
+  for (uint32_t i = 1; i < nbbs; ++i) {
+    rec[(pos + i) & mask].pos.store(pos + i, std::memory_order_relaxed);
+    rec[(pos + i) & mask].writer.store(tid, std::memory_order_relaxed);
+  }
+  if (!qp.wrec_tracked.load(std::memory_order_relaxed)) qp.wrec_tracked.store(1);
+}
 // A WQE written at pos and then abandoned before the doorbell record (ibv_wr_abort).
 void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos);
 // The record store after device_barrier(), as a driver does it.

@@ -5,13 +5,23 @@
 #include <string>
 #include <vector>
 
+#include "emu/barriers.h"  // EMU_FAST_TLS
 #include "emu/layout.h"
 #include "emu/segment.h"
 
 namespace emu {
 
-// The thread id the device records for the calling thread (gettid, cached).
-uint32_t writer_tid();
+namespace detail {
+extern EMU_FAST_TLS constinit uint32_t t_writer_tid;  // 0 until asked, and again in a fork child
+uint32_t writer_tid_slow();
+}  // namespace detail
+
+// The thread id the device records for the calling thread (gettid, cached). Inline: every post
+// asks it, some twice.
+inline uint32_t writer_tid() {
+  uint32_t t = detail::t_writer_tid;
+  return __builtin_expect(t != 0, 1) ? t : detail::writer_tid_slow();
+}
 
 struct RaceReport {
   RaceKind kind = kRaceNone;
