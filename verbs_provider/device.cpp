@@ -361,7 +361,11 @@ ibv_context* open_context(ibv_device* device, int cmd_fd) {
   for (uint32_t i = 0; i < cs.uar_count; ++i) {
     // A thread domain's register has one domain's QPs on it, which its user keeps to one thread
     // at a time: no lock (mlx5's need_lock = 0). The shared ones lock unless single-threaded.
-    ctx->uar_use[i].lock.init(i >= ctx->n_uars || config().single_threaded);
+    bool unlocked = i >= ctx->n_uars || config().single_threaded;
+    ctx->uar_use[i].lock.init(unlocked);
+    BlueFlameUse bf = config().blueflame;
+    ctx->uar_use[i].blueflame =
+        bf == BlueFlameUse::always || (bf == BlueFlameUse::unlocked_registers && unlocked);
   }
 
   verbs_context& v = ctx->vctx;

@@ -41,12 +41,13 @@ bool sq_full(const EmuQp* qp, uint32_t more_blocks) {
   if (first < size) std::memcpy(qp->sq, src + first, size - first);
 }
 
-// The doorbell: BlueFlame for a lone small WQE (the WQE itself goes through the register), else the
-// 8-byte doorbell. The register's lock covers the copy and the flush, as mlx5 does for shared
-// registers (without the flush inside, a later post's doorbell could overtake this one). The flush
-// is when the device receives the chunks (emu/mmio.h); the engine runs after the lock is dropped.
-// A thread domain's own register, and every register under EMU_SINGLE_THREADED, has no lock: its
-// users promise one thread at a time.
+// The doorbell: BlueFlame for a lone small WQE (the WQE itself goes through the register) where the
+// register uses it (EMU_BLUEFLAME: by default the registers without a lock, where BlueFlame can
+// race), else the 8-byte doorbell. The register's lock covers the copy and the flush, as mlx5 does
+// for shared registers (without the flush inside, a later post's doorbell could overtake this one).
+// The flush is when the device receives the chunks (emu/mmio.h); the engine runs after the lock is
+// dropped. A thread domain's own register, and every register under EMU_SINGLE_THREADED, has no
+// lock: its users promise one thread at a time.
 void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
   EngineSection in_engine(segment());  // one section for the intake and the run that follows
   EmuContext* ctx = qp->ctx;
@@ -55,7 +56,7 @@ void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
   uint64_t heads[kWcBuffers];
   uint32_t n = 0;
   use.lock.lock();
-  if (single && bbs * kSendWqeBB <= kBfBufSize) {
+  if (single && use.blueflame && bbs * kSendWqeBB <= kBfBufSize) {
     const uint8_t* blocks[kBfChunks];
     for (uint32_t i = 0; i < bbs; ++i)
       blocks[i] = qp->sq + ((ctrl_block + i) & (qp->sq_bbs - 1)) * kSendWqeBB;

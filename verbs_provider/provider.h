@@ -86,6 +86,7 @@ enum OwnerQueue : uint32_t { kOwnerSend = 0, kOwnerRecv = 1, kOwnerSrq = 2 };
 struct UarUse {
   ModeLock lock;
   uint32_t bf_offset;  // 0 or 1: which of the two BlueFlame buffers the next post uses
+  bool blueflame;      // a lone small WQE goes through BlueFlame (EMU_BLUEFLAME), else the doorbell
 };
 
 struct EmuContext {

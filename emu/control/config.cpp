@@ -44,6 +44,16 @@ const KnobDoc kKnobs[] = {
      "each context from one thread. Every QP and SRQ then has the ownership checker that "
      "thread-domain QPs have: a queue entered by a second thread while another is inside it is a "
      "race event (`owner_conflict`), and the post goes on unlocked, as on hardware."},
+    {"EMU_BLUEFLAME", "auto",
+     "Which of the provider's own posts go through BlueFlame (a lone WQE of up to 256 bytes "
+     "copied through the register, which the device then executes from that copy). `auto`: those "
+     "on a register without a lock (a thread domain's own, every register under "
+     "EMU_SINGLE_THREADED), where two writers can tear a copy and the device's BlueFlame checks "
+     "have something to find; a locked register rings the 8-byte doorbell, as mlx5 does under "
+     "MLX5_SHUT_UP_BF=1 — the lock leaves a torn copy nothing to come from, and on emu0 BlueFlame "
+     "saves no latency (the device reads the ring from the same memory) while its emulation "
+     "costs a fifth of a small message's work. `always`: every lone small WQE (mlx5's default). "
+     "`never`: none. Programs writing BlueFlame themselves (emudv.h) are not affected."},
     {"EMU_RACE_LOG", "0",
      "1: print each race event the device records (torn BlueFlame WQE, doorbell record moving "
      "backwards or ahead, double or stale WQE, lock-free QP entered by two threads) to stderr as "
@@ -251,6 +261,12 @@ Config config_from_env() {
   c.uar_regs = parse_u32("EMU_UARS", "16", 1, 64);
   c.td_uar_regs = parse_u32("EMU_TD_UARS", "16", 0, 64);
   c.single_threaded = std::atoi(env_or("EMU_SINGLE_THREADED", "0")) != 0;
+  std::string bf = env_or("EMU_BLUEFLAME", "auto");
+  c.blueflame = bf == "always" || bf == "1"  ? BlueFlameUse::always
+                : bf == "never" || bf == "0" ? BlueFlameUse::never
+                                             : BlueFlameUse::unlocked_registers;
+  if (bf != "auto" && bf != "always" && bf != "1" && bf != "never" && bf != "0")
+    std::fprintf(stderr, "rdmaemu: EMU_BLUEFLAME: unknown '%s', using auto\n", bf.c_str());
   std::string engine = env_or("EMU_ENGINE", "inline");
   // A scheduled program's device is the engine inline in its posters: their steps are its points.
   // A device thread would be a second device, outside the run.

@@ -143,6 +143,10 @@ class Sweep:
         else:
             srv_cmd = f"rping -s -a 127.0.0.1 -p {port} -C 300"
             cli_cmd = f"rping -c -a 127.0.0.1 -p {port} -C 300"
+        # The provider copies through BlueFlame on a locked register only when told to
+        # (EMU_BLUEFLAME): a death inside the copy needs the copy.
+        if point == "bf_copy":
+            env["EMU_BLUEFLAME"] = "always"
         run = lambda cmd, who: Proc([self.a.emu_run] + shlex.split(cmd), dict(
             env, **({"EMU_KILL_AT": f"{point}:{n}"} if who == victim else {})))
         procs = {"server": run(srv_cmd, "server")}

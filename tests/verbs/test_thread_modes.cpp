@@ -331,6 +331,49 @@ TEST_F(ThreadModes, TdQpsRingTheirDomainsRegister) {
   EXPECT_LT(uar_index(plain), shared);
 }
 
+// The BlueFlame buffers of qp's register, both of them (2 x 256 bytes).
+std::vector<uint8_t> bf_buffers(ibv_qp* qp) {
+  emudv_qp q;
+  if (dv()->init_qp(qp, &q) != 0) return {};
+  const uint8_t* b = static_cast<const uint8_t*>(q.uar.bf);
+  return std::vector<uint8_t>(b, b + 2 * q.uar.bf_size);
+}
+
+// EMU_BLUEFLAME=auto (the default): a lone WQE on a locked (shared) register rings the 8-byte
+// doorbell and leaves the register's BlueFlame buffers as they were; on a thread domain's
+// register, which has no lock, it goes through BlueFlame (the device executes that copy).
+TEST_F(ThreadModes, BlueFlameOnlyOnRegistersWithoutALock) {
+  const char* knob = std::getenv("EMU_BLUEFLAME");
+  if (knob && *knob && std::string(knob) != "auto") GTEST_SKIP() << "EMU_BLUEFLAME=" << knob;
+  ibv_td* td = make_td();
+  ASSERT_NE(td, nullptr);
+  ibv_pd* par = make_parent(td);
+  ASSERT_NE(par, nullptr);
+  Buf dst = make_buf(4096);
+  uint8_t src[kMsg];
+  std::memset(src, 0x5a, kMsg);
+  struct Case {
+    ibv_pd* on;
+    bool blueflame;
+  };
+  for (Case c : {Case{pd, false}, Case{par, true}}) {
+    Pair p = pair_on(c.on);
+    ASSERT_TRUE(p.a && p.b);
+    std::vector<uint8_t> before = bf_buffers(p.a);
+    ASSERT_FALSE(before.empty());
+    ASSERT_EQ(post_inline_write(p.a, 7, src, dst.addr(), dst.rkey()), 0);
+    ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 7));
+    EXPECT_EQ(dst.p[0], 0x5a);
+    std::vector<uint8_t> after = bf_buffers(p.a);
+    if (c.blueflame) {
+      EXPECT_NE(after, before) << "a thread domain's register: the WQE went through BlueFlame";
+    } else {
+      EXPECT_EQ(after, before) << "a locked register: the doorbell, its BlueFlame untouched";
+    }
+    std::memset(dst.p, 0, kMsg);
+  }
+}
+
 // A QP made with a parent domain works with keys of its protection domain, in both directions:
 // its local keys from MRs registered on the PD, the responder's rkey from an MR registered
 // through the parent domain. Receives and an SRQ under a thread domain too.

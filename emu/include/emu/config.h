@@ -9,6 +9,8 @@
 namespace emu {
 
 enum class EngineMode { inline_on_doorbell, progress_thread };
+// When the provider's own posts go through BlueFlame (EMU_BLUEFLAME).
+enum class BlueFlameUse { unlocked_registers, always, never };
 // Numbered as IBV_LINK_LAYER_* (and LinkLayer in layout.h).
 enum class PortLinkLayer : uint8_t { infiniband = 1, ethernet = 2 };
 
@@ -23,6 +25,7 @@ struct Config {
   uint32_t uar_regs;        // EMU_UARS
   uint32_t td_uar_regs;     // EMU_TD_UARS
   bool single_threaded;     // EMU_SINGLE_THREADED
+  BlueFlameUse blueflame;   // EMU_BLUEFLAME
   EngineMode engine;        // EMU_ENGINE
   bool log;                 // EMU_LOG
   uint32_t vendor_part_id;  // EMU_VENDOR_PART_ID
