@@ -8,6 +8,7 @@
 #include "emu/kill_point.h"
 #include "emu/mmio.h"
 #include "emu/reclaim.h"
+#include "emu/small_copy.h"
 #include "emu/transport.h"
 #include "provider.h"
 
@@ -177,24 +178,17 @@ int wqe_add_sge(EmuQp* qp, uint32_t lkey, uint64_t addr, uint32_t length) {
   if (total > qp->max_inline || qp->stage_size + 4 + total > kMaxSendWqeBytes) return EINVAL;
   if (total == 0) return 0;
   uint8_t* p = qp->stage + qp->stage_size;
+  // The padding to 16 bytes: the segment's last 16 bytes zeroed first (one fixed-size store, not a
+  // call for a few bytes), then the header and the data over them.
+  uint32_t seg = static_cast<uint32_t>((4 + total + 15) & ~size_t(15));
+  std::memset(p + seg - 16, 0, 16);
   uint32_t hdr = be32(static_cast<uint32_t>(total) | kInlineSegFlag);
   std::memcpy(p, &hdr, 4);
   uint8_t* d = p + 4;
   for (size_t i = 0; i < n; ++i) {
-    size_t len = bufs[i].length;
-    if (len >= 8 && len <= 16) {  // two 8-byte moves (overlapping) rather than a call into libc
-      uint64_t a, b;
-      std::memcpy(&a, bufs[i].addr, 8);
-      std::memcpy(&b, static_cast<const uint8_t*>(bufs[i].addr) + len - 8, 8);
-      std::memcpy(d, &a, 8);
-      std::memcpy(d + len - 8, &b, 8);
-    } else {
-      std::memcpy(d, bufs[i].addr, len);
-    }
-    d += len;
+    copy_small(d, bufs[i].addr, bufs[i].length);
+    d += bufs[i].length;
   }
-  uint32_t seg = static_cast<uint32_t>((4 + total + 15) & ~size_t(15));
-  std::memset(d, 0, seg - 4 - total);
   qp->stage_size += seg;
   return 0;
 }

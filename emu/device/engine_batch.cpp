@@ -9,6 +9,7 @@
 #include "device/engine.h"
 #include "device/engine_internal.h"
 #include "device/wqe_parse.h"
+#include "emu/small_copy.h"
 #include "shm/shared_map.h"
 
 namespace emu {
@@ -42,20 +43,6 @@ struct RunBuffers {
 __attribute__((noinline)) RunBuffers* run_buffers() {
   static thread_local RunBuffers t_buffers;
   return &t_buffers;
-}
-
-// A copy of a small inline payload without a call into libc for each one: 8-byte moves (the
-// last one overlapping) for up to 16 bytes, memcpy beyond.
-inline void gather_copy(uint8_t* to, const uint8_t* from, uint64_t len) {
-  if (len >= 8 && len <= 16) {
-    uint64_t a, b;
-    std::memcpy(&a, from, 8);
-    std::memcpy(&b, from + len - 8, 8);
-    std::memcpy(to, &a, 8);
-    std::memcpy(to + len - 8, &b, 8);
-    return;
-  }
-  std::memcpy(to, from, len);
 }
 
 // A run's fetch of its common WQE without a call: one block, in the ring, no BlueFlame copy
@@ -183,7 +170,7 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     uint8_t* gathered = buffers.gathered;
     uint64_t at = 0;
     for (uint32_t i = 0; i < nl; ++i) {
-      gather_copy(gathered + at, reinterpret_cast<const uint8_t*>(local[i].addr), local[i].len);
+      copy_small(gathered + at, reinterpret_cast<const uint8_t*>(local[i].addr), local[i].len);
       at += local[i].len;
     }
     local[0] = {reinterpret_cast<uint64_t>(gathered), at};
