@@ -322,7 +322,8 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
     *resp_syndrome = kSynLocalLength;
   // Shared windows (EMU_SHARED_MR) into the receive buffers, used only if all of it has them.
   uint64_t window[kMaxSpans];
-  bool all_windows = prot_ok && (local.total > kCqeInlineMax || !addr_is_va) &&
+  bool all_windows = prot_ok && scatter.all_shared &&
+                     (local.total > kCqeInlineMax || !addr_is_va) &&
                      recv_windows(rq, rwqe, scatter, local.total, window);
   if (*resp_syndrome || !local.total) return true;
   bool elsewhere = x.remote_pid != seg_->pid();

@@ -42,6 +42,7 @@ struct Sges {
   int n = 0;
   uint64_t total = 0;
   bool is_inline = false;
+  bool all_shared = false;  // every span's MR has a shared backing (recv_scatter sets it)
 };
 
 // The part [off, off + len) of a span list.

@@ -103,6 +103,7 @@ bool Engine::recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_byt
   uint32_t owner = q.srq && q.srq->xrcd_ref ? q.srq->owner : q.qp->owner;
   out->n = 0;
   out->total = 0;
+  out->all_shared = true;
   *addr_is_va = true;
   for (uint32_t off = 0; off + sizeof(DataSeg) <= seg_bytes; off += sizeof(DataSeg)) {
     DataSeg d;
@@ -110,9 +111,11 @@ bool Engine::recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_byt
     if (be32(d.lkey) == kInvalidLkey) break;
     uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
     uint64_t va;
-    if (out->n == kMaxSpans ||
-        !translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len, kAccessLocalWrite, &va))
+    const MrSlot* mr = nullptr;
+    if (out->n == kMaxSpans || !translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len,
+                                              kAccessLocalWrite, &va, &mr))
       return false;
+    if (!mr->share_len) out->all_shared = false;
     if (va != be64(d.addr)) *addr_is_va = false;
     out->span[out->n++] = {va, len};
     out->total += len;
