@@ -17,6 +17,7 @@
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
+#include "emu/small_copy.h"
 #include "emu/staging.h"
 #include "forward.h"
 #include "provider.h"
@@ -104,7 +105,7 @@ void scatter_to_wqe(EmuQp* qp, uint16_t idx, const uint8_t* src, uint32_t len, u
       len -= n;
       continue;
     }
-    std::memcpy(reinterpret_cast<void*>(be64(d.addr) + skip), src, n - skip);
+    copy_small(reinterpret_cast<void*>(be64(d.addr) + skip), src, n - skip);
     src += n - skip;
     len -= n;
     skip = 0;

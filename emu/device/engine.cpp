@@ -14,6 +14,7 @@
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
+#include "emu/small_copy.h"
 #include "emu/xrc.h"
 #include "shm/memory.h"
 #include "shm/shared_map.h"
@@ -327,7 +328,7 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   std::memset(&c, 0, offsetof(Cqe64, op_own));
   c.emu_flags = info.emu_flags;
   if (info.inline_scatter) {
-    std::memcpy(&c, info.inline_data, info.byte_cnt);
+    copy_small(&c, info.inline_data, info.byte_cnt);
   } else {
     if (info.staged) std::memcpy(&c, &info.staged_ref, sizeof info.staged_ref);
     c.slid = be16(info.slid);

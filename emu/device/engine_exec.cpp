@@ -8,6 +8,7 @@
 #include "device/engine_internal.h"
 #include "device/wqe_parse.h"
 #include "emu/kill_point.h"
+#include "emu/small_copy.h"
 #include "shm/shared_map.h"
 
 namespace emu {
@@ -334,7 +335,9 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
     // its poll copies it into the buffers of its own receive WQE (checked here, as the device
     // does).
     MemSpan cqe_data{reinterpret_cast<uint64_t>(rc->inline_data), local.total};
-    if (dma_copy(x.local_pid, local.span, local.n, 0, &cqe_data, 1) != CopyResult::ok) {
+    if (x.local_pid == 0 && local.n == 1) {  // inline data in our copy of the WQE: no DMA call
+      copy_small(rc->inline_data, reinterpret_cast<const void*>(local.span[0].addr), local.total);
+    } else if (dma_copy(x.local_pid, local.span, local.n, 0, &cqe_data, 1) != CopyResult::ok) {
       *early = fail(x.out, kSynLocalProt);
       return false;
     }
