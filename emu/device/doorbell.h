@@ -7,10 +7,12 @@
 // sequences; the intake and fetch hooks below apply them to the segment and log race events.
 #pragma once
 #include <cstdint>
+#include <cstring>
 
 #include "emu/device.h"
 #include "emu/layout.h"
 #include "emu/segment.h"
+#include "emu/wqe.h"
 
 namespace emu {
 
@@ -85,6 +87,23 @@ inline void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf) {
   if (n == 0) return;
   r.unfetched.store(0, std::memory_order_relaxed);
   if (n > 1) report_double_write(seg, qp, pos, from_bf, n);
+}
+
+// The device's fetch of the common WQE without a call: one block, in the ring, no BlueFlame copy
+// waiting, copied into buf whole. False for anything else (a copy to take, a longer or stale
+// WQE), which Engine::fetch_wqe_at then reads the general way. Not for a scheduled run, whose
+// device sees the ring through the stores it has not drained (emu/visibility.h). Engine lock held.
+inline bool fetch_one_block(Segment* seg, QpSlot& qp, uint32_t pos, uint8_t* buf) {
+  if (bf_copy_waiting(qp)) return false;
+  std::memcpy(buf, seg->at<uint8_t>(qp.sq_off) + (pos & (qp.sq_bbs - 1)) * kSendWqeBB, kSendWqeBB);
+  CtrlSeg ctrl;
+  std::memcpy(&ctrl, buf, sizeof ctrl);
+  uint32_t size = ctrl_size(ctrl);
+  if (size == 0 || size > kSendWqeBB || ctrl_wqe_index(ctrl) != (pos & 0xffff) ||
+      ctrl_qpn(ctrl) != qp.qpn)
+    return false;
+  note_fetch(seg, qp, pos, false);
+  return true;
 }
 
 // The device reached a slot below the doorbell record that holds no WQE for that position.

@@ -189,7 +189,7 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     if (qp.stall.load() != kStallNone && !retry_now(qp, &force_retry)) return;
     // Several plain RDMA WRITEs waiting (the device thread falls behind a fast poster): one copy.
     if (qp.stall.load(std::memory_order_relaxed) == kStallNone && !wire_on() && !inject_on() &&
-        step_execute_writes(qp, pi))
+        run_may_form(qp, pi) && step_execute_writes(qp, pi))
       continue;
     uint32_t bbs = 1;
     Fetch got = step_fetch_wqe(qp, buf, &bbs);

@@ -146,12 +146,24 @@ class Engine {
     sched::point(sched::kPointDevDbrec, qp.qpn);
     return dbrec_checked(seg_, qp, engine_detail::sq_producer(seg_, qp));
   }
+  // step_execute_writes' first questions, asked without a call for every WQE of a SEND stream:
+  // two or more blocks pending, and a WRITE or READ at the head (its opcode read in the ring).
+  bool run_may_form(const QpSlot& qp, uint32_t producer) const {
+    if (((producer - qp.sq_ci) & 0xffff) < 2) return false;
+    const auto& head = *seg_->at<CtrlSeg>(qp.sq_off + (qp.sq_ci & (qp.sq_bbs - 1)) * kSendWqeBB);
+    uint8_t op = ctrl_opcode(head);
+    return op == kOpRdmaWrite || op == kOpRdmaRead;
+  }
   // What fetching the WQE at a ring position gave: a WQE; a BlueFlame copy that did not parse
   // (already reported as torn); or a slot holding no WQE for that position (stale).
   enum class Fetch { ok, bad_bf, stale };
   // The WQE at sq_ci into buf (kMaxWqeBBs * kSendWqeBB bytes), and the blocks it takes.
   Fetch step_fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs) {
     sched::point(sched::kPointDevWqe, qp.sq_off + (qp.sq_ci & (qp.sq_bbs - 1)) * kSendWqeBB);
+    if (!sched::scheduled() && fetch_one_block(seg_, qp, qp.sq_ci, buf)) {
+      *bbs = 1;
+      return Fetch::ok;
+    }
     return fetch_wqe_at(qp, qp.sq_ci, buf, bbs);
   }
   ExecOutcome step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);

@@ -45,22 +45,6 @@ __attribute__((noinline)) RunBuffers* run_buffers() {
   return &t_buffers;
 }
 
-// A run's fetch of its common WQE without a call: one block, in the ring, no BlueFlame copy
-// waiting. False for anything else (a copy to take, a longer or stale WQE), which fetch_wqe_at
-// then reads the general way. Runs are never scheduled, so the ring is what the device sees.
-inline bool fetch_one_block(Segment* seg, QpSlot& qp, uint32_t pos, uint8_t* buf) {
-  if (bf_copy_waiting(qp)) return false;
-  std::memcpy(buf, seg->at<uint8_t>(qp.sq_off) + (pos & (qp.sq_bbs - 1)) * kSendWqeBB, kSendWqeBB);
-  CtrlSeg ctrl;
-  std::memcpy(&ctrl, buf, sizeof ctrl);
-  uint32_t size = ctrl_size(ctrl);
-  if (size == 0 || size > kSendWqeBB || ctrl_wqe_index(ctrl) != (pos & 0xffff) ||
-      ctrl_qpn(ctrl) != qp.qpn)
-    return false;
-  note_fetch(seg, qp, pos, false);
-  return true;
-}
-
 // The responder's translation of the run's last R_Key, reused while the key stays the same: the
 // MR cannot change during the run (the engine section keeps retire_mr and rereg_mr waiting), and
 // the QP's and the MR's rights were checked for this opcode at the first WQE. A key naming a
