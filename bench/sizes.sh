@@ -3,7 +3,9 @@
 # transports, in one run of alternating rounds. In every round each emu0 figure is taken right
 # after its anchor (A B A B ...); a measure's ratio is the median of its per-round ratios. Each
 # round starts and ends with a cache-line ping-pong between the two cores (bench/clping), which
-# states the vCPU placement the round ran in. Server (rank 0) on core 0, client (rank 1) on core 1.
+# states the vCPU placement the round ran in, and so does every pair (before its anchor, after its
+# emu0 figure): a pair that straddled a move of the vCPUs is marked and left out of the median.
+# Server (rank 0) on core 0, client (rank 1) on core 1.
 #   latency 2 B..64 KiB  ib_send_lat over emu0    / UCP tag_lat, UCX_TLS=posix (p50, avg, p99)
 #   bandwidth 64K, 1M    ib_write_bw, ib_send_bw  / UCT put_bw over cma (zcopy); UCP tag_bw posix
 #   rate 8 B             bench/msgrate write, send / UCP tag_bw 8 B posix, UCT am_bw 8 B posix
@@ -50,32 +52,58 @@ mpi() {
     --mca pml_ucx_tls any --mca pml_ucx_devices any $wrap "$B/mpi_pingpong" "$(it 20000)" "$(it 200)" 2>&1 || true
 }
 
-declare -A V R  # V: per-round "emu0/anchor" figures, R: per-round ratios, by measure
-add() { V[$1]+="$2/$3, "; R[$1]+="$(ratio "$2" "$3") "; }
-med() { tr ' ' '\n' <<<"${R[$1]:-}" | grep -v '^n/a$' | grep . | median; }
+declare -A V R S  # V: per-round "emu0/anchor" figures, R: per-round ratios, by measure; S: the
+                  # ratios of pairs taken within one placement
+# The placement around each pair: clping before its anchor (pre) and after its emu0 figure (post).
+# A pair whose two readings differ by more than 1.5x straddled a move of the vCPUs (seen within
+# one round on this VM): its figure is marked "*" and left out of the ratio when any pair of the
+# measure kept one placement.
+pre="" post=""
+mark_pre() { pre=$(clping); }
+mark_post() { post=$(clping); }
+moved() {
+  [ -n "$pre" ] && [ -n "$post" ] && [ "$pre" != n/a ] && [ "$post" != n/a ] || return 1
+  awk -v a="$pre" -v b="$post" 'BEGIN { exit !(a > 1.5 * b || b > 1.5 * a) }'
+}
+add() {
+  local r; r=$(ratio "$2" "$3")
+  if moved; then V[$1]+="$2/$3*, "; else V[$1]+="$2/$3, "; S[$1]+="$r "; fi
+  R[$1]+="$r "
+}
+med() {
+  local from=${S[$1]:-}
+  [ -n "$(tr -d ' ' <<<"$from")" ] || from=${R[$1]:-}
+  tr ' ' '\n' <<<"$from" | grep -v '^n/a$' | grep . | median
+}
 place=""
 
 lat_round() {
   for s in 2 64 1024 4096 65536; do
     local n; n=$(it $((s == 65536 ? 5000 : 20000)))
+    mark_pre
     read -r _ _ p50 avg _ <<<"$(ucx "$POSIX" -t tag_lat -s "$s" -n "$n" -w 1000)"
     read -r _ _ p99 _ <<<"$(ucx "$POSIX" -t tag_lat -s "$s" -n "$n" -w 1000 -R 99)"
     read -r _ _ _ _ typ eavg _ ep99 _ <<<"$(perf "ib_send_lat -s $s -n $n" "$s")"
+    mark_post
     add "lat$s" "$typ" "$p50"; add "lat${s}_avg" "$eavg" "$avg"; add "lat${s}_p99" "$ep99" "$p99"
     echo "  lat $s B: ib_send_lat typical $typ avg $eavg p99 $ep99 us; tag_lat p50 $p50 avg $avg" \
-      "p99 $p99 us" >&2
+      "p99 $p99 us (clping $pre/$post ns)" >&2
   done
 }
 
 bw_round() {
   for s in 65536 1048576; do
     local n; n=$(it $((s == 65536 ? 20000 : 2000)))
+    mark_pre
     c=$(ucx "$CMA" -t put_bw -x cma -d memory -D zcopy -s "$s" -n "$n" | awk '{print $7}')
-    w=$(perf "ib_write_bw -s $s -n $n" "$s" | awk '{print $4}'); add "write$s" "$w" "$c"
+    w=$(perf "ib_write_bw -s $s -n $n" "$s" | awk '{print $4}'); mark_post; add "write$s" "$w" "$c"
+    mark_pre
     c2=$(ucx "$CMA" -t put_bw -x cma -d memory -D zcopy -s "$s" -n "$n" | awk '{print $7}')
-    sb=$(perf "ib_send_bw -s $s -n $n" "$s" | awk '{print $4}'); add "send$s" "$sb" "$c2"
+    sb=$(perf "ib_send_bw -s $s -n $n" "$s" | awk '{print $4}'); mark_post; add "send$s" "$sb" "$c2"
+    mark_pre
     t=$(ucx "$POSIX" -t tag_bw -s "$s" -n "$n" | awk '{print $7}')
-    sb2=$(perf "ib_send_bw -s $s -n $n" "$s" | awk '{print $4}'); add "sendtag$s" "$sb2" "$t"
+    sb2=$(perf "ib_send_bw -s $s -n $n" "$s" | awk '{print $4}'); mark_post
+    add "sendtag$s" "$sb2" "$t"
     echo "  bw $s B: ib_write_bw $w / cma put $c; ib_send_bw $sb / cma put $c2; ib_send_bw $sb2" \
       "/ tag_bw posix $t MB/s" >&2
   done
@@ -84,21 +112,25 @@ bw_round() {
 rate_round() {
   local n; n=$(it 2000000)
   for op in write send; do
+    mark_pre
     t=$(ucx "$POSIX" -t tag_bw -s 8 -n "$n" | awk '{printf "%.3f\n", $9 / 1e6}')
-    e=$(msgrate "$op" "$n"); add "rate_${op}_tag" "$e" "$t"
+    e=$(msgrate "$op" "$n"); mark_post; add "rate_${op}_tag" "$e" "$t"
+    mark_pre
     a=$(ucx "$POSIX" -t am_bw -x posix -d memory -s 8 -n "$n" | awk '{printf "%.3f\n", $9 / 1e6}')
-    e2=$(msgrate "$op" "$n"); add "rate_${op}_am" "$e2" "$a"
+    e2=$(msgrate "$op" "$n"); mark_post; add "rate_${op}_am" "$e2" "$a"
     echo "  rate 8 B: msgrate $op $e / tag rate $t; $e2 / am rate $a Mmsg/s" >&2
   done
 }
 
 spread_round() {
   local one="" line=""
+  mark_pre
   for s in 1 64 256 1024 4096; do
     u=$(pair "$E ibv_rc_pingpong -d emu0 -s $s -n $(it 10000) -p @P" \
       "$E ibv_rc_pingpong -d emu0 -s $s -n $(it 10000) -p @P localhost" |
       awk '/iters in/ {print $(NF-1)}')
     [ "$s" = 1 ] && one=$u
+    mark_post
     add "pp$s" "$u" "$one"
     line+="$s B $u; "
   done
@@ -107,11 +139,14 @@ spread_round() {
 
 ucx_emu_round() {
   local n; n=$(it 20000)
+  mark_pre
   read -r _ _ p50 avg _ <<<"$(ucx "$POSIX" -t tag_lat -s 8 -n "$n" -w 1000)"
   read -r _ _ ep50 eavg _ <<<"$(ucx "$EMU_UCX" -t tag_lat -s 8 -n "$n" -w 1000)"
+  mark_post
   add ucx_lat "$ep50" "$p50"; add ucx_lat_avg "$eavg" "$avg"
+  mark_pre
   t=$(ucx "$POSIX" -t tag_bw -s 65536 -n "$n" | awk '{print $7}')
-  e=$(ucx "$EMU_UCX" -t tag_bw -s 65536 -n "$n" | awk '{print $7}'); add ucx_bw "$e" "$t"
+  e=$(ucx "$EMU_UCX" -t tag_bw -s 65536 -n "$n" | awk '{print $7}'); mark_post; add ucx_bw "$e" "$t"
   echo "  UCX over emu0: tag_lat 8 B p50 $ep50 avg $eavg us / posix $p50 $avg us; tag_bw 64K $e" \
     "/ posix $t MB/s" >&2
 }
@@ -119,8 +154,10 @@ ucx_emu_round() {
 mpi_round() {
   [ -x "$B/mpi_pingpong" ] && command -v mpirun >/dev/null || return 0
   local a e
+  mark_pre
   a=$(mpi "env UCX_TLS=posix,self UCX_WARN_UNUSED_ENV_VARS=n")
   e=$(mpi "$EMU_UCX")
+  mark_post
   grep -q '^PASS mpi_pingpong' <<<"$a$e" || { echo "  MPI: no PASS: $a $e" >&2; return 0; }
   # lat line: ... median X us, avg Y us, p99 Z us; bw line: ... X MB/s
   f() { awk -v k="$2" '$2 == "lat" {gsub(",", ""); for (i = 1; i < NF; ++i) if ($i == k) print $(i+1)}
@@ -144,6 +181,9 @@ for r in $(seq "$rounds"); do
 done
 
 row() { echo "| $1 | ${V[$2]%, } | $(med "$2") | $3 |"; }
+echo "(* a pair whose placement moved between its anchor and its emu0 figure; the ratio is the"
+echo "median of the other pairs when there are any)"
+echo
 echo "### Latency: ib_send_lat over emu0 / UCP tag_lat posix (µs, one way)"
 echo; echo "| measure | per round (emu0/anchor) | ratio | goal |"; echo "|---|---|---|---|"
 for s in 2 64 1024 4096 65536; do
