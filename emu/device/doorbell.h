@@ -91,7 +91,7 @@ inline void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf) {
 
 // The device's fetch of the common WQE without a call: one block, in the ring, no BlueFlame copy
 // waiting, copied into buf whole. False for anything else (a copy to take, a longer or stale
-// WQE), which Engine::fetch_wqe_at then reads the general way. Not for a scheduled run, whose
+// WQE), which Engine::fetch_wqe_general then reads the general way. Not for a scheduled run, whose
 // device sees the ring through the stores it has not drained (emu/visibility.h). Engine lock held.
 inline bool fetch_one_block(Segment* seg, QpSlot& qp, uint32_t pos, uint8_t* buf) {
   if (bf_copy_waiting(qp)) return false;

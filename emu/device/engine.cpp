@@ -119,7 +119,7 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
 
 // A NIC executes a WQE that came by BlueFlame from the copy it received, and fetches the others
 // from the ring.
-Engine::Fetch Engine::fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs) {
+Engine::Fetch Engine::fetch_wqe_general(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs) {
   bool bad = false;
   bool from_bf = bf_copy_waiting(qp) && take_bf_copy(qp, pos, buf, &bad);
   if (from_bf && bad) {

@@ -146,8 +146,9 @@ class Engine {
     sched::point(sched::kPointDevDbrec, qp.qpn);
     return dbrec_checked(seg_, qp, engine_detail::sq_producer(seg_, qp));
   }
-  // step_execute_writes' first questions, asked without a call for every WQE of a SEND stream:
-  // two or more blocks pending, and a WRITE or READ at the head (its opcode read in the ring).
+  // Whether step_execute_writes may find a run, asked without a call for every WQE of a SEND
+  // stream: two or more blocks pending, and a WRITE or READ at the head (its opcode read in the
+  // ring: published, the head is below the producer index just read). run_sq asks it first.
   bool run_may_form(const QpSlot& qp, uint32_t producer) const {
     if (((producer - qp.sq_ci) & 0xffff) < 2) return false;
     const auto& head = *seg_->at<CtrlSeg>(qp.sq_off + (qp.sq_ci & (qp.sq_bbs - 1)) * kSendWqeBB);
@@ -160,10 +161,6 @@ class Engine {
   // The WQE at sq_ci into buf (kMaxWqeBBs * kSendWqeBB bytes), and the blocks it takes.
   Fetch step_fetch_wqe(QpSlot& qp, uint8_t* buf, uint32_t* bbs) {
     sched::point(sched::kPointDevWqe, qp.sq_off + (qp.sq_ci & (qp.sq_bbs - 1)) * kSendWqeBB);
-    if (!sched::scheduled() && fetch_one_block(seg_, qp, qp.sq_ci, buf)) {
-      *bbs = 1;
-      return Fetch::ok;
-    }
     return fetch_wqe_at(qp, qp.sq_ci, buf, bbs);
   }
   ExecOutcome step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out);
@@ -190,7 +187,16 @@ class Engine {
 
  private:
   void run_sq(QpSlot& qp, bool force_retry);
-  Fetch fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs);
+  // The WQE at ring position pos into buf: the common one-block WQE of the ring without a call
+  // (fetch_one_block, device/doorbell.h; not in a scheduled run), anything else the general way.
+  Fetch fetch_wqe_at(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs) {
+    if (!sched::scheduled() && fetch_one_block(seg_, qp, pos, buf)) {
+      *bbs = 1;
+      return Fetch::ok;
+    }
+    return fetch_wqe_general(qp, pos, buf, bbs);
+  }
+  Fetch fetch_wqe_general(QpSlot& qp, uint32_t pos, uint8_t* buf, uint32_t* bbs);
   // The head WQE of a queue in ERR or SQE: flushed (or stepped over if it is no WQE).
   void flush_head(QpSlot& qp, uint8_t* buf);
   // A slot at sq_ci that holds no valid WQE: a local QP operation error.

@@ -74,12 +74,7 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     if (before < pending) pending = before;
     if (pending < 2) return 0;
   }
-  // A stream of SENDs is not a run: its head's opcode, read in the ring (published: the head is
-  // below the producer index just read), spares it a fetch of the head that run_sq would then
-  // repeat for every message.
-  const auto& head = *seg_->at<CtrlSeg>(qp.sq_off + (qp.sq_ci & (qp.sq_bbs - 1)) * kSendWqeBB);
-  uint8_t head_op = ctrl_opcode(head);
-  if (head_op != kOpRdmaWrite && head_op != kOpRdmaRead) return 0;
+  // (A stream of SENDs never gets here: run_sq asked run_may_form, which reads the head's opcode.)
   // Inline data sits in our copy of the WQE and SGEs in the requester's memory: one source address
   // space only when the requester is this process.
   if (h_->procs[qp.owner].pid != seg_->pid()) return 0;
@@ -104,10 +99,8 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   RemoteKeyCache keys;
   uint8_t op = 0;  // the run's opcode: its first WQE's
   while (n < kBatch && consumed < pending) {
-    uint32_t bbs = 1;
-    if (!fetch_one_block(seg_, qp, pos, wqes[n]) &&
-        fetch_wqe_at(qp, pos, wqes[n], &bbs) != Fetch::ok)
-      break;
+    uint32_t bbs;
+    if (fetch_wqe_at(qp, pos, wqes[n], &bbs) != Fetch::ok) break;
     uint8_t o = ctrl_opcode(*reinterpret_cast<const CtrlSeg*>(wqes[n]));
     if (n == 0 && (o == kOpRdmaWrite || o == kOpRdmaRead)) op = o;
     if (o != op) break;

@@ -341,10 +341,12 @@ std::vector<uint8_t> bf_buffers(ibv_qp* qp) {
 
 // EMU_BLUEFLAME=auto (the default): a lone WQE on a locked (shared) register rings the 8-byte
 // doorbell and leaves the register's BlueFlame buffers as they were; on a thread domain's
-// register, which has no lock, it goes through BlueFlame (the device executes that copy).
+// register, which has no lock, it goes through BlueFlame (the device executes that copy). Under
+// `always` both go through BlueFlame, under `never` neither.
 TEST_F(ThreadModes, BlueFlameOnlyOnRegistersWithoutALock) {
   const char* knob = std::getenv("EMU_BLUEFLAME");
-  if (knob && *knob && std::string(knob) != "auto") GTEST_SKIP() << "EMU_BLUEFLAME=" << knob;
+  std::string mode = knob && *knob ? knob : "auto";
+  bool always = mode == "always" || mode == "1", never = mode == "never" || mode == "0";
   ibv_td* td = make_td();
   ASSERT_NE(td, nullptr);
   ibv_pd* par = make_parent(td);
@@ -356,7 +358,7 @@ TEST_F(ThreadModes, BlueFlameOnlyOnRegistersWithoutALock) {
     ibv_pd* on;
     bool blueflame;
   };
-  for (Case c : {Case{pd, false}, Case{par, true}}) {
+  for (Case c : {Case{pd, always}, Case{par, !never}}) {
     Pair p = pair_on(c.on);
     ASSERT_TRUE(p.a && p.b);
     std::vector<uint8_t> before = bf_buffers(p.a);
@@ -366,9 +368,13 @@ TEST_F(ThreadModes, BlueFlameOnlyOnRegistersWithoutALock) {
     EXPECT_EQ(dst.p[0], 0x5a);
     std::vector<uint8_t> after = bf_buffers(p.a);
     if (c.blueflame) {
-      EXPECT_NE(after, before) << "a thread domain's register: the WQE went through BlueFlame";
+      EXPECT_NE(after, before) << "EMU_BLUEFLAME=" << mode << ", "
+                               << (c.on == pd ? "a locked" : "a thread domain's")
+                               << " register: the WQE went through BlueFlame";
     } else {
-      EXPECT_EQ(after, before) << "a locked register: the doorbell, its BlueFlame untouched";
+      EXPECT_EQ(after, before) << "EMU_BLUEFLAME=" << mode << ", "
+                               << (c.on == pd ? "a locked" : "a thread domain's")
+                               << " register: the doorbell, its BlueFlame untouched";
     }
     std::memset(dst.p, 0, kMsg);
   }
