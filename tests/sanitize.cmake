@@ -1,10 +1,11 @@
 # ---- the sanitizer subset (EMU_SANITIZE builds only; ci/sanitize.sh, README "Sanitizers"),
 # besides the unit tests. ----
 
-# The cross-process verbs tests in a binary of their own, so that a sanitizer build compiles two
+# The cross-process verbs tests in a binary of their own, so that a sanitizer build compiles three
 # test files rather than emu_verbs_tests' two dozen: two processes of the project's own binary
 # over one segment (and emu-ctl's census after a fork), plain and with the engine on a thread.
-add_executable(emu_san_verbs_tests verbs/test_cross_process.cpp verbs/test_fork.cpp)
+add_executable(emu_san_verbs_tests verbs/test_cross_process.cpp verbs/test_fork.cpp
+               verbs/test_shared_mr.cpp)
 target_link_libraries(emu_san_verbs_tests PRIVATE emu_test_support)
 target_compile_definitions(emu_san_verbs_tests PRIVATE EMU_CTL="$<TARGET_FILE:emu-ctl>")
 add_dependencies(emu_san_verbs_tests emu-ctl)

@@ -55,8 +55,8 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   // On-demand paging is what this device does anyway: the engine reads and writes a process's
   // memory through its page tables (process_vm_readv/writev or a shared mapping), never pinning
   // it, so a page not yet present is faulted in by the copy. ON_DEMAND only keeps the pages from
-  // being re-backed (EMU_SHARED_MR), and allows the implicit MR: addr NULL and length SIZE_MAX,
-  // the whole address space, as the kernel takes it.
+  // moving into the registration file (EMU_SHARED_MR, shared_mr.cpp), and allows the implicit MR:
+  // addr NULL and length SIZE_MAX, the whole address space, as the kernel takes it.
   bool odp = access & IBV_ACCESS_ON_DEMAND;
   bool implicit = odp && !addr && length == SIZE_MAX;
   // A device-memory MR may be empty (mlx5 takes one); host memory has to have a byte.
@@ -70,13 +70,14 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   MrSpec spec{to_pd(pd)->slot, access, reinterpret_cast<uint64_t>(addr), length,
               (access & IBV_ACCESS_ZERO_BASED) ? 0 : iova};
   Segment* seg = segment();
+  reap_dead_windows(seg);
   uint32_t slot;
   if (create_mr(seg, spec, &slot) != Status::ok) {
     delete mr;
     return fail_null<ibv_mr>(ENOMEM);
   }
   MrSlot& ms = mr_slot(seg->hdr(), slot);
-  if (!odp) share_pages(addr, length, ms);  // else share_len stays 0: no shared window
+  mr->cover = share_pages(addr, length, odp, ms);  // ODP: share_len stays 0, no shared window
   mr->slot = slot;
   mr->mr.context = pd->context;
   mr->mr.pd = pd;
@@ -229,12 +230,13 @@ int ibv_rereg_mr(ibv_mr* mr, int flags, ibv_pd* pd, void* addr, size_t length, i
   bool odp = spec.access & IBV_ACCESS_ON_DEMAND;
   bool reshare = (flags & IBV_REREG_MR_CHANGE_TRANSLATION) ||
                  odp != static_cast<bool>(ms.access & IBV_ACCESS_ON_DEMAND);
-  uint64_t old_uid = ms.share_len ? ms.share_uid : 0;
+  MrCover old_cover = to_mr(mr)->cover;
   MrSlot share{};
-  if (reshare && !odp) share_pages(reinterpret_cast<void*>(spec.addr), spec.length, share);
+  if (reshare)
+    to_mr(mr)->cover = share_pages(reinterpret_cast<void*>(spec.addr), spec.length, odp, share);
   // The keys stay: what a peer was told still names the region.
   rereg_mr(seg, ms, spec, reshare ? &share : nullptr);
-  if (reshare && old_uid) unshare_pages(old_uid);
+  if (reshare) unshare_pages(old_cover);
   if (flags & IBV_REREG_MR_CHANGE_PD) mr->pd = pd;
   mr->addr = reinterpret_cast<void*>(spec.addr);
   mr->length = spec.length;
@@ -249,9 +251,8 @@ int ibv_dereg_mr(ibv_mr* mr) {
   if (inherited(to_mr(mr))) return EPERM;
   // As hardware guarantees: once dereg returns, no DMA touches the memory any more.
   MrSlot& ms = mr_slot(segment()->hdr(), to_mr(mr)->slot);
-  uint64_t shared_uid = ms.share_len ? ms.share_uid : 0;
   retire_mr(segment(), ms);
-  if (shared_uid) unshare_pages(shared_uid);
+  unshare_pages(to_mr(mr)->cover);
   if (to_mr(mr)->dm_refs) to_mr(mr)->dm_refs->fetch_sub(1);
   delete to_mr(mr);
   return 0;

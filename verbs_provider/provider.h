@@ -131,9 +131,16 @@ struct EmuPd {
   bool is_parent() const { return parent != nullptr; }
 };
 
+// The pages an MR covers, and the shared file it named if any (shared_mr.cpp).
+struct MrCover {
+  uint64_t lo = 0, hi = 0;  // page-aligned
+  uint64_t file_uid = 0;    // a file found behind a shared mapping, 0 if none
+};
+
 struct EmuMr {
   ibv_mr mr;
   uint32_t slot;
+  MrCover cover;
   uint32_t generation = g_fork_generation;   // inherited() tells
   std::atomic<uint32_t>* dm_refs = nullptr;  // an MR on device memory: its block's MR count
   bool imported = false;  // ibv_import_mr: another handle on an MR (ibv_unimport_mr frees it)
@@ -543,11 +550,13 @@ void cq_progress(EmuCq* cq);
 int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* attr);
 // What ibv_query_device answers for device `dev` (also the file view's source, sysfs_view.cpp).
 void device_attr_fill(uint32_t dev, ibv_device_attr* attr);
-// Make a new MR's pages reachable by other processes' engines without a system call, if they are
-// in a shared file mapping or (EMU_SHARED_MR) by re-backing them (shared_mr.cpp).
-bool share_pages(void* addr, size_t len, MrSlot& ms);
-// An MR that named share uid `uid` is gone: the file's descriptor goes with its last MR.
-void unshare_pages(uint64_t uid);
+// Records that an MR covers [addr, addr + len) and, unless it is an ODP MR, makes its pages
+// reachable by other processes' engines without a system call where it can: pages in a shared file
+// mapping as they are, private anonymous pages by moving them into the registration file
+// (EMU_SHARED_MR); ms's share fields say which (shared_mr.cpp). What it returns is handed back
+// when the MR goes (or changes pages), after no engine uses it any more.
+MrCover share_pages(void* addr, size_t len, bool odp, MrSlot& ms);
+void unshare_pages(const MrCover& cover);
 // The name of an emu context's cmd_fd (a memfd: no kernel stands behind emu contexts).
 constexpr const char* kEmuCmdFdName = "rdmaemu-uverbs";
 // ibv_query_device_ex's max_dm_size: the largest device-memory block (dm.cpp).

@@ -364,6 +364,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   spec.rq_wqe_cnt = rq_cnt;
   spec.rq_stride = rq_stride;
   Segment* seg = segment();
+  reap_dead_windows(seg);  // a new peer, perhaps in place of one that died
   uint32_t slot;
   if (create_qp(seg, spec, &slot) != Status::ok) {
     delete qp;

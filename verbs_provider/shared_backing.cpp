@@ -55,12 +55,18 @@ struct MapsFile {
 };
 MapsFile g_maps;  // under shared_mr.cpp's lock
 
+}  // namespace
+
+void forget_maps_file() {
+  if (g_maps.fd >= 0) close(g_maps.fd);
+  g_maps.fd = -1;
+}
+
+namespace {
+
 int maps_fd() {
   static const bool handler = [] {
-    return pthread_atfork(nullptr, nullptr, [] {
-             if (g_maps.fd >= 0) close(g_maps.fd);
-             g_maps.fd = -1;
-           }) == 0;
+    return pthread_atfork(nullptr, nullptr, forget_maps_file) == 0;
   }();
   (void)handler;
   struct stat st;
@@ -171,6 +177,41 @@ bool vma_at(uint64_t addr, Vma* v) {
     found = query_text(fd, addr, v);
   }
   return found;
+}
+
+int mappings_in(uint64_t lo, uint64_t hi, Mapping* out, int max) {
+  int fd = maps_fd();
+  if (fd < 0 || lseek(fd, 0, SEEK_SET) != 0) return -1;
+  FILE* f = fdopen(dup(fd), "r");
+  if (!f) return -1;
+  char line[512];
+  int n = 0;
+  while (std::fgets(line, sizeof line, f)) {
+    unsigned long start, end, off, inode;
+    unsigned maj, min;
+    char perms[8], name[256] = "";
+    if (std::sscanf(line, "%lx-%lx %7s %lx %x:%x %lu %255[^\n]", &start, &end, perms, &off, &maj,
+                    &min, &inode, name) < 7)
+      continue;
+    if (start >= hi) break;  // sorted by address
+    if (end <= lo) continue;
+    if (n == max) {
+      n = -1;
+      break;
+    }
+    bool anon_name =
+        name[0] == 0 || std::strcmp(name, "[heap]") == 0 || std::strncmp(name, "[anon", 5) == 0;
+    out[n++] = {start,
+                end,
+                off,
+                inode,
+                makedev(maj, min),
+                perms[0] == 'r' && perms[1] == 'w',
+                perms[3] == 's',
+                inode == 0 && anon_name};
+  }
+  std::fclose(f);
+  return n;
 }
 
 int open_backing(const Vma& v) {

@@ -1,53 +1,34 @@
-// Registration made reachable without a system call per message (docs/architecture.md, "Registered
-// memory shared for real"). By default, a region whose pages are already shared (a MAP_SHARED
-// mapping of a file, shared_backing.cpp) is recorded with a descriptor of that file, nothing
-// re-backed (EMU_SHARED_BACKING=0 turns this off).
-// EMU_SHARED_MR=1, besides: at ibv_reg_mr, the whole pages inside the region are re-backed by a
-// memfd (their contents copied, then the shared mapping moved over the same addresses), so that
-// engines in other processes can map them once and move data with memcpy instead of a system call
-// per message. The program sees the same addresses and bytes. The price, and why it is opt-in:
-//  - the pages become shared memory: after fork() they are not copied for the child (like
-//    ibv_fork_init, they are not inherited at all: MADV_DONTFORK);
-//  - a store another thread makes into those pages while ibv_reg_mr copies them can be lost.
-// Only private anonymous read-write memory (heap, anonymous mmap) is re-backed; anything else keeps
-// the system-call path.
+// Registered memory made reachable without a system call per message (docs/architecture.md,
+// "Registered memory shared for real"). An engine in another process copies into an MR with
+// memcpy through a mapping of the same pages, which needs the pages to be a file it can map:
+//  - a region already inside a MAP_SHARED mapping of a file (POSIX shm, a memfd, ...) is recorded
+//    with a descriptor of that file, nothing moved (EMU_SHARED_BACKING, shared_backing.cpp);
+//  - private anonymous pages (heap, anonymous mmap) are moved into this process's registration
+//    file while an MR covers them (EMU_SHARED_MR, the default), and back when none does. The file
+//    mirrors the address space (a page at address A lies at file offset A), so every MR is one
+//    window of one file, whatever other MRs moved before or around it.
+// The program keeps its addresses and bytes; stores racing a move wait for it (page_move.cpp); a
+// child of fork() gets private copies of the moved pages, as the kernel gives it copies of
+// pinned pages. Only whole pages inside an MR move: a page the MR shares with other data stays
+// where it is and is reached with process_vm_*, as are ODP MRs, which follow the page tables.
 #include <sys/mman.h>
 #include <sys/stat.h>
-#include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
-#include <cstdio>
 #include <cstdlib>
-#include <cstring>
+#include <map>
 #include <mutex>
 #include <vector>
 
+#include "page_move.h"
 #include "provider.h"
 #include "shared_backing.h"
 
 namespace emu::prov {
 
 namespace {
-
-// The re-backing goes around libc's mmap family on purpose: a program's memory-event hooks there
-// (UCX's ucm patches mmap, mremap, munmap and madvise) would see registration remap the region and
-// drop it from their registration cache, where on hardware registering memory leaves the mapping
-// alone (UCX's rendezvous then lost track of its buffers and stalled).
-void* raw_mmap_shared(int fd, uint64_t n) {
-  return reinterpret_cast<void*>(
-      syscall(SYS_mmap, nullptr, n, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0));
-}
-void* raw_mremap_over(void* from, uint64_t n, uint64_t to) {
-  return reinterpret_cast<void*>(
-      syscall(SYS_mremap, from, n, n, MREMAP_MAYMOVE | MREMAP_FIXED, to));
-}
-
-struct SharedRange {
-  uint64_t start, end;  // page-aligned, in this process
-  int fd;
-  uint64_t uid;
-};
 
 // Files found behind registered shared mappings, one descriptor each, kept while an MR names it.
 struct BackingFile {
@@ -58,13 +39,37 @@ struct BackingFile {
   uint32_t refs;
 };
 
+// The registration file: sparse, as large as any user address, made at the first move.
+struct RegFile {
+  int fd = -1;
+  uint64_t uid = 0;
+  dev_t dev = 0;
+  uint64_t ino = 0;
+};
+constexpr uint64_t kRegFileSize = 1ull << 57;  // above every user address, 5-level paging too
+
+// This process's pages that MRs cover, in runs of equal state: how many MRs cover each page (in
+// whole or in part, ODP or not) and whether it lies in the registration file. Pages no run names
+// are covered by none and are where the program put them.
+struct Run {
+  uint64_t end;
+  uint32_t covers;
+  bool in_file;
+};
+
 std::mutex g_mu;
-std::vector<SharedRange> g_ranges;
 std::vector<BackingFile> g_files;
+RegFile g_reg;
+std::map<uint64_t, Run> g_runs;  // by start address
 
 bool env_flag(const char* name, bool dflt) {
   const char* v = std::getenv(name);
   return v && *v ? std::atoi(v) != 0 : dflt;
+}
+
+uint64_t page_size() {
+  static const uint64_t p = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  return p;
 }
 
 // Engines read share_len first: it is stored last.
@@ -77,14 +82,101 @@ void set_share(MrSlot& ms, int fd, uint64_t va, uint64_t len, uint64_t off, uint
   ms.share_len = len;
 }
 
+RegFile* reg_file() {
+  if (g_reg.fd >= 0) return &g_reg;
+  int fd = memfd_create("rdmaemu-mr", MFD_CLOEXEC);
+  if (fd < 0) return nullptr;
+  struct stat st;
+  if (ftruncate(fd, static_cast<off_t>(kRegFileSize)) != 0 || fstat(fd, &st) != 0) {
+    close(fd);
+    return nullptr;
+  }
+  g_reg = {fd, segment()->new_uid(), st.st_dev, static_cast<uint64_t>(st.st_ino)};
+  return &g_reg;
+}
+
+bool is_reg_file(const Mapping& m) {
+  return g_reg.fd >= 0 && m.inode == g_reg.ino && m.dev == g_reg.dev && m.shared &&
+         m.offset == m.start;
+}
+
+// --- the runs ---
+
+// Makes x a run boundary (if a run straddles it).
+void split_at(uint64_t x) {
+  auto it = g_runs.upper_bound(x);
+  if (it == g_runs.begin()) return;
+  --it;
+  if (it->first < x && it->second.end > x) {
+    Run tail = it->second;
+    it->second.end = x;
+    g_runs.emplace(x, tail);
+  }
+}
+
+// Every page of [lo, hi) in a run of its own bounds (empty runs where none was).
+void fill(uint64_t lo, uint64_t hi) {
+  split_at(lo);
+  split_at(hi);
+  uint64_t at = lo;
+  auto it = g_runs.lower_bound(lo);
+  while (at < hi) {
+    if (it != g_runs.end() && it->first == at) {
+      at = it->second.end;
+      ++it;
+      continue;
+    }
+    uint64_t next = it != g_runs.end() && it->first < hi ? it->first : hi;
+    g_runs.emplace_hint(it, at, Run{next, 0, false});
+    at = next;
+  }
+}
+
+// Runs of [lo, hi) that say nothing are dropped, and equal neighbours joined.
+void prune(uint64_t lo, uint64_t hi) {
+  auto it = g_runs.lower_bound(lo);
+  if (it != g_runs.begin()) --it;
+  while (it != g_runs.end() && it->first <= hi) {
+    if (it->second.covers == 0 && !it->second.in_file) {
+      it = g_runs.erase(it);
+      continue;
+    }
+    auto next = std::next(it);
+    if (next != g_runs.end() && next->first == it->second.end &&
+        next->second.covers == it->second.covers && next->second.in_file == it->second.in_file) {
+      it->second.end = next->second.end;
+      g_runs.erase(next);
+      continue;
+    }
+    it = next;
+  }
+}
+
+// Whether every page of [lo, hi) is (want true) or is not (want false) in the file.
+bool all_in_file(uint64_t lo, uint64_t hi, bool want) {
+  uint64_t at = lo;
+  auto it = g_runs.upper_bound(lo);
+  if (it != g_runs.begin()) --it;
+  for (; it != g_runs.end() && it->first < hi; ++it) {
+    if (it->second.end <= lo) continue;
+    if (it->first > at && want) return false;  // a gap: not in the file
+    if (it->second.in_file != want) return false;
+    at = it->second.end;
+  }
+  return !want || at >= hi;
+}
+
+// --- sharing ---
+
 // The region's pages lie in one shared, writable file mapping: record that file. The whole pages
 // holding the region are reachable (the mapping has them all), so the window covers the MR.
-bool share_existing(uint64_t a, uint64_t len, uint64_t page, MrSlot& ms) {
+bool share_existing(uint64_t a, uint64_t len, MrSlot& ms) {
   static const bool enabled = env_flag("EMU_SHARED_BACKING", true);
   if (!enabled) return false;
-  uint64_t s = a & ~(page - 1), e = (a + len + page - 1) & ~(page - 1);
+  uint64_t s = a & ~(page_size() - 1), e = (a + len + page_size() - 1) & ~(page_size() - 1);
   Vma v;
   if (!vma_at(s, &v) || !v.shared_rw || e > v.end) return false;
+  if (g_reg.fd >= 0 && v.inode == g_reg.ino && v.dev == g_reg.dev) return false;  // ours: moved
   BackingFile* f = nullptr;
   for (BackingFile& b : g_files)
     if (b.dev == v.dev && b.ino == v.inode) f = &b;
@@ -99,81 +191,163 @@ bool share_existing(uint64_t a, uint64_t len, uint64_t page, MrSlot& ms) {
   return true;
 }
 
-// Every mapping that overlaps [s, e) is private, anonymous and read-write.
-bool private_anonymous(uint64_t s, uint64_t e) {
-  FILE* f = std::fopen("/proc/self/maps", "r");
-  if (!f) return false;
-  char line[512];
-  uint64_t covered = s;
-  bool ok = true;
-  while (ok && std::fgets(line, sizeof line, f)) {
-    unsigned long lo, hi, off, inode;
-    char perms[8], dev[16], path[256] = "";
-    if (std::sscanf(line, "%lx-%lx %7s %lx %15s %lu %255s", &lo, &hi, perms, &off, dev, &inode,
-                    path) < 6)
-      continue;
-    if (hi <= s || lo >= e) continue;
-    bool anon = inode == 0 && (path[0] == 0 || std::strcmp(path, "[heap]") == 0 ||
-                               std::strncmp(path, "[anon", 5) == 0);
-    if (!anon || perms[0] != 'r' || perms[1] != 'w' || perms[3] != 'p' || lo > covered) ok = false;
-    covered = hi;
+// The mappings overlapping an MR's pages, read once per registration.
+struct MapsNow {
+  static constexpr int kMax = 64;
+  Mapping m[kMax];
+  int n = 0;  // -1: unknown (unreadable, or more than kMax)
+};
+
+// Whether the mappings over [s, e) are what the runs say: the file's where pages were moved,
+// private anonymous read-write memory elsewhere (the program may have unmapped and mapped anew
+// since an earlier MR moved pages there). [s, e) must be mapped throughout.
+bool mappings_agree(uint64_t s, uint64_t e, const MapsNow& maps) {
+  if (maps.n <= 0) return false;
+  const Mapping* m = maps.m;
+  uint64_t at = s;
+  for (int i = 0; i < maps.n; ++i) {
+    if (m[i].end <= s || m[i].start >= e) continue;
+    if (m[i].start > at) return false;  // a hole
+    uint64_t lo = std::max(m[i].start, s), hi = std::min(m[i].end, e);
+    bool ours = is_reg_file(m[i]);
+    if (!ours && !(m[i].plain_anon && m[i].rw && !m[i].shared)) return false;
+    if (!all_in_file(lo, hi, ours)) return false;
+    at = hi;
   }
-  std::fclose(f);
-  return ok && covered >= e;
+  return at >= e;
 }
 
-}  // namespace
-
-bool share_pages(void* addr, size_t len, MrSlot& ms) {
-  static const bool rebacking = env_flag("EMU_SHARED_MR", false);
-  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
-  uint64_t a = reinterpret_cast<uint64_t>(addr);
-  uint64_t s = (a + page - 1) & ~(page - 1);
-  uint64_t e = (a + len) & ~(page - 1);
-  std::lock_guard<std::mutex> g(g_mu);
-  for (const SharedRange& r : g_ranges) {
-    if (s < e && s >= r.start && e <= r.end) {  // re-backed before (another MR over the pages)
-      set_share(ms, r.fd, s, e - s, s - r.start, r.uid);
-      return true;
+// Moves the pages of [s, e) that are not yet in the file into it and records the MR's window.
+// Pages another MR covers without having moved them (a page it shares with other data, an ODP
+// MR) cannot move now: an engine may be writing them with a system call.
+bool share_by_moving(uint64_t s, uint64_t e, const MapsNow& maps, MrSlot& ms) {
+  static const bool enabled = env_flag("EMU_SHARED_MR", true);
+  if (!enabled || s >= e || !reg_file()) return false;
+  std::vector<std::pair<uint64_t, uint64_t>> to_move;
+  auto want_move = [&](uint64_t lo, uint64_t hi) {
+    if (!to_move.empty() && to_move.back().second == lo)
+      to_move.back().second = hi;
+    else
+      to_move.emplace_back(lo, hi);
+  };
+  uint64_t at = s;
+  auto it = g_runs.upper_bound(s);
+  if (it != g_runs.begin()) --it;
+  for (; it != g_runs.end() && it->first < e; ++it) {
+    if (it->second.end <= s) continue;
+    uint64_t lo = std::max(it->first, s), hi = std::min(it->second.end, e);
+    if (lo > at) want_move(at, lo);
+    if (!it->second.in_file) {
+      if (it->second.covers) return false;
+      want_move(lo, hi);
     }
-    if (s < e && s < r.end && e > r.start) return false;  // a partial overlap: keep it simple
+    at = hi;
   }
-  if (share_existing(a, len, page, ms)) return true;
-  if (!rebacking || e <= s || !private_anonymous(s, e)) return false;
-  uint64_t n = e - s;
-  int fd = memfd_create("rdmaemu-mr", MFD_CLOEXEC);
-  if (fd < 0) return false;
-  if (ftruncate(fd, static_cast<off_t>(n)) != 0) {
-    close(fd);
-    return false;
+  if (at < e) want_move(at, e);
+  if (!mappings_agree(s, e, maps)) return false;
+  for (auto [lo, hi] : to_move) {
+    if (!move_into_file(g_reg.fd, lo, hi - lo)) return false;
+    // Moved: the MR being registered covers these pages, and its deregistration moves them back.
+    fill(lo, hi);
+    for (auto r = g_runs.find(lo); r != g_runs.end() && r->first < hi; ++r)
+      r->second.in_file = true;
   }
-  void* tmp = raw_mmap_shared(fd, n);
-  if (tmp == MAP_FAILED) {
-    close(fd);
-    return false;
-  }
-  std::memcpy(tmp, reinterpret_cast<void*>(s), n);
-  // Moving the mapping over the region replaces its pages in one step.
-  if (raw_mremap_over(tmp, n, s) == MAP_FAILED) {
-    syscall(SYS_munmap, tmp, n);
-    close(fd);
-    return false;
-  }
-  syscall(SYS_madvise, s, n, MADV_DONTFORK);
-  uint64_t uid = segment()->new_uid();
-  g_ranges.push_back({s, e, fd, uid});
-  set_share(ms, fd, s, n, 0, uid);
+  set_share(ms, g_reg.fd, s, e - s, s, g_reg.uid);
   return true;
 }
 
-void unshare_pages(uint64_t uid) {
-  std::lock_guard<std::mutex> g(g_mu);
-  for (size_t i = 0; i < g_files.size(); ++i)
-    if (g_files[i].uid == uid && --g_files[i].refs == 0) {
-      close(g_files[i].fd);
-      g_files.erase(g_files.begin() + static_cast<long>(i));
-      return;
+// Pages no MR covers any more go back to private memory (or, if the program replaced their
+// mapping itself, are just freed from the file).
+void release_pages(uint64_t lo, uint64_t hi) {
+  for (auto it = g_runs.lower_bound(lo); it != g_runs.end() && it->first < hi; ++it) {
+    Run& r = it->second;
+    if (r.covers || !r.in_file) continue;
+    constexpr int kMax = 64;
+    Mapping m[kMax];
+    int n = mappings_in(it->first, r.end, m, kMax);
+    bool back = n >= 0;
+    for (int i = 0; i < n; ++i) {
+      uint64_t a = std::max(m[i].start, it->first), b = std::min(m[i].end, r.end);
+      if (is_reg_file(m[i]))
+        back = move_out_of_file(g_reg.fd, a, b - a) && back;
+      else
+        drop_from_file(g_reg.fd, a, b - a);
     }
+    if (n == 0) drop_from_file(g_reg.fd, it->first, r.end - it->first);
+    r.in_file = !back;  // a move that failed leaves the pages shared (still correct, just shared)
+  }
+}
+
+void add_cover(uint64_t lo, uint64_t hi, int delta) {
+  fill(lo, hi);
+  for (auto it = g_runs.find(lo); it != g_runs.end() && it->first < hi; ++it)
+    if (delta > 0 || it->second.covers) it->second.covers += static_cast<uint32_t>(delta);
+}
+
+// fork(): no move runs while the address space is copied, and the child gets the moved pages as
+// private memory of its own (its parent's MRs are not its; its own registrations start afresh).
+void before_fork() { g_mu.lock(); }
+void parent_after_fork() { g_mu.unlock(); }
+void child_after_fork() {
+  forget_maps_file();
+  for (auto& [start, r] : g_runs) {
+    if (!r.in_file) continue;
+    constexpr int kMax = 64;
+    Mapping m[kMax];
+    int n = mappings_in(start, r.end, m, kMax);
+    for (int i = 0; i < n; ++i)
+      if (is_reg_file(m[i])) {
+        uint64_t a = std::max(m[i].start, start), b = std::min(m[i].end, r.end);
+        privatize_in_child(a, b - a);
+      }
+  }
+  g_runs.clear();
+  if (g_reg.fd >= 0) close(g_reg.fd);
+  g_reg = {};
+  g_mu.unlock();
+}
+[[maybe_unused]] const int g_fork_hooks =
+    pthread_atfork(before_fork, parent_after_fork, child_after_fork);
+
+}  // namespace
+
+MrCover share_pages(void* addr, size_t len, bool odp, MrSlot& ms) {
+  const uint64_t page = page_size();
+  uint64_t a = reinterpret_cast<uint64_t>(addr);
+  MrCover c;
+  c.lo = a & ~(page - 1);
+  c.hi = a + len < a || a + len > kRegFileSize ? kRegFileSize : (a + len + page - 1) & ~(page - 1);
+  std::lock_guard<std::mutex> g(g_mu);
+  if (!odp) {
+    MapsNow maps;
+    maps.n = mappings_in(c.lo, c.hi, maps.m, MapsNow::kMax);
+    // One shared file mapping holds the region: recorded as it is. Otherwise private pages move.
+    const Mapping& first = maps.m[0];
+    bool in_shared_file = maps.n == 1 && first.shared && first.rw && first.inode != 0 &&
+                          !is_reg_file(first) && first.end >= c.hi;
+    if (in_shared_file && share_existing(a, len, ms))
+      c.file_uid = ms.share_uid;
+    else if (!in_shared_file)
+      share_by_moving((a + page - 1) & ~(page - 1), (a + len) & ~(page - 1), maps, ms);
+  }
+  add_cover(c.lo, c.hi, 1);
+  prune(c.lo, c.hi);
+  return c;
+}
+
+void unshare_pages(const MrCover& c) {
+  std::lock_guard<std::mutex> g(g_mu);
+  if (c.file_uid)
+    for (size_t i = 0; i < g_files.size(); ++i)
+      if (g_files[i].uid == c.file_uid && --g_files[i].refs == 0) {
+        close(g_files[i].fd);
+        g_files.erase(g_files.begin() + static_cast<long>(i));
+        break;
+      }
+  if (c.hi <= c.lo) return;
+  add_cover(c.lo, c.hi, -1);
+  release_pages(c.lo, c.hi);
+  prune(c.lo, c.hi);
 }
 
 }  // namespace emu::prov

@@ -117,12 +117,13 @@ const KnobDoc kKnobs[] = {
      "1: a run of plain RDMA WRITEs, or of RDMA READs, waiting at the head of a send queue is "
      "executed with one DMA call (one process_vm_writev/readv for another process's private "
      "memory). 0: every WQE on its own (for A/B measurements)."},
-    {"EMU_SHARED_MR", "0",
-     "1: ibv_reg_mr re-backs the region's whole pages with a memfd (same addresses, same bytes) "
-     "so that engines in other processes map them once and copy with memcpy instead of a system "
-     "call per message. Registered pages are then not inherited by fork() (MADV_DONTFORK, as "
-     "ibv_fork_init does), and a store another thread makes into them while ibv_reg_mr copies "
-     "them can be lost; only private anonymous read-write memory is re-backed."},
+    {"EMU_SHARED_MR", "1",
+     "1: while an MR covers them, the whole pages of private anonymous memory (heap, anonymous "
+     "mmap) inside it are moved into the process's registration file (a memfd; same addresses, "
+     "same bytes; stores made meanwhile wait and are kept), so that engines in other processes map "
+     "them and copy with memcpy instead of a system call per message; they move back to private "
+     "memory when the last MR covering them goes, and a child of fork() gets private copies. 0: "
+     "private memory stays where it is and is reached with process_vm_* (and receive staging)."},
     {"EMU_STAGING", "256K",
      "Size of the receive staging area a CQ takes from the segment the first time a SEND of more "
      "than 32 bytes comes to it from another process (docs/architecture.md, \"Staging of two-sided "

@@ -3,6 +3,7 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <sys/mman.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cerrno>
@@ -453,15 +454,35 @@ ibv_ah* VerbsTest::make_ah(ibv_ah_attr attr) {
   return ah;
 }
 
+uint8_t* map_private_file(size_t len) {
+  size_t maplen = (len + 4095) & ~size_t(4095);
+  int fd = memfd_create("vt-private-file", MFD_CLOEXEC);
+  if (fd < 0) return nullptr;
+  void* p = ftruncate(fd, static_cast<off_t>(maplen)) == 0
+                ? mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE, fd, 0)
+                : MAP_FAILED;
+  close(fd);
+  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
+}
+
+Buf VerbsTest::make_private_file_buf(size_t len, int access, uint8_t fill) {
+  return make_buf_in(map_private_file(len), len, access, fill);
+}
+
 Buf VerbsTest::make_buf(size_t len, int access, uint8_t fill) {
-  Buf b;
   size_t maplen = (len + 4095) & ~size_t(4095);
   void* p = mmap(nullptr, maplen, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  if (p == MAP_FAILED) {
+  return make_buf_in(p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p), len, access, fill);
+}
+
+Buf VerbsTest::make_buf_in(uint8_t* p, size_t len, int access, uint8_t fill) {
+  Buf b;
+  size_t maplen = (len + 4095) & ~size_t(4095);
+  if (!p) {
     ADD_FAILURE() << "mmap";
     return b;
   }
-  b.p = static_cast<uint8_t*>(p);
+  b.p = p;
   b.len = maplen;
   std::memset(b.p, fill, maplen);
   b.mr = ibv_reg_mr(pd, b.p, len, access);

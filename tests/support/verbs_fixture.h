@@ -137,6 +137,9 @@ void expect_destroyed(const std::vector<T*>& made, Destroy destroy) {
 // exit with 0 (a tool such as emu-ctl, run in this process's fabric).
 std::string run_command(const std::string& command);
 
+// len bytes (rounded up to pages) of a private mapping of a new memfd, or nullptr: private
+// memory of a file, which ibv_reg_mr neither finds shared nor moves into its registration file.
+uint8_t* map_private_file(size_t len);
 // Test payloads: byte i of a pattern is seed + i * step.
 void fill_pattern(uint8_t* d, size_t n, uint8_t seed, uint8_t step);
 bool has_pattern(const uint8_t* d, size_t n, uint8_t seed, uint8_t step);
@@ -195,6 +198,11 @@ class VerbsTest : public ::testing::Test {
   ibv_srq* make_srq(uint32_t max_wr, uint32_t max_sge = 1, ibv_srq_attr* out = nullptr);
   ibv_ah* make_ah(ibv_ah_attr attr);
   Buf make_buf(size_t len, int access = kAllAccess, uint8_t fill = 0);
+  // The same in a private mapping of a file (map_private_file): memory no engine in another
+  // process can map, reached with process_vm_* and receive staging whatever EMU_SHARED_MR says.
+  Buf make_private_file_buf(size_t len, int access = kAllAccess, uint8_t fill = 0);
+  // Registers len bytes at p (a mapping of whole pages, unmapped at TearDown; nullptr: a failure).
+  Buf make_buf_in(uint8_t* p, size_t len, int access, uint8_t fill);
 
   // Two RC QPs of this process connected to each other, each with its own CQ (send and receive).
   struct Pair {

@@ -319,9 +319,9 @@ void CrossProcess::one_sided(const std::string& env) {
   ASSERT_NO_FATAL_FAILURE(connect_peer("target", {}, env));
   // Shared: a shm or memfd buffer unless recognition is off; a private one only if re-backed.
   bool backed = env.find("BACKING=") != std::string::npos;
-  const char* reback = std::getenv("EMU_SHARED_MR");
+  const char* moving = std::getenv("EMU_SHARED_MR");  // default on
   bool shared = backed ? env.find("EMU_SHARED_BACKING=0") == std::string::npos
-                       : reback && std::strcmp(reback, "1") == 0;
+                       : !(moving && std::strcmp(moving, "0") == 0);
   bool fileless = env.find("=anon") != std::string::npos || env.find("=sysv") != std::string::npos;
   if (fileless && !may_open_map_files()) shared = false;
   EXPECT_EQ(shared_mrs_of_peer(), shared ? 1 : 0);
@@ -449,6 +449,40 @@ void CrossProcess::dead_peer(const std::string& env) {
   ASSERT_EQ(post_one(qp, &w), 0);
   EXPECT_TRUE(wait_wc(cq, IBV_WC_RETRY_EXC_ERR, 9));
   EXPECT_EQ(qp_state(qp), IBV_QPS_ERR);
+}
+
+// Mappings here of other processes' registration files: a peer's pages this process's engine
+// wrote through (its own file is mapped at the very addresses it mirrors, offset == start).
+int peer_registration_mappings() {
+  std::FILE* f = std::fopen("/proc/self/maps", "r");
+  int n = 0;
+  char line[512];
+  while (f && std::fgets(line, sizeof line, f)) {
+    unsigned long lo, hi, off;
+    if (std::sscanf(line, "%lx-%lx %*s %lx", &lo, &hi, &off) == 3 && off != lo &&
+        std::strstr(line, "rdmaemu-mr"))
+      ++n;
+  }
+  if (f) std::fclose(f);
+  return n;
+}
+
+// The engine here mapped the peer's moved pages to write them; once the peer is dead and swept,
+// the next registration here unmaps them (the mapping would keep the dead peer's memory alive).
+TEST_F(CrossProcess, ADeadPeersPagesAreUnmappedHere) {
+  const char* moving = std::getenv("EMU_SHARED_MR");
+  bool moved = !(moving && std::strcmp(moving, "0") == 0);
+  ASSERT_NO_FATAL_FAILURE(connect_peer("victim", {}, ""));
+  int before = peer_registration_mappings();
+  ibv_sge s = local.sge(0, 64);
+  ibv_send_wr w = rdma_wr(1, IBV_WR_RDMA_WRITE, &s, 1, pi.addr, pi.rkey);
+  ASSERT_EQ(post_one(qp, &w), 0);
+  ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 1));
+  EXPECT_EQ(peer_registration_mappings(), before + (moved ? 1 : 0));
+  ASSERT_NO_FATAL_FAILURE(peer.kill_now());
+  std::string census = run_command(EMU_CTL " census");  // attaching sweeps the dead
+  ASSERT_NE(make_buf(4096).mr, nullptr);                // a registration reaps
+  EXPECT_EQ(peer_registration_mappings(), before) << census;
 }
 
 // Processes attaching to a fresh fabric at the same moment: each must get emu0 within the

@@ -24,10 +24,13 @@ constexpr uint32_t kUdSizes[] = {64, 33, 100, 1024, 1025, 2000, 4096 - 40};
 constexpr uint32_t kQkey = 0x5a5a0000;
 constexpr uint32_t kGrh = 40;
 
-// EMU_SHARED_MR: an RC payload goes straight into the shared receive buffer (memcpy already).
-bool shared_mr() {
+// Whether ibv_reg_mr moves private anonymous pages into its registration file (EMU_SHARED_MR,
+// default on): an RC payload then goes straight into the receive buffer (memcpy already). The
+// staging tests receive into a private mapping of a file, which never moves, so that staging is
+// what carries the payloads in every variant.
+bool pages_move() {
   const char* v = std::getenv("EMU_SHARED_MR");
-  return v && std::string(v) == "1";
+  return !(v && std::string(v) == "0");
 }
 
 uint8_t pattern(uint32_t msg, uint32_t b) { return static_cast<uint8_t>(msg * 31 + b * 7 + 1); }
@@ -117,8 +120,9 @@ const PeerRole kSender("staging-sender", run_sender);
 [[noreturn]] void run_victim() {
   SenderInfo me{};
   PeerDevice d = peer_open_device(me, 64);
-  alignas(4096) static uint8_t buf[1 << 17];
-  ibv_mr* mr = ibv_reg_mr(d.pd, buf, sizeof buf, IBV_ACCESS_LOCAL_WRITE);
+  constexpr size_t kLen = 1 << 17;
+  uint8_t* buf = map_private_file(kLen);
+  ibv_mr* mr = buf ? ibv_reg_mr(d.pd, buf, kLen, IBV_ACCESS_LOCAL_WRITE) : nullptr;
   ibv_qp* qp = mr ? create_rc_qp(d.pd, d.cq, d.cq) : nullptr;
   if (!qp) peer_fail(me, "reg_mr/create_qp");
   me = {1, d.lid, qp->qp_num, {}};
@@ -142,12 +146,15 @@ const PeerRole kVictim("staging-victim", run_victim);
 // ---- the receiver (this process) ----
 
 enum class After { poll, destroy_qp, resize_cq, destroy_cq };
+// Where the receive buffers are: a private mapping of a file (never shared: staged), or plain
+// anonymous memory (moved into the registration file unless EMU_SHARED_MR=0: placed directly).
+enum class Memory { private_file, anonymous };
 
 class Staging : public VerbsTest {
  protected:
   // Receives for every message (each split over two SGEs at an odd offset), the sender's
   // messages, then `after` with the staged ones unpolled.
-  void run(bool ud, bool srq, After after);
+  void run(bool ud, bool srq, After after, Memory memory = Memory::private_file);
   // What emu-ctl reports: this CQ's staged slots, leaked heap blocks, the checker's verdict.
   static std::string ctl(const char* args);
 };
@@ -163,7 +170,7 @@ std::string Staging::ctl(const char* args) {
   return s + (st == 0 ? "" : "\n(exit status " + std::to_string(st) + ")");
 }
 
-void Staging::run(bool ud, bool srq_on, After after) {
+void Staging::run(bool ud, bool srq_on, After after, Memory memory) {
   const uctlite::EmudvFns* dv = uctlite::emudv_fns();
   ASSERT_NE(dv, nullptr);
   uint64_t races = dv->races_recorded();
@@ -176,7 +183,7 @@ void Staging::run(bool ud, bool srq_on, After after) {
   // Message i's two SGEs: the first half at off[i] + 1, the rest 100 bytes further.
   std::vector<size_t> off(n + 1, 0);
   for (uint32_t i = 0; i < n; ++i) off[i + 1] = off[i] + (ud ? kGrh : 0) + sizes[i] + 200;
-  Buf rb = make_buf(off[n]);
+  Buf rb = memory == Memory::anonymous ? make_buf(off[n]) : make_private_file_buf(off[n]);
   auto post = [&](uint32_t i) {
     uint32_t len = (ud ? kGrh : 0) + sizes[i], first = len / 2;
     ibv_sge sg[2] = {rb.sge(off[i] + 1, first), rb.sge(off[i] + 1 + first + 100, len - first)};
@@ -206,9 +213,9 @@ void Staging::run(bool ud, bool srq_on, After after) {
   peer.finish(&rep, 2 * kDeadline);  // every SEND completed: every receive CQE is in cq
   std::string census = ctl("census --json");
   // 1 KiB slots of messages 1..5 unpolled (6..9 are above kStagingMaxPayload): 1+1+1+2+4; UD's 1..6
-  // with their GRH: 1+1+2+2+2+4. Under EMU_SHARED_MR an RC payload goes straight into the shared
-  // receive buffer (memcpy already): its CQ never asks for an area.
-  if (!ud && shared_mr())
+  // with their GRH: 1+1+2+2+2+4. Into moved pages an RC payload goes straight into the receive
+  // buffer (memcpy already): its CQ never asks for an area.
+  if (!ud && memory == Memory::anonymous && pages_move())
     EXPECT_EQ(census.find("\"STAGED"), std::string::npos) << census;
   else
     EXPECT_NE(census.find(ud ? "\"STAGED 12\"" : "\"STAGED 9\""), std::string::npos) << census;
@@ -291,9 +298,7 @@ TEST_F(Staging, ReceiverKilledWithStagedData) {
     }
   }
   std::string census = ctl("census --json");
-  if (!shared_mr()) {
-    EXPECT_NE(census.find("\"STAGED 9\""), std::string::npos) << census;
-  }
+  EXPECT_NE(census.find("\"STAGED 9\""), std::string::npos) << census;
   pid_t victim = peer.pid();
   peer.kill_now();
   census = ctl("census --json");
@@ -307,6 +312,10 @@ TEST_F(Staging, ReceiverKilledWithStagedData) {
 
 TEST_F(Staging, RcEverySizeSplitOverTwoSges) { run(false, false, After::poll); }
 TEST_F(Staging, RcThroughAnSrq) { run(false, true, After::poll); }
+// Receive buffers in plain anonymous memory: moved into the registration file (the default), so
+// RC payloads go straight in and nothing is staged; UD's are staged all the same.
+TEST_F(Staging, RcIntoMovedPagesGoesStraight) { run(false, false, After::poll, Memory::anonymous); }
+TEST_F(Staging, UdIntoMovedPagesIsStaged) { run(true, false, After::poll, Memory::anonymous); }
 TEST_F(Staging, UdWithGrh) { run(true, false, After::poll); }
 TEST_F(Staging, UdThroughAnSrq) { run(true, true, After::poll); }
 TEST_F(Staging, QpDestroyedWithStagedCompletions) { run(false, false, After::destroy_qp); }

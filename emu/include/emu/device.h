@@ -25,6 +25,11 @@ void device_flush_rq(QpSlot& qp);
 // Moves a QP to ERR and flushes both queues, as a device does after an error.
 void device_enter_error(QpSlot& qp);
 
+// This process's mappings of the registered memory of processes that have died (they would keep
+// those pages alive) are unmapped. Called outside any EngineSection (it waits for the engines):
+// the provider does so when it registers memory or creates a QP.
+void reap_dead_windows(Segment* seg);
+
 // EMU_ENGINE=thread: doorbells are queued to the device thread and not yet taken (a poller that
 // finds its CQ empty then yields to it).
 bool device_thread_busy();

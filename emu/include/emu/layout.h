@@ -273,14 +273,15 @@ struct MrSlot {
   uint64_t addr;    // in the owner's address space
   uint64_t length;
   uint64_t iova;  // what remote keys address
-  // EMU_SHARED_MR: the whole pages inside the MR re-backed by a memfd the owner keeps open, so
-  // engines in other processes map them once and copy without a system call. share_len 0: not so.
+  // The MR's pages as a window of a file the owner keeps open (its registration file, where moved
+  // private pages lie at their own address, or a shared file the region was found in), so engines
+  // in other processes map it and copy without a system call. share_len 0: not so.
   int32_t share_fd;   // in the owner
   uint32_t mw_type;   // 0: an MR; 1 or 2: a memory window (ibv_alloc_mw) in this slot
   uint64_t share_va;  // page-aligned start, in the owner's address space
   uint64_t share_len;
-  uint64_t share_off;  // offset of share_va in the memfd
-  uint64_t share_uid;  // names the memfd (several MRs may share one)
+  uint64_t share_off;  // offset of share_va in the file
+  uint64_t share_uid;  // names the file (several MRs may share one)
   // A memory window: bound into the MR of this key (its addr/length/iova/access are the window's),
   // and for type 2 through the QP of this number, the only one remote access may come through.
   uint32_t mw_mr_key;
