@@ -23,7 +23,6 @@
 
 #include <atomic>
 #include <cerrno>
-#include <cstring>
 
 namespace emu::prov {
 namespace {
@@ -156,12 +155,15 @@ class StoreGuard {
   bool protected_ = false;
 };
 
-bool write_all(int fd, uint64_t from, uint64_t len, uint64_t off) {
+// The copies are the kernel's (pwrite from the pages into the file, pread from the file into new
+// pages), as a DMA engine's would be: no load of the program's pages runs in this thread, where a
+// race detector would pair it with the program's own stores (which the read-only window orders).
+bool file_io(bool write, int fd, uint64_t buf, uint64_t len, uint64_t off) {
   while (len) {
-    ssize_t k = pwrite(fd, reinterpret_cast<const void*>(from), len, static_cast<off_t>(off));
+    long k = syscall(write ? SYS_pwrite64 : SYS_pread64, fd, buf, len, off);
     if (k < 0 && errno == EINTR) continue;
     if (k <= 0) return false;
-    from += static_cast<uint64_t>(k);
+    buf += static_cast<uint64_t>(k);
     off += static_cast<uint64_t>(k);
     len -= static_cast<uint64_t>(k);
   }
@@ -182,9 +184,8 @@ bool move_into_file(int fd, uint64_t start, uint64_t len) {
   void* to = sys_mmap(0, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, start);
   if (to == MAP_FAILED) return false;
   StoreGuard guard(start, start + len);
-  // The copy reads the pages: loads go on, stores wait. pwrite copies without faulting in the
-  // file's pages one by one through a mapping.
-  if (!guard.ok() || !write_all(fd, start, len, start) || !sys_mremap_to(to, len, start)) {
+  // The copy reads the pages: loads go on, stores wait.
+  if (!guard.ok() || !file_io(true, fd, start, len, start) || !sys_mremap_to(to, len, start)) {
     guard.undo();
     sys_munmap(to, len);
     drop_from_file(fd, start, len);
@@ -203,8 +204,8 @@ bool move_out_of_file(int fd, uint64_t start, uint64_t len) {
       sys_munmap(to, len);
       return false;
     }
-    std::memcpy(to, reinterpret_cast<const void*>(start), len);
-    if (!sys_mremap_to(to, len, start)) {
+    if (!file_io(false, fd, reinterpret_cast<uint64_t>(to), len, start) ||
+        !sys_mremap_to(to, len, start)) {
       guard.undo();
       sys_munmap(to, len);
       return false;
@@ -214,12 +215,13 @@ bool move_out_of_file(int fd, uint64_t start, uint64_t len) {
   return true;
 }
 
-void privatize_in_child(uint64_t start, uint64_t len) {
+void privatize_in_child(int fd, uint64_t start, uint64_t len) {
   void* to =
       sys_mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
   if (to == MAP_FAILED) return;  // the child keeps sharing these pages with its parent
-  std::memcpy(to, reinterpret_cast<const void*>(start), len);
-  if (!sys_mremap_to(to, len, start)) sys_munmap(to, len);
+  if (!file_io(false, fd, reinterpret_cast<uint64_t>(to), len, start) ||
+      !sys_mremap_to(to, len, start))
+    sys_munmap(to, len);
 }
 
 }  // namespace emu::prov

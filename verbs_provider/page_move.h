@@ -20,9 +20,9 @@ bool move_out_of_file(int fd, uint64_t start, uint64_t len);
 // unmapped or replaced them itself).
 void drop_from_file(int fd, uint64_t start, uint64_t len);
 
-// In a child of fork(), the only thread: [start, start + len) becomes private anonymous memory
-// with the bytes it has now, so parent and child no longer share it (as the kernel copies pinned
-// pages for the child at fork).
-void privatize_in_child(uint64_t start, uint64_t len);
+// In a child of fork(), the only thread: [start, start + len), mapped from fd, becomes private
+// anonymous memory with the bytes it has now, so parent and child no longer share it (as the kernel
+// copies pinned pages for the child at fork).
+void privatize_in_child(int fd, uint64_t start, uint64_t len);
 
 }  // namespace emu::prov

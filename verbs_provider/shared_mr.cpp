@@ -298,7 +298,7 @@ void child_after_fork() {
     for (int i = 0; i < n; ++i)
       if (is_reg_file(m[i])) {
         uint64_t a = std::max(m[i].start, start), b = std::min(m[i].end, r.end);
-        privatize_in_child(a, b - a);
+        privatize_in_child(g_reg.fd, a, b - a);
       }
   }
   g_runs.clear();
