@@ -21,6 +21,7 @@
 #include <sys/syscall.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cerrno>
 
@@ -170,6 +171,70 @@ bool file_io(bool write, int fd, uint64_t buf, uint64_t len, uint64_t off) {
   return true;
 }
 
+// Maps the pages of [addr, addr + len) now (MADV_POPULATE_WRITE, Linux 5.14), so that the
+// program's next touch of each does not fault: page faults are the dearest part of a move on a VM.
+void populate(uint64_t addr, uint64_t len) {
+  constexpr int kPopulateWrite = 23;  // MADV_POPULATE_WRITE, for headers that predate it
+  syscall(SYS_madvise, addr, len, kPopulateWrite);
+}
+
+// Calls fn(lo, hi) for each run of pages of [start, start + len) that hold data: present or
+// swapped out (/proc/self/pagemap bits 63 and 62). The rest were never touched (or were given
+// back): zeros, which a hole of the file reads as too, so a move copies (and allocates) only what
+// the program uses, however large the MR. False if the page map cannot be read.
+template <class Fn>
+bool each_resident_run(uint64_t start, uint64_t len, Fn fn) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  int fd =
+      static_cast<int>(syscall(SYS_openat, AT_FDCWD, "/proc/self/pagemap", O_RDONLY | O_CLOEXEC));
+  if (fd < 0) return false;
+  constexpr int kBatch = 512;
+  uint64_t entries[kBatch];
+  uint64_t run_lo = 0, npages = len / page;
+  bool in_run = false, ok = true;
+  for (uint64_t i = 0; i < npages && ok;) {
+    uint64_t n = std::min<uint64_t>(kBatch, npages - i);
+    uint64_t off = (start / page + i) * sizeof(uint64_t);
+    ok = syscall(SYS_pread64, fd, entries, n * sizeof(uint64_t), off) ==
+         static_cast<long>(n * sizeof(uint64_t));
+    for (uint64_t k = 0; ok && k < n; ++k, ++i) {
+      bool data = entries[k] >> 62;  // present or swapped
+      uint64_t at = start + i * page;
+      if (data && !in_run) run_lo = at;
+      if (!data && in_run) fn(run_lo, at);
+      in_run = data;
+    }
+  }
+  if (ok && in_run) fn(run_lo, start + len);
+  close(fd);
+  return ok;
+}
+
+// Calls fn(lo, hi) for each run of [start, start + len) that holds data in the file (not a hole).
+template <class Fn>
+void each_data_run(int fd, uint64_t start, uint64_t len, Fn fn) {
+  uint64_t end = start + len;
+  for (uint64_t at = start; at < end;) {
+    off_t d = lseek(fd, static_cast<off_t>(at), SEEK_DATA);
+    if (d < 0 || static_cast<uint64_t>(d) >= end) return;
+    off_t h = lseek(fd, d, SEEK_HOLE);
+    uint64_t hi = h < 0 ? end : std::min(end, static_cast<uint64_t>(h));
+    fn(static_cast<uint64_t>(d), hi);
+    at = hi;
+  }
+}
+
+// Private anonymous memory at `to` holding the file's data of [start, start + len) (its holes
+// stay untouched zeros).
+bool copy_out(int fd, uint64_t start, uint64_t len, uint64_t to) {
+  bool ok = true;
+  each_data_run(fd, start, len, [&](uint64_t lo, uint64_t hi) {
+    populate(to + (lo - start), hi - lo);
+    ok = ok && file_io(false, fd, to + (lo - start), hi - lo, lo);
+  });
+  return ok;
+}
+
 }  // namespace
 
 void drop_from_file(int fd, uint64_t start, uint64_t len) {
@@ -179,13 +244,19 @@ void drop_from_file(int fd, uint64_t start, uint64_t len) {
 
 bool move_into_file(int fd, uint64_t start, uint64_t len) {
   // Mapped before the pages turn read-only, so that nothing which can fail for want of memory
-  // runs while stores wait; populated, so that the program's next touch of each page does not
-  // fault (page faults are the dearest part of a move on a VM).
-  void* to = sys_mmap(0, len, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_POPULATE, fd, start);
+  // runs while stores wait.
+  void* to = sys_mmap(0, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, start);
   if (to == MAP_FAILED) return false;
   StoreGuard guard(start, start + len);
-  // The copy reads the pages: loads go on, stores wait.
-  if (!guard.ok() || !file_io(true, fd, start, len, start) || !sys_mremap_to(to, len, start)) {
+  // Which pages hold data is read once stores wait (a store now would make a page resident too
+  // late to be copied). The copy reads the pages: loads go on.
+  const uint64_t base = reinterpret_cast<uint64_t>(to);
+  bool copied = true;
+  bool read = guard.ok() && each_resident_run(start, len, [&](uint64_t lo, uint64_t hi) {
+                copied = copied && file_io(true, fd, lo, hi - lo, lo);
+                populate(base + (lo - start), hi - lo);
+              });
+  if (!read || !copied || !sys_mremap_to(to, len, start)) {
     guard.undo();
     sys_munmap(to, len);
     drop_from_file(fd, start, len);
@@ -195,16 +266,11 @@ bool move_into_file(int fd, uint64_t start, uint64_t len) {
 }
 
 bool move_out_of_file(int fd, uint64_t start, uint64_t len) {
-  void* to =
-      sys_mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  void* to = sys_mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (to == MAP_FAILED) return false;
   {
     StoreGuard guard(start, start + len);
-    if (!guard.ok()) {
-      sys_munmap(to, len);
-      return false;
-    }
-    if (!file_io(false, fd, reinterpret_cast<uint64_t>(to), len, start) ||
+    if (!guard.ok() || !copy_out(fd, start, len, reinterpret_cast<uint64_t>(to)) ||
         !sys_mremap_to(to, len, start)) {
       guard.undo();
       sys_munmap(to, len);
@@ -216,11 +282,9 @@ bool move_out_of_file(int fd, uint64_t start, uint64_t len) {
 }
 
 void privatize_in_child(int fd, uint64_t start, uint64_t len) {
-  void* to =
-      sys_mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_POPULATE, -1, 0);
+  void* to = sys_mmap(0, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   if (to == MAP_FAILED) return;  // the child keeps sharing these pages with its parent
-  if (!file_io(false, fd, reinterpret_cast<uint64_t>(to), len, start) ||
-      !sys_mremap_to(to, len, start))
+  if (!copy_out(fd, start, len, reinterpret_cast<uint64_t>(to)) || !sys_mremap_to(to, len, start))
     sys_munmap(to, len);
 }
 
