@@ -15,7 +15,7 @@ trap 'rm -f "${EMU_SHM_DIR:-/dev/shm}/rdmaemu-$(id -u)-$EMU_FABRIC"' EXIT
 run() {
   local n=$((200000000 / ($2 + 4096) + 20)); [ $n -gt 2000 ] && n=2000
   EMU_SHARED_MR=$1 taskset -c 1 "$B/emu-run" "$B/regcost" -s "$2" -n "$n" |
-    awk '{print $4, $7}'
+    awk '{print $5, $8}'
 }
 echo "| size | reg moved / kept (us) | dereg moved / kept (us) | reg+dereg ratio (median of $rounds) |"
 echo "|---|---|---|---|"
