@@ -527,6 +527,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     std::memcpy(s.dgid, ah.grh.dgid.raw, 16);
     if (ah.port_num) s.port = ah.port_num;
   }
+  device_routes_changed(segment()->hdr());  // engines look their responders up anew
   if (next == kQpsReset) {
     s.qp_state.store(kQpsReset);
     reset_queues(qp);

@@ -50,7 +50,7 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   bool unreliable = qp.type == kQptUc;
   uint32_t npk = packets(w.local.total, qp.path_mtu);
   // The responder: the connected QP behind the destination LID, ready to receive.
-  QpSlot* r = connected_responder(seg_, qp);
+  QpSlot* r = responder_of(seg_, qp);
   if (!r) {
     if (!unreliable) return ExecOutcome::stall_retry;
     advance_psn(qp, nullptr, npk);
