@@ -176,6 +176,14 @@ inline QpSlot* connected_responder(Segment* seg, const QpSlot& qp) {
   return r;
 }
 
+// connected_responder, remembered in the requester's cache under route generation gen.
+[[gnu::noinline]] inline QpSlot* look_up_responder(Segment* seg, QpSlot& qp, uint64_t gen) {
+  QpSlot* r = connected_responder(seg, qp);
+  qp.resp_off = r ? seg->offset_of(r) : 0;
+  qp.resp_gen = gen;
+  return r;
+}
+
 // connected_responder for a message, from the requester's cache (QpSlot::resp_off) while nothing
 // that decides the path has changed since it was found (Header::route_gen, bumped by
 // device_routes_changed after every such change): the path checks (both ports up, LID or GID
@@ -183,16 +191,12 @@ inline QpSlot* connected_responder(Segment* seg, const QpSlot& qp) {
 // before anything it guards, so a change that lands during a lookup leaves a stale generation
 // behind, not a stale responder. Caller holds qp's engine lock (the cache's one writer).
 inline QpSlot* responder_of(Segment* seg, QpSlot& qp) {
-  Header* h = seg->hdr();
-  uint64_t gen = h->route_gen.load(std::memory_order_acquire);
+  uint64_t gen = seg->hdr()->route_gen.load(std::memory_order_acquire);
   if (gen == qp.resp_gen && qp.resp_off) [[likely]] {
     QpSlot* r = seg->at<QpSlot>(qp.resp_off);
-    if (answers(h, qp, *r)) return r;
+    if (answers(seg->hdr(), qp, *r)) return r;
   }
-  QpSlot* r = connected_responder(seg, qp);
-  qp.resp_off = r ? seg->offset_of(r) : 0;
-  qp.resp_gen = gen;
-  return r;
+  return look_up_responder(seg, qp, gen);
 }
 
 }  // namespace emu::engine_detail
