@@ -372,10 +372,10 @@ int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   EmuCq* cq = to_cq(cqx);
   if (inherited(cq)) return EPERM;
   if (peek_empty(cq)) return ENOENT;
-  if (!cq->poll_ex_lockless) pthread_spin_lock(&cq->lock.spin);
+  if (!cq->poll_ex_lockless) cq->lock.spin.lock();
   maybe_progress(cq);
   if (!next_cqe(cq, &cq->cur_wc, &cq->cur_ts)) {
-    if (!cq->poll_ex_lockless) pthread_spin_unlock(&cq->lock.spin);
+    if (!cq->poll_ex_lockless) cq->lock.spin.unlock();
     return ENOENT;
   }
   cqx->status = cq->cur_wc.status;
@@ -393,7 +393,7 @@ int next_poll(ibv_cq_ex* cqx) {
 
 void end_poll(ibv_cq_ex* cqx) {
   EmuCq* cq = to_cq(cqx);
-  if (!cq->poll_ex_lockless) pthread_spin_unlock(&cq->lock.spin);
+  if (!cq->poll_ex_lockless) cq->lock.spin.unlock();
 }
 
 ibv_wc_opcode read_opcode(ibv_cq_ex* c) { return to_cq(c)->cur_wc.opcode; }
