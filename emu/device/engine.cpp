@@ -207,6 +207,10 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     }
     clear_stall(qp);
     step_complete(qp, info, ctrl_signaled(ctrl), bbs);
+    // The record read is used up: kick_sq reads it again once the runner's lock is down and runs
+    // again if more came, so it is not read here a second time. (A scheduled run reads it here:
+    // each read is a step of its own.)
+    if (static_cast<int16_t>(pi - qp.sq_ci) <= 0 && !sched::scheduled()) return;
   }
 }
 

@@ -106,6 +106,22 @@ TEST(Engine, AFlushThatStepsPastTheProducerStops) {
   EXPECT_EQ(q.sq_ci, 2u);
 }
 
+// run_sq stops when it has used up the record it read (outside scheduled runs it does not read it
+// again); kick_sq reads it once more after dropping the runner's lock. Every WQE still runs.
+TEST(Engine, OneKickRunsEveryWqeTheRecordCounts) {
+  Rig r;
+  QpSlot& q = qp_slot(r.h, r.a);
+  for (int i = 0; i < 3; ++i) r.post(r.a, kOpNop, {});
+  r.eng.kick_sq(q);
+  EXPECT_EQ(q.sq_ci, 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_NE(r.poll(), nullptr) << "CQE " << i;
+  EXPECT_EQ(r.poll(), nullptr);
+  r.post(r.a, kOpNop, {});
+  r.eng.kick_sq(q);
+  EXPECT_EQ(q.sq_ci, 4u) << "the next record's WQE, at the next doorbell";
+  EXPECT_NE(r.poll(), nullptr);
+}
+
 TEST(Engine, UnsignaledWqeProducesNoCompletion) {
   Rig r;
   r.post(r.a, kOpNop, {}, false);
