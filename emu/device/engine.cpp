@@ -283,8 +283,9 @@ void Engine::raise_comm_est(QpSlot& r) {
   raise_qp_event(r, kEvCommEst);
 }
 
-void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
-  if (info.staged && info.cqe_opcode == kCqeRespErr) [[unlikely]] {
+// A CQE that names bytes in the CQ's staging area: they are released if the CQE is not placed.
+void Engine::write_staged_cqe(CqSlot& cq, const CqeInfo& info) {
+  if (info.cqe_opcode == kCqeRespErr) {
     // Staged, then failed at the responder (a SEND with invalidate naming a bad key): no payload.
     release_staged(cq, info);
     CqeInfo bare = info;
@@ -294,7 +295,7 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
   }
   if (step_write_cqe(cq, info))
     step_raise_event(cq, info);
-  else if (info.staged) [[unlikely]]
+  else
     release_staged(cq, info);
 }
 
@@ -376,8 +377,7 @@ void Engine::cq_error(CqSlot& cq) {
   });
 }
 
-void Engine::step_raise_event(CqSlot& cq, const CqeInfo& info) {
-  if (cq.chan_wfd < 0) return;  // no completion channel: an armed CQ has nowhere to signal
+void Engine::raise_if_armed(CqSlot& cq, const CqeInfo& info) {
   // Store CQE, then load the arm state; the driver stores the arm state, then loads the CQE.
   // Without a full fence on both sides each could miss the other and the event would be lost.
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -132,8 +132,13 @@ class Engine {
   // An async event on qp, to its owner (an XRC TGT QP: to every holder of a handle).
   void raise_qp_event(const QpSlot& qp, uint32_t type);
 
-  // Writes one CQE and raises the completion event if the CQ is armed for it.
-  void write_cqe(CqSlot& cq, const CqeInfo& info);
+  // Writes one CQE and raises the completion event if the CQ is armed for it. Inline: two per
+  // message; a CQE naming staged bytes goes through write_staged_cqe.
+  void write_cqe(CqSlot& cq, const CqeInfo& info) {
+    if (info.staged) [[unlikely]]
+      return write_staged_cqe(cq, info);
+    if (step_write_cqe(cq, info)) step_raise_event(cq, info);
+  }
 
   static uint64_t rnr_delay_us(uint8_t min_rnr_timer);
   static uint64_t transport_timeout_us(uint8_t timeout);
@@ -183,9 +188,14 @@ class Engine {
   bool tm_list_op(SrqSlot& srq, const TmListOp& op);
   // Places one CQE in its ring; false: the CQ is in error (overrun) and took nothing.
   bool step_write_cqe(CqSlot& cq, const CqeInfo& info);
-  void step_raise_event(CqSlot& cq, const CqeInfo& info);
+  void step_raise_event(CqSlot& cq, const CqeInfo& info) {
+    if (cq.chan_wfd < 0) return;  // no completion channel: an armed CQ has nowhere to signal
+    raise_if_armed(cq, info);
+  }
 
  private:
+  void write_staged_cqe(CqSlot& cq, const CqeInfo& info);
+  void raise_if_armed(CqSlot& cq, const CqeInfo& info);
   void run_sq(QpSlot& qp, bool force_retry);
   // The WQE at ring position pos into buf: the common one-block WQE of the ring without a call
   // (fetch_one_block, device/doorbell.h; not in a scheduled run), anything else the general way.
@@ -291,24 +301,54 @@ class Engine {
     SrqSlot* srq;  // nullptr: the QP's own receive queue
   };
   // For an XRC TGT QP the SRQ is the one the packet names (xrc_srqn); nullptr srq and false: no
-  // such SRQ in the TGT QP's domain.
-  bool recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out);
+  // such SRQ in the TGT QP's domain. The receive-queue accessors below are inline for a QP's own
+  // queue (a SEND asks each once) and leave an SRQ to engine_recv.cpp.
+  bool recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out) {
+    *out = RecvRef{&r, nullptr};
+    if (r.type != kQptXrcRecv && !r.srq_ref) [[likely]]
+      return true;
+    return recv_of_srq(r, xrc_srqn, out);
+  }
+  bool recv_of_srq(QpSlot& r, uint32_t xrc_srqn, RecvRef* out);
   RecvRef recv_of(QpSlot& r) {
     RecvRef q;
     recv_of(r, 0, &q);
     return q;
   }
   // The process whose memory the receive buffers are in, and the CQ the completion goes to.
-  int recv_pid(const RecvRef& q) const;
-  CqSlot& recv_cq(const RecvRef& q);
+  int recv_pid(const RecvRef& q) const { return h_->procs[q.srq ? q.srq->owner : q.qp->owner].pid; }
+  CqSlot& recv_cq(const RecvRef& q) {
+    return cq_slot(h_, q.srq && q.srq->xrcd_ref ? q.srq->cq : q.qp->recv_cq);
+  }
   // The lock that serialises the queue's consumers (held with ShmLockGuard; nothing that may
   // flush this queue, such as enter_error, runs under it).
   static ShmLock& recv_lock(const RecvRef& q) { return q.srq ? q.srq->lock : q.qp->rq_lock; }
   bool recv_empty(RecvRef& q);
-  bool recv_empty_wait(const QpSlot& requester, RecvRef& q);
+  // Whether the queue is empty, the requester then registered to be woken by the next receive.
+  // A QP's own queue below the producer index the device last read is not empty: no load of the
+  // receiver's doorbell record (QpSlot::rq_pi_seen).
+  bool recv_empty_wait(const QpSlot& requester, RecvRef& q) {
+    if (!q.srq && ((q.qp->rq_ci ^ q.qp->rq_pi_seen) & 0xffff) != 0) [[likely]]
+      return false;
+    return recv_empty_register(requester, q);
+  }
+  bool recv_empty_register(const QpSlot& requester, RecvRef& q);
   // The data segments of the next receive WQE, their size in bytes and the index the CQE names.
-  const uint8_t* recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index);
-  void recv_consume(RecvRef& q);
+  const uint8_t* recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index) {
+    if (q.srq) [[unlikely]]
+      return srq_head(*q.srq, seg_bytes, wqe_index);
+    const QpSlot& r = *q.qp;
+    *wqe_index = static_cast<uint16_t>(r.rq_ci & 0xffff);
+    *seg_bytes = r.rq_stride;
+    return seg_->at<uint8_t>(r.rq_off) + (r.rq_ci & (r.rq_wqe_cnt - 1)) * r.rq_stride;
+  }
+  const uint8_t* srq_head(const SrqSlot& s, uint32_t* seg_bytes, uint16_t* wqe_index);
+  void recv_consume(RecvRef& q) {
+    if (q.srq) [[unlikely]]
+      return srq_consume(*q.srq);
+    ++q.qp->rq_ci;
+  }
+  void srq_consume(SrqSlot& s);
   // A SEND's payload into the head receive WQE of rq, whose lock the caller holds. false: the
   // requester's outcome is *early and the receive stays; true: consume it (*resp_syndrome: the
   // responder's error, if any).
