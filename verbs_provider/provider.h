@@ -394,8 +394,12 @@ inline EmuXrcd* to_xrcd(ibv_xrcd* x) { return reinterpret_cast<EmuXrcd*>(x); }
 inline EmuAh* to_ah(ibv_ah* a) { return reinterpret_cast<EmuAh*>(a); }
 inline EmuChannel* to_channel(ibv_comp_channel* c) { return reinterpret_cast<EmuChannel*>(c); }
 
-// This process's QPs by number, for completion parsing (one load on the poll path).
-EmuQp* qp_by_num(uint32_t qpn);
+// This process's QPs by number, for completion parsing (one load on the poll path, inline).
+extern EmuQp* g_qp_table[kMaxQps];  // qp.cpp: written by qp_table_set
+inline EmuQp* qp_by_num(uint32_t qpn) {
+  EmuQp* q = g_qp_table[qpn & (kMaxQps - 1)];
+  return q && q->qpx.qp_base.qp_num == qpn ? q : nullptr;
+}
 void qp_table_set(uint32_t qpn, EmuQp* qp);
 
 // Whether an object belongs to an emulated device (else it is forwarded to libibverbs).
