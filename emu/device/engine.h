@@ -326,10 +326,16 @@ class Engine {
   bool recv_empty(RecvRef& q);
   // Whether the queue is empty, the requester then registered to be woken by the next receive.
   // A QP's own queue below the producer index the device last read is not empty: no load of the
-  // receiver's doorbell record (QpSlot::rq_pi_seen).
+  // receiver's doorbell record (QpSlot::rq_pi_seen); caught up with it, the record is read again
+  // (recv_empty's own-queue half, inline: a receiver that posts one receive per message has the
+  // device catch up every time).
   bool recv_empty_wait(const QpSlot& requester, RecvRef& q) {
-    if (!q.srq && ((q.qp->rq_ci ^ q.qp->rq_pi_seen) & 0xffff) != 0) [[likely]]
-      return false;
+    if (!q.srq) [[likely]] {
+      QpSlot& r = *q.qp;
+      if (((r.rq_ci ^ r.rq_pi_seen) & 0xffff) != 0) return false;
+      r.rq_pi_seen = engine_detail::rq_producer(seg_, r);
+      if ((r.rq_ci & 0xffff) != r.rq_pi_seen) return false;
+    }
     return recv_empty_register(requester, q);
   }
   bool recv_empty_register(const QpSlot& requester, RecvRef& q);
