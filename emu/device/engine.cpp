@@ -315,15 +315,18 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   uint32_t log_cnt = cq_ring_log(ring_word);
   uint32_t capacity = 1u << cq_ring_log_capacity(ring_word);
   uint32_t pi = cq.pi.fetch_add(1, std::memory_order_relaxed);
-  // The consumer's index is read only when the cached one says the ring may be full.
-  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity)
-    cq.ci_seen.store(cq.ci.load(std::memory_order_acquire), std::memory_order_relaxed);
-  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity) {
-    // The CQ is full: the completion cannot be placed. As a NIC does: the CQ enters error
-    // (IBV_EVENT_CQ_ERR to its owner) and so does every QP completing into it.
-    log("CQ overrun (cqe count %u)", capacity);
-    cq_error(cq);
-    return false;
+  // The consumer's index is read only when the cached one says the ring may be full; the full
+  // verdict is the index just read (another producer may store an older one into the cache).
+  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity) [[unlikely]] {
+    uint32_t ci = cq.ci.load(std::memory_order_acquire);
+    cq.ci_seen.store(ci, std::memory_order_relaxed);
+    if (pi - ci >= capacity) {
+      // The CQ is full: the completion cannot be placed. As a NIC does: the CQ enters error
+      // (IBV_EVENT_CQ_ERR to its owner) and so does every QP completing into it.
+      log("CQ overrun (cqe count %u)", capacity);
+      cq_error(cq);
+      return false;
+    }
   }
   Cqe64* ring = seg_->at<Cqe64>(cq_ring_off(ring_word));
   Cqe64& c = ring[pi & ((1u << log_cnt) - 1)];

@@ -109,8 +109,8 @@ inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint
 }
 
 inline uint32_t packets(uint64_t len, uint8_t mtu_code) {
-  uint64_t mtu = 128ull << (mtu_code ? mtu_code : 1);
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+  uint32_t shift = 7 + (mtu_code ? mtu_code : 1);  // the MTU is 128 << code: no division
+  return len == 0 ? 1 : static_cast<uint32_t>((len + (1ull << shift) - 1) >> shift);
 }
 
 // A message of npk packets went from requester to responder: both PSNs move past it (UD and UC

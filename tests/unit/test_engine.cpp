@@ -144,6 +144,18 @@ TEST(Engine, AtomicFetchAddReturnsOldValue) {
   EXPECT_EQ(result, 40u);
 }
 
+// A message's packets at each path MTU (ibv_mtu codes 1..5 = 256..4096 bytes; 0 counts as 256),
+// computed by shifting: the ceiling of the length over the MTU, one for an empty message.
+TEST(Engine, PacketsOfAMessage) {
+  for (uint8_t code = 0; code <= 5; ++code) {
+    uint64_t mtu = 128ull << (code ? code : 1);
+    for (uint64_t len :
+         {uint64_t{0}, uint64_t{1}, mtu - 1, mtu, mtu + 1, 3 * mtu, uint64_t{1} << 31})
+      EXPECT_EQ(engine_detail::packets(len, code), len ? (len + mtu - 1) / mtu : 1)
+          << "length " << len << " mtu " << mtu;
+  }
+}
+
 TEST(Engine, RnrTimerTableAndTimeouts) {
   EXPECT_EQ(Engine::rnr_delay_us(12), 640u);
   EXPECT_EQ(Engine::rnr_delay_us(0), 655360u);
