@@ -346,34 +346,38 @@ inline void maybe_progress(EmuCq* cq) {
     progress_stalled(to_ctx(cq->cqx.context));
 }
 
-// Whether a poll would find nothing, decided without the CQ's lock: a busy poller (UCX polls four
-// CQs per progress call, most of them empty) then pays a few loads, not a lock and unlock. Only
-// an atomic read: the ring comes from the word producers read (`CqSlot::ring`), not from
-// cq->ring, which ibv_resize_cq swaps under the lock. A peek that overlaps a resize may read the
-// old ring after it was freed: a false "not empty" takes the lock and looks again; a false
-// "empty" is a poll that returned before the completions moved to the new ring, which an
-// overlapping call may. false (take the locked path) whenever that path does more than look:
+// What a look at the CQ without its lock found: nothing (a busy poller, UCX polling four CQs per
+// progress call, most of them empty, then pays a few loads, not a lock and unlock); a new CQE and
+// nothing else to do (the locked path then skips maybe_progress); or a reason to take the locked
+// path and look there. Only an atomic read: the ring comes from the word producers read
+// (`CqSlot::ring`), not from cq->ring, which ibv_resize_cq swaps under the lock. A peek that
+// overlaps a resize may read the old ring after it was freed: a false "new CQE" takes the lock and
+// looks again; a false "empty" is a poll that returned before the completions moved to the new
+// ring, which an overlapping call may. `look` whenever the locked path does more than look:
 // inside a scheduled run (its points), and while a QP waits for a retry that polls drive.
-inline bool peek_empty(const EmuCq* cq) {
+enum class Peek { empty, cqe, look };
+inline Peek peek(const EmuCq* cq) {
   const CqSlot& cs = *cq->shm;
-  if (sched::scheduled()) return false;
+  if (sched::scheduled()) return Peek::look;
   if (cs.stalled_qps.load(std::memory_order_relaxed) |
       cq->proc_stalled_qps->load(std::memory_order_relaxed))
-    return false;
+    return Peek::look;
   uint64_t w = cs.ring.load(std::memory_order_acquire);
   uint32_t ci = cs.ci.load(std::memory_order_relaxed);
   uint32_t log = cq_ring_log(w);
   auto* ring = reinterpret_cast<const Cqe64*>(cq->seg_base + cq_ring_off(w));
-  return !cqe_is_new(cqe_owner_load(&ring[ci & ((1u << log) - 1)].op_own), ci, log);
+  return cqe_is_new(cqe_owner_load(&ring[ci & ((1u << log) - 1)].op_own), ci, log) ? Peek::cqe
+                                                                                   : Peek::empty;
 }
 
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
   if (attr->comp_mask) return EINVAL;
   EmuCq* cq = to_cq(cqx);
   if (inherited(cq)) return EPERM;
-  if (peek_empty(cq)) return ENOENT;
+  Peek p = peek(cq);
+  if (p == Peek::empty) return ENOENT;
   if (!cq->poll_ex_lockless) cq->lock.spin.lock();
-  maybe_progress(cq);
+  if (p == Peek::look) maybe_progress(cq);
   if (!next_cqe(cq, &cq->cur_wc, &cq->cur_ts)) {
     if (!cq->poll_ex_lockless) cq->lock.spin.unlock();
     return ENOENT;
@@ -484,13 +488,16 @@ int emu_poll_cq(ibv_cq* ibcq, int n, ibv_wc* wc) {
     errno = EPERM;
     return -1;
   }
-  if (peek_empty(cq)) [[likely]] {
+  Peek p = peek(cq);
+  if (p == Peek::empty) [[likely]] {
     if (cq->device_thread_engine && device_thread_busy()) sched_yield();
     return 0;
   }
   cq->lock.lock();
   EMU_KILL_POINT(KillPoint::cq_lock);
-  maybe_progress(cq);
+  // (Peek::cqe: nothing was stalled a moment ago; a stall that began since is driven by the next
+  // poll that finds it.)
+  if (p == Peek::look) maybe_progress(cq);
   int i = 0;
   uint64_t ts;
   while (i < n && next_cqe(cq, &wc[i], &ts)) ++i;
