@@ -65,8 +65,8 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   int remote_pid = h_->procs[r->owner].pid;
   uint16_t my_lid = h_->devices[qp.dev].ports[qp.port - 1].lid;
   Exchange x{qp, *r, w, out, npk, unreliable, local_pid, remote_pid, my_lid, r->pd, r->owner};
-  bool remote_memory = is_atomic(w.opcode) || has_raddr(w.opcode);
-  if (remote_memory && r->type == kQptXrcRecv && !xrc_key_domain(x))
+  // XRC: RDMA and atomics are checked against the keys of the SRQ the request names.
+  if (r->type == kQptXrcRecv && (is_atomic(w.opcode) || has_raddr(w.opcode)) && !xrc_key_domain(x))
     return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
   if (wire_on()) [[unlikely]]
     return exec_on_wire(x);
