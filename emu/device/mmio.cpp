@@ -135,31 +135,4 @@ void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos) {
   c.pos.store(~0u, std::memory_order_relaxed);
 }
 
-namespace {
-void dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer, bool fenced) {
-  sched::point(sched::kPointDbrecStore, reinterpret_cast<uintptr_t>(dbrec_send), producer);
-  // A store only when the writer changes: one thread posting pays a load.
-  uint32_t me = writer_tid(), last = qp.dbrec_writer.load(std::memory_order_relaxed);
-  if (last != me) {
-    qp.dbrec_other.store(last, std::memory_order_relaxed);
-    qp.dbrec_writer.store(me, std::memory_order_relaxed);
-  }
-  if (fenced) {  // device_barrier(), the point above being the one before it
-    sched::drain_stores(/*point_first=*/false);
-    to_device_barrier();
-  }
-  sched::buffer_store(sched::StoreKind::kRecord, qp.dbrec_off + sizeof(uint32_t), dbrec_send,
-                      sizeof(uint32_t));
-  dbrec_store32(dbrec_send, be32(producer & 0xffff));
-}
-}  // namespace
-
-void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
-  dbrec_store(qp, dbrec_send, producer, true);
-}
-
-void sq_dbrec_store_unfenced(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
-  dbrec_store(qp, dbrec_send, producer, false);
-}
-
 }  // namespace emu
