@@ -171,7 +171,7 @@ bool xrc_recv_wc(const Cqe64& c, uint8_t opcode, ibv_wc* wc) {
 
 // Takes the next completion, if the device has published one. Caller holds cq->lock (unless the
 // CQ's mode has none).
-bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
+[[gnu::always_inline]] inline bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
   for (;;) {
     Cqe64& c = cq->ring[cq->ci & (cq->shm->cqe_cnt - 1)];
     sched::point(sched::kPointPoll, reinterpret_cast<uintptr_t>(&c), cq->ci);
