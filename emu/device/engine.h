@@ -366,7 +366,9 @@ class Engine {
   // A SEND's payload into the head receive WQE of rq, whose lock the caller holds. false: the
   // requester's outcome is *early and the receive stays; true: consume it (*resp_syndrome: the
   // responder's error, if any).
-  bool send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
+  // (exec_send's only callee of its kind: inlined there.)
+  [[gnu::always_inline]] inline bool send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc,
+                                                  uint8_t* resp_syndrome,
                     ExecOutcome* early);
   // Receive staging (engine_stage.cpp): the payload (after `prefix_len` bytes of `prefix` in this
   // process, a UD GRH) into the staging area of the receive CQ, rc then naming the slots.
