@@ -169,6 +169,20 @@ bool xrc_recv_wc(const Cqe64& c, uint8_t opcode, ibv_wc* wc) {
   return true;
 }
 
+// An empty ibv_wc, in three 16-byte stores of a zero the optimizer cannot see: a memset of it,
+// inlined into the poll, became `rep stosd`, whose start-up costs more than the stores. (Copied,
+// not stored through a vector pointer: an ibv_wc is only 8-aligned.)
+inline void clear_wc(ibv_wc* wc) {
+  typedef long long Zero16 __attribute__((vector_size(16)));
+  static_assert(sizeof(ibv_wc) == 48);
+  Zero16 zero = {};
+  asm("" : "+x"(zero));
+  auto* p = reinterpret_cast<char*>(wc);
+  std::memcpy(p, &zero, 16);
+  std::memcpy(p + 16, &zero, 16);
+  std::memcpy(p + 32, &zero, 16);
+}
+
 // Takes the next completion, if the device has published one. Caller holds cq->lock (unless the
 // CQ's mode has none).
 [[gnu::always_inline]] inline bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
@@ -215,7 +229,7 @@ bool xrc_recv_wc(const Cqe64& c, uint8_t opcode, ibv_wc* wc) {
     }
     uint8_t wqe_opcode = cqe_wqe_opcode(c);
     uint16_t idx = be16(c.wqe_counter);
-    std::memset(wc, 0, sizeof *wc);
+    clear_wc(wc);
     wc->qp_num = qpn;
     wc->byte_len = be32(c.byte_cnt);
     uint32_t rqpn = be32(c.flags_rqpn);

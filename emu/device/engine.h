@@ -22,6 +22,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "device/doorbell.h"
@@ -77,16 +78,17 @@ struct CqeInfo {
 // against 3 on this VM), and the engine clears two per message. The zero comes out of an empty
 // asm: a loop storing a known zero is a memset to GCC, which it emitted as `rep stosq` again.
 inline void clear_cqe_info(CqeInfo* c) {
-  typedef long long Zero16 __attribute__((vector_size(16), aligned(1), may_alias));
+  typedef long long Zero16 __attribute__((vector_size(16)));
   constexpr size_t kCleared = offsetof(CqeInfo, staged_ref);
   static_assert(kCleared >= 16 && std::is_trivially_copyable_v<CqeInfo>);
   Zero16 zero = {};
   asm("" : "+x"(zero));  // opaque to the optimizer: stores, not a memset
+  // Copied, not stored through a vector pointer (a CqeInfo is 8-aligned); the stores in a row, not
+  // a loop around one.
   auto* p = reinterpret_cast<char*>(c);
-#pragma GCC unroll 8  // stores in a row, not a loop around one
-  for (size_t i = 0; i + 16 <= kCleared; i += 16) *reinterpret_cast<Zero16*>(p + i) = zero;
-  if constexpr (kCleared % 16 != 0)
-    *reinterpret_cast<Zero16*>(p + kCleared - 16) = zero;  // the tail, overlapping
+#pragma GCC unroll 8
+  for (size_t i = 0; i + 16 <= kCleared; i += 16) std::memcpy(p + i, &zero, 16);
+  if constexpr (kCleared % 16 != 0) std::memcpy(p + kCleared - 16, &zero, 16);  // the tail
 }
 
 // An error CQE for the WQE at consumer position ci of qp's send queue (kCqeReqErr, naming the
@@ -368,8 +370,7 @@ class Engine {
   // responder's error, if any).
   // (exec_send's only callee of its kind: inlined there.)
   [[gnu::always_inline]] inline bool send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc,
-                                                  uint8_t* resp_syndrome,
-                    ExecOutcome* early);
+                                                  uint8_t* resp_syndrome, ExecOutcome* early);
   // Receive staging (engine_stage.cpp): the payload (after `prefix_len` bytes of `prefix` in this
   // process, a UD GRH) into the staging area of the receive CQ, rc then naming the slots.
   // not_staged: the CQ has no area (rc asks for one) or no room; place the payload directly.
