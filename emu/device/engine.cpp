@@ -299,7 +299,7 @@ void Engine::write_staged_cqe(CqSlot& cq, const CqeInfo& info) {
     release_staged(cq, info);
 }
 
-bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
+bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp) {
   sched::point(sched::kPointDevCqe, info.qpn, info.wqe_counter);
   // A CQ in error takes no more; one an injection armed takes this CQE as full (kCqOverrunArmed).
   if (uint32_t o = cq.overrun.load(std::memory_order_relaxed)) {
@@ -353,8 +353,9 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   if (cq.stamp) c.timestamp = be64(now());
   cqe_set_opcode_qpn(c, info.wqe_opcode, info.qpn);
   c.wqe_counter = be16(info.wqe_counter);
-  c.qp_gen = static_cast<uint16_t>(
-      qp_slot(h_, info.qpn & (kMaxQps - 1)).incarnation.load(std::memory_order_relaxed));
+  // The slot of the QP the CQE names: the caller's, or found by the number's index.
+  const QpSlot& named = qp && qp->qpn == info.qpn ? *qp : qp_slot(h_, info.qpn & (kMaxQps - 1));
+  c.qp_gen = static_cast<uint16_t>(named.incarnation.load(std::memory_order_relaxed));
   if (err) {
     auto* e = reinterpret_cast<ErrCqe*>(&c);
     e->syndrome = info.syndrome;

@@ -144,10 +144,12 @@ class Engine {
 
   // Writes one CQE and raises the completion event if the CQ is armed for it. Inline: two per
   // message; a CQE naming staged bytes goes through write_staged_cqe.
-  void write_cqe(CqSlot& cq, const CqeInfo& info) {
+  // qp: the QP the CQE names, if the caller has it at hand (its incarnation is stamped on the CQE;
+  // else it is looked up by number).
+  void write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp = nullptr) {
     if (info.staged) [[unlikely]]
       return write_staged_cqe(cq, info);
-    if (step_write_cqe(cq, info)) step_raise_event(cq, info);
+    if (step_write_cqe(cq, info, qp)) step_raise_event(cq, info);
   }
 
   static uint64_t rnr_delay_us(uint8_t min_rnr_timer);
@@ -186,7 +188,7 @@ class Engine {
   // and a failure (other than a flush) stops the send queue.
   void step_complete(QpSlot& qp, const CqeInfo& info, bool signaled, uint32_t bbs) {
     bool error = info.cqe_opcode == kCqeReqErr;
-    if (signaled || error) write_cqe(cq_slot(h_, qp.send_cq), info);
+    if (signaled || error) write_cqe(cq_slot(h_, qp.send_cq), info, &qp);
     qp.sq_ci += bbs;
     if (info.tm_rndv) [[unlikely]]
       tm_rndv_finish(qp, info.tm_rndv);
@@ -196,8 +198,9 @@ class Engine {
   // Executes one tag list operation of a TM SRQ, as a NIC does a command of the SRQ's command
   // queue (engine_tm.cpp). false: a DEL found no posted tag there.
   bool tm_list_op(SrqSlot& srq, const TmListOp& op);
-  // Places one CQE in its ring; false: the CQ is in error (overrun) and took nothing.
-  bool step_write_cqe(CqSlot& cq, const CqeInfo& info);
+  // Places one CQE in its ring; false: the CQ is in error (overrun) and took nothing. qp: as for
+  // write_cqe.
+  bool step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp = nullptr);
   void step_raise_event(CqSlot& cq, const CqeInfo& info) {
     if (cq.chan_wfd < 0) return;  // no completion channel: an armed CQ has nowhere to signal
     raise_if_armed(cq, info);

@@ -179,7 +179,7 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
   rc.imm_be = w.ctrl->imm;
   rc.emu_flags = recv_cqe_flags(*w.ctrl, true);
   if (rq.srq && rq.srq->xrcd_ref) rc.srqn = rq.srq->srqn;
-  write_cqe(recv_cq(rq), rc);
+  write_cqe(recv_cq(rq), rc, &x.r);
   return ExecOutcome::done;
 }
 
@@ -280,7 +280,7 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   rc.emu_flags |= recv_cqe_flags(*x.w.ctrl, imm);
   if (inval) rc.emu_flags |= kCqeFlagInv;
   advance_psn(x.qp, &x.r, x.npk);
-  write_cqe(recv_cq(rq), rc);
+  write_cqe(recv_cq(rq), rc, &x.r);
   return ExecOutcome::done;
 }
 

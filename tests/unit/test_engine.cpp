@@ -156,6 +156,28 @@ TEST(Engine, PacketsOfAMessage) {
   }
 }
 
+// A CQE carries the incarnation of the QP it names, whether the writer passes that QP's slot, none,
+// or another's.
+TEST(Engine, ACqeCarriesTheIncarnationOfTheQpItNames) {
+  Rig r;
+  QpSlot& a = qp_slot(r.h, r.a);
+  QpSlot& b = qp_slot(r.h, r.b);
+  a.incarnation.store(5);
+  b.incarnation.store(9);
+  CqeInfo info;
+  clear_cqe_info(&info);
+  info.cqe_opcode = kCqeReq;
+  info.qpn = a.qpn;
+  CqSlot& cq = cq_slot(r.h, r.cq);
+  const QpSlot* hints[] = {&a, nullptr, &b};
+  for (const QpSlot* hint : hints) {
+    r.eng.write_cqe(cq, info, hint);
+    const Cqe64* c = r.poll();
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->qp_gen, 5) << (hint == &a ? "its own slot" : hint ? "another's slot" : "none");
+  }
+}
+
 TEST(Engine, RnrTimerTableAndTimeouts) {
   EXPECT_EQ(Engine::rnr_delay_us(12), 640u);
   EXPECT_EQ(Engine::rnr_delay_us(0), 655360u);
