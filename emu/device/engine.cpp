@@ -87,7 +87,7 @@ void Engine::on_doorbell(uint64_t ctrl_head) {
     log("doorbell for unknown QP 0x%x ignored", qpn);
     return;
   }
-  kick_sq(*qp);
+  run_or_leave(*qp);  // inside this section
 }
 
 void Engine::kick_sq(QpSlot& qp, bool force_retry) {
@@ -95,6 +95,10 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
   // join) still honours it.
   if (force_retry) qp.retry_now.store(1, std::memory_order_seq_cst);
   EngineSection in_engine(seg_);
+  run_or_leave(qp);
+}
+
+void Engine::run_or_leave(QpSlot& qp) {
   for (;;) {
     uint32_t consumed;
     bool stalled;

@@ -209,6 +209,8 @@ class Engine {
  private:
   void write_staged_cqe(CqSlot& cq, const CqeInfo& info);
   void raise_if_armed(CqSlot& cq, const CqeInfo& info);
+  // kick_sq inside an engine section: run the send queue, or leave it to the runner inside.
+  void run_or_leave(QpSlot& qp);
   void run_sq(QpSlot& qp, bool force_retry);
   // The WQE at ring position pos into buf: the common one-block WQE of the ring without a call
   // (fetch_one_block, device/doorbell.h; not in a scheduled run), anything else the general way.
