@@ -28,7 +28,7 @@ uint32_t my_slot(EngineSlots& es) {
 }  // namespace
 
 namespace detail {
-EMU_FAST_TLS uint32_t t_engine_depth = 0;
+EMU_FAST_TLS constinit uint32_t t_engine_depth = 0;
 }  // namespace detail
 using detail::t_engine_depth;
 

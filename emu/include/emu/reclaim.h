@@ -9,7 +9,7 @@ namespace emu {
 
 namespace detail {
 // How many engine sections the calling thread has open (reclaim.cpp).
-extern EMU_FAST_TLS uint32_t t_engine_depth;
+extern EMU_FAST_TLS constinit uint32_t t_engine_depth;
 }  // namespace detail
 
 // Sections nest (the post path opens one around the doorbell, the engine's entry points their
