@@ -280,9 +280,7 @@ bool Engine::peer_still_there(QpSlot& qp, const QpSlot& r) {
   return true;
 }
 
-// IBV_EVENT_COMM_EST: the first packet reaching a QP still in RTR (once per connection).
-void Engine::raise_comm_est(QpSlot& r) {
-  if (r.qp_state.load(std::memory_order_relaxed) != kQpsRtr) return;
+void Engine::raise_comm_est_once(QpSlot& r) {
   if (r.comm_est.load(std::memory_order_relaxed) || r.comm_est.exchange(1)) return;
   raise_qp_event(r, kEvCommEst);
 }

@@ -421,7 +421,13 @@ class Engine {
   bool raw_payload(const RawFrame& fr, const RecvRef& q, uint16_t* wqe_index, uint8_t* syndrome);
   void capture_raw(const engine_detail::Sges& local, int local_pid);
   bool ud_payload(const UdPacket& pkt, const RecvRef& q, CqeInfo* rc, uint8_t* syndrome);
-  void raise_comm_est(QpSlot& r);
+  // IBV_EVENT_COMM_EST: the first packet reaching a QP still in RTR (once per connection). Inline:
+  // asked per message, and the QP is rarely in RTR.
+  void raise_comm_est(QpSlot& r) {
+    if (r.qp_state.load(std::memory_order_relaxed) == kQpsRtr) [[unlikely]]
+      raise_comm_est_once(r);
+  }
+  void raise_comm_est_once(QpSlot& r);
   void send_queue_error(QpSlot& qp);
   bool peer_still_there(QpSlot& qp, const QpSlot& r);
   void set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us);
