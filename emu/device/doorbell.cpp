@@ -220,11 +220,6 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
   return head;
 }
 
-uint64_t db_intake(UarReg& reg, uint64_t value, uint32_t writer) {
-  reg.db_writer.store(writer, std::memory_order_relaxed);
-  return value;
-}
-
 uint32_t dbrec_judged(Segment* seg, QpSlot& qp, uint32_t raw) {
   WqeWriteRec* rec = wrec_of(seg, qp);
   bool tracked = rec && qp.wrec_tracked.load(std::memory_order_relaxed);

@@ -73,7 +73,10 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher,
                    bool reg_locked = false);
 
 // An 8-byte doorbell write: recorded with its writer; returns the value for the engine.
-uint64_t db_intake(UarReg& reg, uint64_t value, uint32_t writer);
+inline uint64_t db_intake(UarReg& reg, uint64_t value, uint32_t writer) {
+  reg.db_writer.store(writer, std::memory_order_relaxed);
+  return value;
+}
 
 // The general judgement of a send doorbell record read (inspect_dbrec over the QP's state): the
 // device's view moves on, and what is wrong is reported. Caller holds the QP's engine lock.
