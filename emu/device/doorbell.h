@@ -72,12 +72,6 @@ inline bool dbrec_clean(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ring_
 uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher,
                    bool reg_locked = false);
 
-// An 8-byte doorbell write: recorded with its writer; returns the value for the engine.
-inline uint64_t db_intake(UarReg& reg, uint64_t value, uint32_t writer) {
-  reg.db_writer.store(writer, std::memory_order_relaxed);
-  return value;
-}
-
 // The general judgement of a send doorbell record read (inspect_dbrec over the QP's state): the
 // device's view moves on, and what is wrong is reported. Caller holds the QP's engine lock.
 uint32_t dbrec_judged(Segment* seg, QpSlot& qp, uint32_t raw_producer);

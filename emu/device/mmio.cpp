@@ -111,13 +111,6 @@ uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
   return out;
 }
 
-uint64_t mmio_db64(UarReg& reg, uint64_t head) {
-  sched::point(sched::kPointDb64, reinterpret_cast<uintptr_t>(&reg.doorbell), head);
-  sched::drain_stores(/*point_first=*/false);  // the driver's mmio_wc_start before the doorbell
-  mmio_write64(&reg.doorbell, head);
-  return db_intake(reg, head, writer_tid());
-}
-
 void sq_note_wqe_before_slow(QpSlot& qp, uint32_t pos, uint32_t nbbs) {
   const uint8_t* ring = Segment::get()->at<uint8_t>(qp.sq_off);
   for (uint32_t i = 0; i < nbbs; ++i) {

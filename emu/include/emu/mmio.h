@@ -36,8 +36,15 @@ void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint3
 // reg_locked: the caller holds a lock that serialises every writer of the registers it flushes
 // (the provider's register lock), so the device need not serialise its intake itself.
 uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked = false);
-// The 8-byte doorbell write: recorded with the writer; returns the value for device_doorbell().
-uint64_t mmio_db64(UarReg& reg, uint64_t head);
+// The 8-byte doorbell write: recorded with the writer (what the device's intake of it keeps, for
+// race reports); returns the value for device_doorbell(). Inline: one per post.
+inline uint64_t mmio_db64(UarReg& reg, uint64_t head) {
+  sched::point(sched::kPointDb64, reinterpret_cast<uintptr_t>(&reg.doorbell), head);
+  sched::drain_stores(/*point_first=*/false);  // the driver's mmio_wc_start before the doorbell
+  mmio_write64(&reg.doorbell, head);
+  reg.db_writer.store(writer_tid(), std::memory_order_relaxed);
+  return head;
+}
 
 // Send ring stores: a WQE of nbbs blocks written at ring position pos (32-bit block counter), and
 // the send doorbell record. rec may be null (nothing recorded).
