@@ -14,13 +14,15 @@
 #   MPI                  bench/mpi_pingpong, UCX PML on emu0 / the same PML over posix
 # Markdown tables on stdout, per-round lines on stderr.
 # Usage: bench/sizes.sh [-q] [ROUNDS=5]   (-q: a smoke run, one round by default, few iterations)
+#   PARTS="lat ..." runs only those parts of each round (default: lat bw rate spread ucx_emu mpi);
+#   BIN=dir measures that build (default build/bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = -q ] && { quick=1; shift; }
 rounds=${1:-$((quick ? 1 : 5))}
 command -v ucx_perftest >/dev/null || { echo "needs ucx_perftest (ucx-utils)" >&2; exit 1; }
-B=$PWD/build/bin
+B=$(realpath "${BIN:-$PWD/build/bin}")
 port=19900
 source bench/lib.sh
 export EMU_FABRIC=bench-sizes-$$
@@ -170,7 +172,7 @@ mpi_round() {
 for r in $(seq "$rounds"); do
   c0=$(clping)
   echo "round $r: clping ${c0} ns" >&2
-  for part in lat bw rate spread ucx_emu mpi; do
+  for part in ${PARTS:-lat bw rate spread ucx_emu mpi}; do
     t0=$SECONDS
     ${part}_round
     echo "  ($part: $((SECONDS - t0)) s)" >&2
