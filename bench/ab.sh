@@ -8,6 +8,7 @@
 #   BIN_B/msgrate); a measure whose tool is missing is skipped. Extra emu0 settings: EMU_ENV="K=V".
 # Measures (B / A below 1: B is faster for lat and ucx_*, slower for the rates):
 #   lat         ib_send_lat 2 B, typical
+#   lat64       ib_send_lat 64 B, typical
 #   ucx_p50/avg UCP tag_lat 8 B over emu0 (rc_verbs,ud_verbs: four CQs polled per progress call)
 #   rate_send, rate_write    bench/msgrate 8 B SEND / WRITE, the whole run's rate
 #   batch_send, batch_write  the same, its median batch's rate (the post/engine path without the
@@ -28,6 +29,8 @@ source bench/lib.sh
 # Each takes the directory of the build to run.
 lat() { pair "env $EMU_ENV $1/emu-run ib_send_lat -d emu0 -F -s 2 -n 100000 -p @P" \
   "env $EMU_ENV $1/emu-run ib_send_lat -d emu0 -F -s 2 -n 100000 -p @P localhost" | awk '$1==2 {print $5}'; }
+lat64() { pair "env $EMU_ENV $1/emu-run ib_send_lat -d emu0 -F -s 64 -n 100000 -p @P" \
+  "env $EMU_ENV $1/emu-run ib_send_lat -d emu0 -F -s 64 -n 100000 -p @P localhost" | awk '$1==64 {print $5}'; }
 write_bw() { pair "env $EMU_ENV $1/emu-run ib_write_bw -d emu0 -F -s 8 -n 300000 -p @P" \
   "env $EMU_ENV $1/emu-run ib_write_bw -d emu0 -F -s 8 -n 300000 -p @P localhost" | awk '$1==8 {print $5}'; }
 # ucx_tag FIELD BIN: ucx_perftest's "Final:" line is iters p50 avg ...

@@ -7,6 +7,8 @@
 #   BIN_A, BIN_B: directories holding emu-run and libemu_verbs.so (a copy of build/bin made before
 #   a change, and build/bin). The tools (bench/cpu/*.c) are compiled into a temporary directory.
 # Below 1: B spends less CPU. send_stream also prints its ns per message, empty_poll ns per poll.
+# CFLAGS is passed to the tools' compile (CFLAGS=-DB=1: send_stream one lone SEND per round), ARGS
+# to each run (ARGS=1000000: send_stream's rounds).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 A=$(realpath "$1") B=$(realpath "$2")
@@ -16,11 +18,11 @@ export EMU_FABRIC=${EMU_FABRIC:-cpuab$$}
 source bench/lib.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-for t in $tests; do cc -O2 -o "$tmp/$t" "bench/cpu/$t.c" -libverbs; done
+for t in $tests; do cc -O2 ${CFLAGS:-} -o "$tmp/$t" "bench/cpu/$t.c" -libverbs; done
 
 # cpu BIN TEST: the task-clock (ms) of one run; the tool's own figure goes to stderr
 cpu() {
-  taskset -c 1 perf stat -x, -e task-clock -o "$tmp/stat" timeout 120 "$1/emu-run" "$tmp/$2" >&2
+  taskset -c 1 perf stat -x, -e task-clock -o "$tmp/stat" timeout 120 "$1/emu-run" "$tmp/$2" ${ARGS:-} >&2
   awk -F, '/task-clock/ {print $1}' "$tmp/stat"
 }
 echo "| tool | B / A CPU time per round | median |"

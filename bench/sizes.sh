@@ -14,13 +14,15 @@
 #   MPI                  bench/mpi_pingpong, UCX PML on emu0 / the same PML over posix
 # Markdown tables on stdout, per-round lines on stderr.
 # Usage: bench/sizes.sh [-q] [ROUNDS=5]   (-q: a smoke run, one round by default, few iterations)
+#   PARTS="lat ..." runs only those parts of each round (default: lat bw rate spread ucx_emu mpi);
+#   BIN=dir measures that build (default build/bin).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 quick=0
 [ "${1:-}" = -q ] && { quick=1; shift; }
 rounds=${1:-$((quick ? 1 : 5))}
 command -v ucx_perftest >/dev/null || { echo "needs ucx_perftest (ucx-utils)" >&2; exit 1; }
-B=$PWD/build/bin
+B=$(realpath "${BIN:-$PWD/build/bin}")
 port=19900
 source bench/lib.sh
 export EMU_FABRIC=bench-sizes-$$
@@ -170,7 +172,7 @@ mpi_round() {
 for r in $(seq "$rounds"); do
   c0=$(clping)
   echo "round $r: clping ${c0} ns" >&2
-  for part in lat bw rate spread ucx_emu mpi; do
+  for part in ${PARTS:-lat bw rate spread ucx_emu mpi}; do
     t0=$SECONDS
     ${part}_round
     echo "  ($part: $((SECONDS - t0)) s)" >&2
@@ -180,7 +182,11 @@ for r in $(seq "$rounds"); do
   echo "round $r: clping at the end ${c1} ns" >&2
 done
 
-row() { echo "| $1 | ${V[$2]%, } | $(med "$2") | $3 |"; }
+row() {
+  [ -n "${V[$2]:-}" ] || return 0  # a part PARTS left out
+  local v=${V[$2]}
+  echo "| $1 | ${v%, } | $(med "$2") | $3 |"
+}
 echo "(* a pair whose placement moved between its anchor and its emu0 figure; the ratio is the"
 echo "median of the other pairs when there are any)"
 echo
@@ -208,6 +214,7 @@ echo; echo "### ibv_rc_pingpong over emu0: each size / 1 B of the same round (µ
 echo; echo "| size | per round (size/1 B) | ratio (median) | worst round | goal |"
 echo "|---|---|---|---|---|"
 for s in 64 256 1024 4096; do
+  [ -n "${V[pp$s]:-}" ] || continue  # a part PARTS left out
   worst=$(tr ' ' '\n' <<<"${R[pp$s]}" | grep . | sort -g | tail -1)
   echo "| $s B | ${V[pp$s]%, } | $(med "pp$s") | $worst | ≤ 2.0 in every round |"
 done

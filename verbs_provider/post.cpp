@@ -2,6 +2,7 @@
 // BlueFlame copy) — the same order of stores a hardware driver makes.
 #include <cerrno>
 #include <cstring>
+#include <iterator>
 
 #include "emu/barriers.h"
 #include "emu/device.h"
@@ -171,10 +172,17 @@ int wqe_add_sge(EmuQp* qp, uint32_t lkey, uint64_t addr, uint32_t length) {
   return 0;
 }
 
-[[gnu::always_inline]] static inline int add_inline_data(EmuQp* qp, const ibv_data_buf* bufs,
-                                                         size_t n) {
+// An inline segment from a list of buffers: ibv_data_buf (ibv_wr_set_inline_data_list) or the
+// WR's own ibv_sge list (ibv_post_send), read in place.
+inline const void* buf_addr(const ibv_data_buf& b) { return b.addr; }
+inline size_t buf_len(const ibv_data_buf& b) { return b.length; }
+inline const void* buf_addr(const ibv_sge& b) { return reinterpret_cast<const void*>(b.addr); }
+inline size_t buf_len(const ibv_sge& b) { return b.length; }
+
+template <class Buf>
+[[gnu::always_inline]] static inline int add_inline_data(EmuQp* qp, const Buf* bufs, size_t n) {
   size_t total = 0;
-  for (size_t i = 0; i < n; ++i) total += bufs[i].length;
+  for (size_t i = 0; i < n; ++i) total += buf_len(bufs[i]);
   if (total > qp->max_inline || qp->stage_size + 4 + total > kMaxSendWqeBytes) return EINVAL;
   if (total == 0) return 0;
   uint8_t* p = qp->stage + qp->stage_size;
@@ -186,8 +194,8 @@ int wqe_add_sge(EmuQp* qp, uint32_t lkey, uint64_t addr, uint32_t length) {
   std::memcpy(p, &hdr, 4);
   uint8_t* d = p + 4;
   for (size_t i = 0; i < n; ++i) {
-    copy_small(d, bufs[i].addr, bufs[i].length);
-    d += bufs[i].length;
+    copy_small(d, buf_addr(bufs[i]), buf_len(bufs[i]));
+    d += buf_len(bufs[i]);
   }
   qp->stage_size += seg;
   return 0;
@@ -232,6 +240,42 @@ void sq_publish(EmuQp* qp, uint32_t last_block, uint32_t last_bbs, uint32_t nreq
   ring_doorbell(qp, last_block, last_bbs, nreq == 1);
 }
 
+// What ibv_post_send makes of a WR's opcode: the WQE opcode and the segments it takes, one table
+// load instead of a switch and a test per segment kind.
+enum WrShape : uint8_t {
+  kWrRaddr = 1,      // a remote-address segment (RDMA)
+  kWrAtomic = 2,     // remote address and atomic segments
+  kWrImm = 4,        // the immediate from imm_data
+  kWrInvalKey = 8,   // the immediate field carries invalidate_rkey
+  kWrNoData = 16,    // no data segments (bind, local invalidate)
+  kWrNoInline = 32,  // IBV_SEND_INLINE does not apply (the device writes into the buffers)
+};
+struct WrKind {
+  uint8_t opcode;
+  uint8_t shape;  // WrShape bits
+};
+constexpr uint8_t kNoOpcode = 0xff;
+inline WrKind wr_kind(ibv_wr_opcode op) {
+  static constexpr WrKind kKinds[] = {
+      {kOpRdmaWrite, kWrRaddr},                // IBV_WR_RDMA_WRITE
+      {kOpRdmaWriteImm, kWrRaddr | kWrImm},    // IBV_WR_RDMA_WRITE_WITH_IMM
+      {kOpSend, 0},                            // IBV_WR_SEND
+      {kOpSendImm, kWrImm},                    // IBV_WR_SEND_WITH_IMM
+      {kOpRdmaRead, kWrRaddr | kWrNoInline},   // IBV_WR_RDMA_READ
+      {kOpAtomicCs, kWrAtomic | kWrNoInline},  // IBV_WR_ATOMIC_CMP_AND_SWP
+      {kOpAtomicFa, kWrAtomic | kWrNoInline},  // IBV_WR_ATOMIC_FETCH_AND_ADD
+      {kOpLocalInv, kWrInvalKey | kWrNoData},  // IBV_WR_LOCAL_INV
+      {kOpBindMw, kWrNoData},                  // IBV_WR_BIND_MW
+      {kOpSendInval, kWrInvalKey},             // IBV_WR_SEND_WITH_INV
+  };
+  static_assert(IBV_WR_RDMA_WRITE == 0 && IBV_WR_RDMA_WRITE_WITH_IMM == 1 && IBV_WR_SEND == 2 &&
+                IBV_WR_SEND_WITH_IMM == 3 && IBV_WR_RDMA_READ == 4 &&
+                IBV_WR_ATOMIC_CMP_AND_SWP == 5 && IBV_WR_ATOMIC_FETCH_AND_ADD == 6 &&
+                IBV_WR_LOCAL_INV == 7 && IBV_WR_BIND_MW == 8 && IBV_WR_SEND_WITH_INV == 9);
+  auto i = static_cast<uint32_t>(op);
+  return i < std::size(kKinds) ? kKinds[i] : WrKind{kNoOpcode, 0};  // TSO, DRIVER1, ...: EINVAL
+}
+
 int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
   EmuQp* qp = to_qp(ibqp);
   if (inherited(qp)) {
@@ -248,75 +292,35 @@ int emu_post_send(ibv_qp* ibqp, ibv_send_wr* wr, ibv_send_wr** bad) {
     *bad = wr;
   }
   for (; !err && wr; wr = wr->next) {
-    uint8_t opcode;
-    switch (wr->opcode) {
-      case IBV_WR_SEND:
-        opcode = kOpSend;
-        break;
-      case IBV_WR_SEND_WITH_IMM:
-        opcode = kOpSendImm;
-        break;
-      case IBV_WR_RDMA_WRITE:
-        opcode = kOpRdmaWrite;
-        break;
-      case IBV_WR_RDMA_WRITE_WITH_IMM:
-        opcode = kOpRdmaWriteImm;
-        break;
-      case IBV_WR_RDMA_READ:
-        opcode = kOpRdmaRead;
-        break;
-      case IBV_WR_ATOMIC_CMP_AND_SWP:
-        opcode = kOpAtomicCs;
-        break;
-      case IBV_WR_ATOMIC_FETCH_AND_ADD:
-        opcode = kOpAtomicFa;
-        break;
-      case IBV_WR_SEND_WITH_INV:
-        opcode = kOpSendInval;
-        break;
-      case IBV_WR_BIND_MW:
-        opcode = kOpBindMw;
-        break;
-      case IBV_WR_LOCAL_INV:
-        opcode = kOpLocalInv;
-        break;
-      default:
-        opcode = 0xff;
-        break;
-    }
-    if (opcode == 0xff || !transport_carries(static_cast<uint8_t>(ibqp->qp_type), opcode) ||
+    WrKind k = wr_kind(wr->opcode);
+    uint8_t opcode = k.opcode;
+    if (opcode == kNoOpcode || !transport_carries(static_cast<uint8_t>(ibqp->qp_type), opcode) ||
         wr->num_sge < 0 || static_cast<uint32_t>(wr->num_sge) > qp->max_send_sge) {
       err = EINVAL;
     } else {
-      uint32_t imm = (opcode == kOpSendImm || opcode == kOpRdmaWriteImm) ? wr->imm_data : 0;
+      uint32_t imm = (k.shape & kWrImm) ? wr->imm_data : 0;
       // The key to invalidate rides in the immediate field (as mlx5 puts it), big endian.
-      if (opcode == kOpSendInval || opcode == kOpLocalInv) imm = be32(wr->invalidate_rkey);
+      if (k.shape & kWrInvalKey) imm = be32(wr->invalidate_rkey);
       begin_wqe(qp, opcode, wr->send_flags, imm, wr->wr_id);
       if (ibqp->qp_type == IBV_QPT_UD)
         err = wqe_set_av(qp, wr->wr.ud.ah, wr->wr.ud.remote_qpn, wr->wr.ud.remote_qkey);
       else if (ibqp->qp_type == IBV_QPT_XRC_SEND)
         wqe_set_xrc_srqn(qp, wr->qp_type.xrc.remote_srqn);
-      bool atomic = opcode == kOpAtomicCs || opcode == kOpAtomicFa;
-      bool mw_op = opcode == kOpBindMw || opcode == kOpLocalInv;
       if (opcode == kOpBindMw) {
         err = wqe_add_bind(qp, wr->bind_mw.mw, wr->bind_mw.rkey, wr->bind_mw.bind_info);
-      } else if (atomic) {
+      } else if (k.shape & kWrAtomic) {
         add_raddr(qp, wr->wr.atomic.remote_addr, wr->wr.atomic.rkey);
         if (opcode == kOpAtomicCs)
           wqe_add_atomic(qp, wr->wr.atomic.swap, wr->wr.atomic.compare_add);
         else
           wqe_add_atomic(qp, wr->wr.atomic.compare_add, 0);
-      } else if (opcode != kOpSend && opcode != kOpSendImm && opcode != kOpSendInval && !mw_op) {
+      } else if (k.shape & kWrRaddr) {
         add_raddr(qp, wr->wr.rdma.remote_addr, wr->wr.rdma.rkey);
       }
-      bool inl = (wr->send_flags & IBV_SEND_INLINE) && opcode != kOpRdmaRead && !atomic;
-      if (mw_op) {
+      if (k.shape & kWrNoData) {
         // A bind or an invalidate carries no data.
-      } else if (!err && inl) {
-        ibv_data_buf bufs[Limits::max_sge];
-        for (int i = 0; i < wr->num_sge; ++i)
-          bufs[i] = {reinterpret_cast<void*>(wr->sg_list[i].addr), wr->sg_list[i].length};
-        err = add_inline_data(qp, bufs, static_cast<size_t>(wr->num_sge));
+      } else if (!err && (wr->send_flags & IBV_SEND_INLINE) && !(k.shape & kWrNoInline)) {
+        err = add_inline_data(qp, wr->sg_list, static_cast<size_t>(wr->num_sge));
       } else {
         for (int i = 0; !err && i < wr->num_sge; ++i)
           err = wqe_add_sge(qp, wr->sg_list[i].lkey, wr->sg_list[i].addr, wr->sg_list[i].length);

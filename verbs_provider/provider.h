@@ -17,6 +17,7 @@
 #include "emu/race_log.h"
 #include "emu/sched.h"
 #include "emu/segment.h"
+#include "emu/spin_lock.h"
 #include "emu/wqe.h"
 
 namespace emu::prov {
@@ -47,22 +48,19 @@ struct EmuXrcd;
 // Inside a scheduled run (emu/sched.h) taking and dropping it are scheduling points, and a thread
 // that finds it held is blocked by the schedule instead of spinning.
 struct ModeLock {
-  pthread_spinlock_t spin;
+  SpinLock spin;
   bool off = false;
   sched::ActorId holder = sched::kNoActor;  // inside a scheduled run only
-  void init(bool lockless) {
-    off = lockless;
-    pthread_spin_init(&spin, PTHREAD_PROCESS_PRIVATE);
-  }
+  void init(bool lockless) { off = lockless; }
   void lock() {
     if (off) return;
     if (sched::scheduled()) return sched::lock_acquire(&holder, "provider lock", addr());
-    pthread_spin_lock(&spin);
+    spin.lock();
   }
   void unlock() {
     if (off) return;
     if (sched::scheduled()) return sched::lock_release(&holder, addr());
-    pthread_spin_unlock(&spin);
+    spin.unlock();
   }
 
  private:
@@ -369,7 +367,7 @@ void report_owner_conflict(EmuSrq* srq, uint32_t holder, uint32_t me);
 inline bool queue_enter(EmuQp* qp, OwnerQueue q) {
   ModeLock& l = q == kOwnerSend ? qp->sq_lock : qp->rq_lock;
   if (!qp->lockless) {
-    pthread_spin_lock(&l.spin);
+    l.spin.lock();
     return false;
   }
   OwnerWord& w = q == kOwnerSend ? qp->sq_owner : qp->rq_owner;
@@ -380,7 +378,7 @@ inline bool queue_enter(EmuQp* qp, OwnerQueue q) {
 }
 inline void queue_leave(EmuQp* qp, OwnerQueue q, bool owned) {
   if (!qp->lockless) {
-    pthread_spin_unlock(&(q == kOwnerSend ? qp->sq_lock : qp->rq_lock).spin);
+    (q == kOwnerSend ? qp->sq_lock : qp->rq_lock).spin.unlock();
     return;
   }
   if (owned) owner_give(q == kOwnerSend ? qp->sq_owner : qp->rq_owner);
@@ -403,8 +401,12 @@ inline EmuXrcd* to_xrcd(ibv_xrcd* x) { return reinterpret_cast<EmuXrcd*>(x); }
 inline EmuAh* to_ah(ibv_ah* a) { return reinterpret_cast<EmuAh*>(a); }
 inline EmuChannel* to_channel(ibv_comp_channel* c) { return reinterpret_cast<EmuChannel*>(c); }
 
-// This process's QPs by number, for completion parsing (one load on the poll path).
-EmuQp* qp_by_num(uint32_t qpn);
+// This process's QPs by number, for completion parsing (one load on the poll path, inline).
+extern EmuQp* g_qp_table[kMaxQps];  // qp.cpp: written by qp_table_set
+inline EmuQp* qp_by_num(uint32_t qpn) {
+  EmuQp* q = g_qp_table[qpn & (kMaxQps - 1)];
+  return q && q->qpx.qp_base.qp_num == qpn ? q : nullptr;
+}
 void qp_table_set(uint32_t qpn, EmuQp* qp);
 
 // Whether an object belongs to an emulated device (else it is forwarded to libibverbs).

@@ -17,9 +17,9 @@
 using namespace emu;
 using namespace emu::prov;
 
-namespace {
+EmuQp* emu::prov::g_qp_table[kMaxQps];
 
-EmuQp* g_qp_table[kMaxQps];
+namespace {
 
 uint32_t pow2_at_least(uint32_t v) {
   uint32_t p = 1;
@@ -267,11 +267,6 @@ void reset_queues(EmuQp* qp) {
 }  // namespace
 
 namespace emu::prov {
-
-EmuQp* qp_by_num(uint32_t qpn) {
-  EmuQp* q = g_qp_table[qpn & (kMaxQps - 1)];
-  return q && q->qpx.qp_base.qp_num == qpn ? q : nullptr;
-}
 
 void qp_table_set(uint32_t qpn, EmuQp* qp) { g_qp_table[qpn & (kMaxQps - 1)] = qp; }
 
@@ -528,6 +523,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
     std::memcpy(s.dgid, ah.grh.dgid.raw, 16);
     if (ah.port_num) s.port = ah.port_num;
   }
+  device_routes_changed(segment()->hdr());  // engines look their responders up anew
   if (next == kQpsReset) {
     s.qp_state.store(kQpsReset);
     reset_queues(qp);

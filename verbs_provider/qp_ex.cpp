@@ -63,7 +63,7 @@ void wr_start(ibv_qp_ex* x) {
 // session's start and end are in one thread, and only that thread can have stored its tid there.
 void session_leave(EmuQp* qp) {
   if (!qp->lockless) {
-    pthread_spin_unlock(&qp->sq_lock.spin);
+    qp->sq_lock.spin.unlock();
     return;
   }
   if (qp->sq_owner.tid.load(std::memory_order_relaxed) == writer_tid()) owner_give(qp->sq_owner);

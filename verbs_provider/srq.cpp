@@ -45,7 +45,7 @@ namespace emu::prov {
 // lock serialises, so a poll in one thread beside a post in another is the race it prevents.
 bool srq_enter(EmuSrq* s) {
   if (!s->lock.off) {
-    pthread_spin_lock(&s->lock.spin);
+    s->lock.spin.lock();
     return false;
   }
   uint32_t me = writer_tid(), other = 0;
@@ -56,7 +56,7 @@ bool srq_enter(EmuSrq* s) {
 
 void srq_leave(EmuSrq* s, bool owned) {
   if (!s->lock.off)
-    pthread_spin_unlock(&s->lock.spin);
+    s->lock.spin.unlock();
   else if (owned)
     owner_give(s->owner);
 }

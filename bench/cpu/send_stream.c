@@ -1,11 +1,16 @@
-// bench/cpu/send_stream: ns per message of a SEND 8 B stream between two RC QPs of one process on
-// emu0 (lists of 32, the last signaled; receives re-posted per list): the post / engine / poll
-// path's CPU cost without a second core. Exits non-zero on any failed completion.
+// bench/cpu/send_stream [ROUNDS]: ns per message of a SEND 8 B stream between two RC QPs of one
+// process on emu0 (lists of B = 32, the last signaled; receives re-posted per list): the post /
+// engine / poll path's CPU cost without a second core. Built with -DB=1 it is one lone signaled
+// SEND round trip per round (the shape of ib_send_lat: BlueFlame rules apply to a lone WQE), which
+// bench/cpu_count.sh counts under callgrind. Exits non-zero on any failed completion.
 #include <infiniband/verbs.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#ifndef B
 #define B 32
+#endif
 static struct ibv_qp* mkqp(struct ibv_pd* pd, struct ibv_cq* s, struct ibv_cq* r) {
   struct ibv_qp_init_attr a = {.send_cq = s,
                                .recv_cq = r,
@@ -42,7 +47,7 @@ static void conn(struct ibv_qp* q, uint32_t dqpn, uint16_t lid) {
                 IBV_QP_STATE | IBV_QP_TIMEOUT | IBV_QP_RETRY_CNT | IBV_QP_RNR_RETRY |
                     IBV_QP_SQ_PSN | IBV_QP_MAX_QP_RD_ATOMIC);
 }
-int main(void) {
+int main(int argc, char** argv) {
   int n;
   struct ibv_device** l = ibv_get_device_list(&n);
   struct ibv_context* c = ibv_open_device(l[0]);
@@ -75,7 +80,7 @@ int main(void) {
   }
   struct ibv_sge ss = {(uintptr_t)&v, 8, 0};
   for (int i = 0; i < B; ++i) sw[i].sg_list = &ss;
-  long rounds = 30000;
+  long rounds = argc > 1 ? atol(argv[1]) : 30000;
   struct timespec t0, t1;
   struct ibv_recv_wr* br;
   struct ibv_send_wr* bs;

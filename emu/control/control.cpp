@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "emu/config.h"
+#include "emu/device.h"
 #include "emu/notify.h"
 #include "emu/reclaim.h"
 
@@ -63,6 +64,7 @@ Status set_port_state(Segment* seg, uint32_t dev, uint32_t port, bool up, bool* 
   std::atomic_ref<uint8_t> state(p->state);
   bool did = state.exchange(want, std::memory_order_acq_rel) != want;
   if (did) {
+    device_routes_changed(h);  // engines look their responders up anew (a path through it went)
     log("%s port %u: %s", h->devices[dev].name, port, up ? "up (ACTIVE)" : "down");
     notify_port_event(seg, dev, port, up ? kEvPortActive : kEvPortErr);
   }

@@ -12,8 +12,10 @@ namespace emu {
 // local load outside a run).
 void device_doorbell(uint64_t head) {
   if (sched::DeviceActor* dev = sched::DeviceActor::for_caller()) return dev->doorbell(head);
-  Engine* eng = Engine::process_engine();
-  if (config().engine == EngineMode::inline_on_doorbell)
+  // Found once: every post asks (config() is a call).
+  static Engine* const eng = Engine::process_engine();
+  static const bool in_line = config().engine == EngineMode::inline_on_doorbell;
+  if (in_line)
     eng->on_doorbell(head);
   else
     ProgressThread::get(eng)->doorbell(head);

@@ -220,19 +220,7 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
   return head;
 }
 
-uint64_t db_intake(UarReg& reg, uint64_t value, uint32_t writer) {
-  reg.db_writer.store(writer, std::memory_order_relaxed);
-  return value;
-}
-
-uint32_t dbrec_checked(Segment* seg, QpSlot& qp, uint32_t raw) {
-  // The very record read last time, which passed the checks then (seen moved to it, no report
-  // of it ahead): only the consumer has moved since, towards it, so they pass again — a slot
-  // below it written anew meanwhile is note_fetch's double write. A stream of WQEs under one
-  // doorbell asks this once per WQE. Not in a scheduled run, where each read is a step.
-  if (raw == qp.dbrec_last_raw && (raw & 0xffff) == qp.dbrec_seen && qp.dbrec_ahead_at != raw &&
-      !sched::scheduled())
-    return raw & 0xffff;
+uint32_t dbrec_judged(Segment* seg, QpSlot& qp, uint32_t raw) {
   WqeWriteRec* rec = wrec_of(seg, qp);
   bool tracked = rec && qp.wrec_tracked.load(std::memory_order_relaxed);
   uint32_t pending = (raw - qp.sq_ci) & 0xffff;

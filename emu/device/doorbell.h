@@ -11,6 +11,7 @@
 
 #include "emu/device.h"
 #include "emu/layout.h"
+#include "emu/sched.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
 
@@ -46,6 +47,21 @@ struct DbrecVerdict {
 DbrecVerdict inspect_dbrec(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ring_bbs,
                            uint32_t last_block_pos, bool tracked);
 
+// Whether inspect_dbrec finds nothing wrong (not backwards, not ahead) and the device goes on with
+// the value read: the record stayed or moved forward from the furthest value read before, by no
+// more blocks than the ring holds, the last of them recorded as written there (or the ring's
+// stores not recorded). Asked inline for every doorbell; false sends the read to the general
+// judgement (dbrec_judged), which gives the same verdict and reports. seen 0x10000 (none read since
+// reset) is left to it too.
+inline bool dbrec_clean(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ring_bbs,
+                        uint32_t last_block_pos, bool tracked) {
+  now &= 0xffff;
+  uint32_t back = (seen - now) & 0xffff;
+  uint32_t pending = (now - ci) & 0xffff;
+  return seen < 0x10000 && (back == 0 || back >= 0x8000) && pending <= ring_bbs &&
+         (!tracked || !pending || last_block_pos == ci + pending - 1);
+}
+
 // ---- Device hooks (called by the engine and the MMIO helpers) ----
 
 // A BlueFlame buffer drained to the device by a flush of `flusher` (its tag): the device takes the
@@ -56,12 +72,36 @@ DbrecVerdict inspect_dbrec(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ri
 uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher,
                    bool reg_locked = false);
 
-// An 8-byte doorbell write: recorded with its writer; returns the value for the engine.
-uint64_t db_intake(UarReg& reg, uint64_t value, uint32_t writer);
+// The general judgement of a send doorbell record read (inspect_dbrec over the QP's state): the
+// device's view moves on, and what is wrong is reported. Caller holds the QP's engine lock.
+uint32_t dbrec_judged(Segment* seg, QpSlot& qp, uint32_t raw_producer);
 
 // The send doorbell record as the device reads it before fetching: checked against what it read
-// before and what the ring was given. Caller holds the QP's engine lock.
-uint32_t dbrec_checked(Segment* seg, QpSlot& qp, uint32_t raw_producer);
+// before and what the ring was given. Caller holds the QP's engine lock. Inline: every doorbell
+// asks it, and the clean read (dbrec_clean) is a few loads and stores; the rest is dbrec_judged's.
+inline uint32_t dbrec_checked(Segment* seg, QpSlot& qp, uint32_t raw) {
+  // The very record read last time, which passed the checks then (seen moved to it, no report
+  // of it ahead): only the consumer has moved since, towards it, so they pass again — a slot
+  // below it written anew meanwhile is note_fetch's double write. A stream of WQEs under one
+  // doorbell asks this once per WQE. Not in a scheduled run, where each read is a step.
+  if (raw == qp.dbrec_last_raw && (raw & 0xffff) == qp.dbrec_seen && qp.dbrec_ahead_at != raw &&
+      !sched::scheduled())
+    return raw & 0xffff;
+  // What dbrec_judged reads, read the same way.
+  WqeWriteRec* rec = qp.wrec_off ? seg->at<WqeWriteRec>(qp.wrec_off) : nullptr;
+  bool tracked = rec && qp.wrec_tracked.load(std::memory_order_relaxed);
+  uint32_t pending = (raw - qp.sq_ci) & 0xffff;
+  uint32_t last_pos = ~0u;
+  if (tracked && pending && pending <= qp.sq_bbs)
+    last_pos = rec[(qp.sq_ci + pending - 1) & (qp.sq_bbs - 1)].pos.load(std::memory_order_relaxed);
+  if (!dbrec_clean(qp.dbrec_seen, raw, qp.sq_ci, qp.sq_bbs, last_pos, tracked)) [[unlikely]]
+    return dbrec_judged(seg, qp, raw);
+  // What dbrec_judged does with a clean read.
+  qp.dbrec_last_raw = raw;
+  qp.dbrec_seen = raw & 0xffff;
+  qp.dbrec_seen_writer = qp.dbrec_writer.load(std::memory_order_relaxed);
+  return raw & 0xffff;
+}
 
 // The WQE at ring position pos, if a BlueFlame write delivered it: copied into buf (true, and
 // *bad if it did not parse). Stale copies the device has passed are dropped. Engine lock held.

@@ -87,7 +87,7 @@ void Engine::on_doorbell(uint64_t ctrl_head) {
     log("doorbell for unknown QP 0x%x ignored", qpn);
     return;
   }
-  kick_sq(*qp);
+  run_or_leave(*qp);  // inside this section
 }
 
 void Engine::kick_sq(QpSlot& qp, bool force_retry) {
@@ -95,6 +95,10 @@ void Engine::kick_sq(QpSlot& qp, bool force_retry) {
   // join) still honours it.
   if (force_retry) qp.retry_now.store(1, std::memory_order_seq_cst);
   EngineSection in_engine(seg_);
+  run_or_leave(qp);
+}
+
+void Engine::run_or_leave(QpSlot& qp) {
   for (;;) {
     uint32_t consumed;
     bool stalled;
@@ -207,6 +211,10 @@ void Engine::run_sq(QpSlot& qp, bool force_retry) {
     }
     clear_stall(qp);
     step_complete(qp, info, ctrl_signaled(ctrl), bbs);
+    // The record read is used up: kick_sq reads it again once the runner's lock is down and runs
+    // again if more came, so it is not read here a second time. (A scheduled run reads it here:
+    // each read is a step of its own.)
+    if (static_cast<int16_t>(pi - qp.sq_ci) <= 0 && !sched::scheduled()) return;
   }
 }
 
@@ -272,15 +280,14 @@ bool Engine::peer_still_there(QpSlot& qp, const QpSlot& r) {
   return true;
 }
 
-// IBV_EVENT_COMM_EST: the first packet reaching a QP still in RTR (once per connection).
-void Engine::raise_comm_est(QpSlot& r) {
-  if (r.qp_state.load(std::memory_order_relaxed) != kQpsRtr) return;
+void Engine::raise_comm_est_once(QpSlot& r) {
   if (r.comm_est.load(std::memory_order_relaxed) || r.comm_est.exchange(1)) return;
   raise_qp_event(r, kEvCommEst);
 }
 
-void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
-  if (info.staged && info.cqe_opcode == kCqeRespErr) [[unlikely]] {
+// A CQE that names bytes in the CQ's staging area: they are released if the CQE is not placed.
+void Engine::write_staged_cqe(CqSlot& cq, const CqeInfo& info) {
+  if (info.cqe_opcode == kCqeRespErr) {
     // Staged, then failed at the responder (a SEND with invalidate naming a bad key): no payload.
     release_staged(cq, info);
     CqeInfo bare = info;
@@ -290,11 +297,11 @@ void Engine::write_cqe(CqSlot& cq, const CqeInfo& info) {
   }
   if (step_write_cqe(cq, info))
     step_raise_event(cq, info);
-  else if (info.staged) [[unlikely]]
+  else
     release_staged(cq, info);
 }
 
-bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
+bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp) {
   sched::point(sched::kPointDevCqe, info.qpn, info.wqe_counter);
   // A CQ in error takes no more; one an injection armed takes this CQE as full (kCqOverrunArmed).
   if (uint32_t o = cq.overrun.load(std::memory_order_relaxed)) {
@@ -310,15 +317,18 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   uint32_t log_cnt = cq_ring_log(ring_word);
   uint32_t capacity = 1u << cq_ring_log_capacity(ring_word);
   uint32_t pi = cq.pi.fetch_add(1, std::memory_order_relaxed);
-  // The consumer's index is read only when the cached one says the ring may be full.
-  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity)
-    cq.ci_seen.store(cq.ci.load(std::memory_order_acquire), std::memory_order_relaxed);
-  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity) {
-    // The CQ is full: the completion cannot be placed. As a NIC does: the CQ enters error
-    // (IBV_EVENT_CQ_ERR to its owner) and so does every QP completing into it.
-    log("CQ overrun (cqe count %u)", capacity);
-    cq_error(cq);
-    return false;
+  // The consumer's index is read only when the cached one says the ring may be full; the full
+  // verdict is the index just read (another producer may store an older one into the cache).
+  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity) [[unlikely]] {
+    uint32_t ci = cq.ci.load(std::memory_order_acquire);
+    cq.ci_seen.store(ci, std::memory_order_relaxed);
+    if (pi - ci >= capacity) {
+      // The CQ is full: the completion cannot be placed. As a NIC does: the CQ enters error
+      // (IBV_EVENT_CQ_ERR to its owner) and so does every QP completing into it.
+      log("CQ overrun (cqe count %u)", capacity);
+      cq_error(cq);
+      return false;
+    }
   }
   Cqe64* ring = seg_->at<Cqe64>(cq_ring_off(ring_word));
   Cqe64& c = ring[pi & ((1u << log_cnt) - 1)];
@@ -345,8 +355,9 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info) {
   if (cq.stamp) c.timestamp = be64(now());
   cqe_set_opcode_qpn(c, info.wqe_opcode, info.qpn);
   c.wqe_counter = be16(info.wqe_counter);
-  c.qp_gen = static_cast<uint16_t>(
-      qp_slot(h_, info.qpn & (kMaxQps - 1)).incarnation.load(std::memory_order_relaxed));
+  // The slot of the QP the CQE names: the caller's, or found by the number's index.
+  const QpSlot& named = qp && qp->qpn == info.qpn ? *qp : qp_slot(h_, info.qpn & (kMaxQps - 1));
+  c.qp_gen = static_cast<uint16_t>(named.incarnation.load(std::memory_order_relaxed));
   if (err) {
     auto* e = reinterpret_cast<ErrCqe*>(&c);
     e->syndrome = info.syndrome;
@@ -372,8 +383,7 @@ void Engine::cq_error(CqSlot& cq) {
   });
 }
 
-void Engine::step_raise_event(CqSlot& cq, const CqeInfo& info) {
-  if (cq.chan_wfd < 0) return;  // no completion channel: an armed CQ has nowhere to signal
+void Engine::raise_if_armed(CqSlot& cq, const CqeInfo& info) {
   // Store CQE, then load the arm state; the driver stores the arm state, then loads the CQE.
   // Without a full fence on both sides each could miss the other and the event would be lost.
   std::atomic_thread_fence(std::memory_order_seq_cst);

@@ -20,7 +20,9 @@
 //                                      step_write_cqe placed; write_cqe does both)
 // A head WQE whose responder does not answer stalls (stall_or_fail) and is retried by a later run.
 #pragma once
+#include <cstddef>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
 
 #include "device/doorbell.h"
@@ -54,31 +56,39 @@ struct CqeInfo {
   uint32_t src_qpn;
   uint32_t byte_cnt;
   uint32_t imm_be;      // immediate data as it travels (big-endian)
-  uint8_t rnr_timer;    // on an RNR stall: the responder's min_rnr_timer code
   uint32_t srqn;        // XRC: the SRQ that took the receive (the CQE's srqn_uidx)
-  bool inline_scatter;  // the payload (byte_cnt <= kCqeInlineMax bytes) travels in the CQE
-  uint8_t inline_data[kCqeInlineMax];
-  bool staged;  // the payload waits in the CQ's staging area, in the slots staged_ref names
-  StagedRef staged_ref;
+  uint8_t rnr_timer;    // on an RNR stall: the responder's min_rnr_timer code
+  bool inline_scatter;  // the payload (byte_cnt <= kCqeInlineMax bytes) is in inline_data
+  bool staged;          // the payload waits in the CQ's staging area, in the slots staged_ref names
   uint8_t tm_op;        // a tag matching CQE's CqeTmOp (0: none), with the header's fields
   uint32_t tm_app_ctx;  // (host order)
-  uint64_t tm_tag;
   // Requester: a rendezvous this SEND started at a TM SRQ, finished once the SEND has completed
   // (the read, the FIN to the requester, the data CQE): 1 + (SRQ slot << 16 | tag index).
   uint32_t tm_rndv;
+  uint64_t tm_tag;
   uint8_t vendor_err;  // error CQEs: 0 = the syndrome, as mlx5 reports it
+  // Read only under their flags (staged, inline_scatter), so clear_cqe_info leaves them: the two
+  // CQEs of a message clear 56 bytes each, not 104.
+  StagedRef staged_ref;
+  uint8_t inline_data[kCqeInlineMax];
 };
 
-// An empty CqeInfo. `CqeInfo{}` compiles to `rep stosq` (88 bytes), whose start-up costs several
-// times the stores (about 20 ns against 3 on this VM), and the engine clears one or two per
-// message.
+// An empty CqeInfo, up to the fields read only under a flag (staged_ref, inline_data).
+// `CqeInfo{}` compiles to `rep stosq`, whose start-up costs several times the stores (about 20 ns
+// against 3 on this VM), and the engine clears two per message. The zero comes out of an empty
+// asm: a loop storing a known zero is a memset to GCC, which it emitted as `rep stosq` again.
 inline void clear_cqe_info(CqeInfo* c) {
-  typedef long long Zero16 __attribute__((vector_size(16), aligned(1), may_alias));
-  static_assert(sizeof(CqeInfo) >= 16 && std::is_trivially_copyable_v<CqeInfo>);
+  typedef long long Zero16 __attribute__((vector_size(16)));
+  constexpr size_t kCleared = offsetof(CqeInfo, staged_ref);
+  static_assert(kCleared >= 16 && std::is_trivially_copyable_v<CqeInfo>);
+  Zero16 zero = {};
+  asm("" : "+x"(zero));  // opaque to the optimizer: stores, not a memset
+  // Copied, not stored through a vector pointer (a CqeInfo is 8-aligned); the stores in a row, not
+  // a loop around one.
   auto* p = reinterpret_cast<char*>(c);
-  for (size_t i = 0; i + 16 <= sizeof *c; i += 16) *reinterpret_cast<Zero16*>(p + i) = Zero16{};
-  if constexpr (sizeof(CqeInfo) % 16 != 0)
-    *reinterpret_cast<Zero16*>(p + sizeof *c - 16) = Zero16{};  // the tail, overlapping
+#pragma GCC unroll 8
+  for (size_t i = 0; i + 16 <= kCleared; i += 16) std::memcpy(p + i, &zero, 16);
+  if constexpr (kCleared % 16 != 0) std::memcpy(p + kCleared - 16, &zero, 16);  // the tail
 }
 
 // An error CQE for the WQE at consumer position ci of qp's send queue (kCqeReqErr, naming the
@@ -132,8 +142,15 @@ class Engine {
   // An async event on qp, to its owner (an XRC TGT QP: to every holder of a handle).
   void raise_qp_event(const QpSlot& qp, uint32_t type);
 
-  // Writes one CQE and raises the completion event if the CQ is armed for it.
-  void write_cqe(CqSlot& cq, const CqeInfo& info);
+  // Writes one CQE and raises the completion event if the CQ is armed for it. Inline: two per
+  // message; a CQE naming staged bytes goes through write_staged_cqe.
+  // qp: the QP the CQE names, if the caller has it at hand (its incarnation is stamped on the CQE;
+  // else it is looked up by number).
+  void write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp = nullptr) {
+    if (info.staged) [[unlikely]]
+      return write_staged_cqe(cq, info);
+    if (step_write_cqe(cq, info, qp)) step_raise_event(cq, info);
+  }
 
   static uint64_t rnr_delay_us(uint8_t min_rnr_timer);
   static uint64_t transport_timeout_us(uint8_t timeout);
@@ -171,7 +188,7 @@ class Engine {
   // and a failure (other than a flush) stops the send queue.
   void step_complete(QpSlot& qp, const CqeInfo& info, bool signaled, uint32_t bbs) {
     bool error = info.cqe_opcode == kCqeReqErr;
-    if (signaled || error) write_cqe(cq_slot(h_, qp.send_cq), info);
+    if (signaled || error) write_cqe(cq_slot(h_, qp.send_cq), info, &qp);
     qp.sq_ci += bbs;
     if (info.tm_rndv) [[unlikely]]
       tm_rndv_finish(qp, info.tm_rndv);
@@ -181,11 +198,19 @@ class Engine {
   // Executes one tag list operation of a TM SRQ, as a NIC does a command of the SRQ's command
   // queue (engine_tm.cpp). false: a DEL found no posted tag there.
   bool tm_list_op(SrqSlot& srq, const TmListOp& op);
-  // Places one CQE in its ring; false: the CQ is in error (overrun) and took nothing.
-  bool step_write_cqe(CqSlot& cq, const CqeInfo& info);
-  void step_raise_event(CqSlot& cq, const CqeInfo& info);
+  // Places one CQE in its ring; false: the CQ is in error (overrun) and took nothing. qp: as for
+  // write_cqe.
+  bool step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp = nullptr);
+  void step_raise_event(CqSlot& cq, const CqeInfo& info) {
+    if (cq.chan_wfd < 0) return;  // no completion channel: an armed CQ has nowhere to signal
+    raise_if_armed(cq, info);
+  }
 
  private:
+  void write_staged_cqe(CqSlot& cq, const CqeInfo& info);
+  void raise_if_armed(CqSlot& cq, const CqeInfo& info);
+  // kick_sq inside an engine section: run the send queue, or leave it to the runner inside.
+  void run_or_leave(QpSlot& qp);
   void run_sq(QpSlot& qp, bool force_retry);
   // The WQE at ring position pos into buf: the common one-block WQE of the ring without a call
   // (fetch_one_block, device/doorbell.h; not in a scheduled run), anything else the general way.
@@ -291,29 +316,66 @@ class Engine {
     SrqSlot* srq;  // nullptr: the QP's own receive queue
   };
   // For an XRC TGT QP the SRQ is the one the packet names (xrc_srqn); nullptr srq and false: no
-  // such SRQ in the TGT QP's domain.
-  bool recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out);
+  // such SRQ in the TGT QP's domain. The receive-queue accessors below are inline for a QP's own
+  // queue (a SEND asks each once) and leave an SRQ to engine_recv.cpp.
+  bool recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out) {
+    *out = RecvRef{&r, nullptr};
+    if (r.type != kQptXrcRecv && !r.srq_ref) [[likely]]
+      return true;
+    return recv_of_srq(r, xrc_srqn, out);
+  }
+  bool recv_of_srq(QpSlot& r, uint32_t xrc_srqn, RecvRef* out);
   RecvRef recv_of(QpSlot& r) {
     RecvRef q;
     recv_of(r, 0, &q);
     return q;
   }
   // The process whose memory the receive buffers are in, and the CQ the completion goes to.
-  int recv_pid(const RecvRef& q) const;
-  CqSlot& recv_cq(const RecvRef& q);
+  int recv_pid(const RecvRef& q) const { return h_->procs[q.srq ? q.srq->owner : q.qp->owner].pid; }
+  CqSlot& recv_cq(const RecvRef& q) {
+    return cq_slot(h_, q.srq && q.srq->xrcd_ref ? q.srq->cq : q.qp->recv_cq);
+  }
   // The lock that serialises the queue's consumers (held with ShmLockGuard; nothing that may
   // flush this queue, such as enter_error, runs under it).
   static ShmLock& recv_lock(const RecvRef& q) { return q.srq ? q.srq->lock : q.qp->rq_lock; }
   bool recv_empty(RecvRef& q);
-  bool recv_empty_wait(const QpSlot& requester, RecvRef& q);
+  // Whether the queue is empty, the requester then registered to be woken by the next receive.
+  // A QP's own queue below the producer index the device last read is not empty: no load of the
+  // receiver's doorbell record (QpSlot::rq_pi_seen); caught up with it, the record is read again
+  // (recv_empty's own-queue half, inline: a receiver that posts one receive per message has the
+  // device catch up every time).
+  bool recv_empty_wait(const QpSlot& requester, RecvRef& q) {
+    if (!q.srq) [[likely]] {
+      QpSlot& r = *q.qp;
+      if (((r.rq_ci ^ r.rq_pi_seen) & 0xffff) != 0) return false;
+      r.rq_pi_seen = engine_detail::rq_producer(seg_, r);
+      if ((r.rq_ci & 0xffff) != r.rq_pi_seen) return false;
+    }
+    return recv_empty_register(requester, q);
+  }
+  bool recv_empty_register(const QpSlot& requester, RecvRef& q);
   // The data segments of the next receive WQE, their size in bytes and the index the CQE names.
-  const uint8_t* recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index);
-  void recv_consume(RecvRef& q);
+  const uint8_t* recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index) {
+    if (q.srq) [[unlikely]]
+      return srq_head(*q.srq, seg_bytes, wqe_index);
+    const QpSlot& r = *q.qp;
+    *wqe_index = static_cast<uint16_t>(r.rq_ci & 0xffff);
+    *seg_bytes = r.rq_stride;
+    return seg_->at<uint8_t>(r.rq_off) + (r.rq_ci & (r.rq_wqe_cnt - 1)) * r.rq_stride;
+  }
+  const uint8_t* srq_head(const SrqSlot& s, uint32_t* seg_bytes, uint16_t* wqe_index);
+  void recv_consume(RecvRef& q) {
+    if (q.srq) [[unlikely]]
+      return srq_consume(*q.srq);
+    ++q.qp->rq_ci;
+  }
+  void srq_consume(SrqSlot& s);
   // A SEND's payload into the head receive WQE of rq, whose lock the caller holds. false: the
   // requester's outcome is *early and the receive stays; true: consume it (*resp_syndrome: the
   // responder's error, if any).
-  bool send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
-                    ExecOutcome* early);
+  // (exec_send's only callee of its kind: inlined there.)
+  [[gnu::always_inline]] inline bool send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc,
+                                                  uint8_t* resp_syndrome, ExecOutcome* early);
   // Receive staging (engine_stage.cpp): the payload (after `prefix_len` bytes of `prefix` in this
   // process, a UD GRH) into the staging area of the receive CQ, rc then naming the slots.
   // not_staged: the CQ has no area (rc asks for one) or no room; place the payload directly.
@@ -359,7 +421,13 @@ class Engine {
   bool raw_payload(const RawFrame& fr, const RecvRef& q, uint16_t* wqe_index, uint8_t* syndrome);
   void capture_raw(const engine_detail::Sges& local, int local_pid);
   bool ud_payload(const UdPacket& pkt, const RecvRef& q, CqeInfo* rc, uint8_t* syndrome);
-  void raise_comm_est(QpSlot& r);
+  // IBV_EVENT_COMM_EST: the first packet reaching a QP still in RTR (once per connection). Inline:
+  // asked per message, and the QP is rarely in RTR.
+  void raise_comm_est(QpSlot& r) {
+    if (r.qp_state.load(std::memory_order_relaxed) == kQpsRtr) [[unlikely]]
+      raise_comm_est_once(r);
+  }
+  void raise_comm_est_once(QpSlot& r);
   void send_queue_error(QpSlot& qp);
   bool peer_still_there(QpSlot& qp, const QpSlot& r);
   void set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us);

@@ -50,7 +50,7 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   bool unreliable = qp.type == kQptUc;
   uint32_t npk = packets(w.local.total, qp.path_mtu);
   // The responder: the connected QP behind the destination LID, ready to receive.
-  QpSlot* r = connected_responder(seg_, qp);
+  QpSlot* r = responder_of(seg_, qp);
   if (!r) {
     if (!unreliable) return ExecOutcome::stall_retry;
     advance_psn(qp, nullptr, npk);
@@ -65,8 +65,8 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   int remote_pid = h_->procs[r->owner].pid;
   uint16_t my_lid = h_->devices[qp.dev].ports[qp.port - 1].lid;
   Exchange x{qp, *r, w, out, npk, unreliable, local_pid, remote_pid, my_lid, r->pd, r->owner};
-  bool remote_memory = is_atomic(w.opcode) || has_raddr(w.opcode);
-  if (remote_memory && r->type == kQptXrcRecv && !xrc_key_domain(x))
+  // XRC: RDMA and atomics are checked against the keys of the SRQ the request names.
+  if (r->type == kQptXrcRecv && (is_atomic(w.opcode) || has_raddr(w.opcode)) && !xrc_key_domain(x))
     return responder_error(x, kSynRemoteInvalReq, kEvQpReqErr);
   if (wire_on()) [[unlikely]]
     return exec_on_wire(x);
@@ -179,7 +179,7 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
   rc.imm_be = w.ctrl->imm;
   rc.emu_flags = recv_cqe_flags(*w.ctrl, true);
   if (rq.srq && rq.srq->xrcd_ref) rc.srqn = rq.srq->srqn;
-  write_cqe(recv_cq(rq), rc);
+  write_cqe(recv_cq(rq), rc, &x.r);
   return ExecOutcome::done;
 }
 
@@ -280,7 +280,7 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   rc.emu_flags |= recv_cqe_flags(*x.w.ctrl, imm);
   if (inval) rc.emu_flags |= kCqeFlagInv;
   advance_psn(x.qp, &x.r, x.npk);
-  write_cqe(recv_cq(rq), rc);
+  write_cqe(recv_cq(rq), rc, &x.r);
   return ExecOutcome::done;
 }
 

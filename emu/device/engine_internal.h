@@ -109,8 +109,8 @@ inline bool translate_remote(Segment* seg, const QpSlot& qp, uint32_t rkey, uint
 }
 
 inline uint32_t packets(uint64_t len, uint8_t mtu_code) {
-  uint64_t mtu = 128ull << (mtu_code ? mtu_code : 1);
-  return len == 0 ? 1 : static_cast<uint32_t>((len + mtu - 1) / mtu);
+  uint32_t shift = 7 + (mtu_code ? mtu_code : 1);  // the MTU is 128 << code: no division
+  return len == 0 ? 1 : static_cast<uint32_t>((len + (1ull << shift) - 1) >> shift);
 }
 
 // A message of npk packets went from requester to responder: both PSNs move past it (UD and UC
@@ -151,6 +151,19 @@ inline bool path_reaches(const Header* h, const QpSlot& requester, const QpSlot&
   return !requester.is_global || port_gid_index(to, requester.dgid, kGidTypeIb) >= 0;
 }
 
+// Whether r, the QP behind the requester's destination QPN, answers it as its responder, apart
+// from the path: still that QP (its slot live under that number), of the type the requester talks
+// to, connected back to the requester, able to receive, in a live process. All of this can change
+// without a modify (a destroy, a reset, an error, a death), so it is asked for every message.
+inline bool answers(const Header* h, const QpSlot& qp, const QpSlot& r) {
+  // An XRC INI QP talks to a TGT QP, which outlives its creator (its handles keep it).
+  uint8_t want = qp.type == kQptXrcSend ? uint8_t{kQptXrcRecv} : qp.type;
+  return r.state.load(std::memory_order_acquire) == kSlotLive && r.qpn == qp.dest_qpn &&
+         r.type == want && r.dest_qpn == qp.qpn && can_receive(r.qp_state.load()) &&
+         (r.type == kQptXrcRecv ||
+          h->procs[r.owner].state.load(std::memory_order_relaxed) == kProcAlive);
+}
+
 // The responder a requester's packets reach: the QP behind the destination QPN on the port the
 // path leads to, of the same type, connected back to the requester, able to receive, in a live
 // process, with the links of both ports up. nullptr: the packets go nowhere (the requester
@@ -159,15 +172,31 @@ inline QpSlot* connected_responder(Segment* seg, const QpSlot& qp) {
   Header* h = seg->hdr();
   if (!qp_port_up(h, qp)) return nullptr;
   QpSlot* r = seg->find_qp(qp.dest_qpn);
-  // An XRC INI QP talks to a TGT QP, which outlives its creator (its handles keep it).
-  uint8_t want = qp.type == kQptXrcSend ? uint8_t{kQptXrcRecv} : qp.type;
-  if (!r || r->type != want || r->dest_qpn != qp.qpn || !can_receive(r->qp_state.load()) ||
-      !path_reaches(h, qp, *r) ||
-      (r->type != kQptXrcRecv &&
-       h->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive) ||
-      !qp_port_up(h, *r))
-    return nullptr;
+  if (!r || !answers(h, qp, *r) || !path_reaches(h, qp, *r) || !qp_port_up(h, *r)) return nullptr;
   return r;
+}
+
+// connected_responder, remembered in the requester's cache under route generation gen.
+[[gnu::noinline]] inline QpSlot* look_up_responder(Segment* seg, QpSlot& qp, uint64_t gen) {
+  QpSlot* r = connected_responder(seg, qp);
+  qp.resp_off = r ? seg->offset_of(r) : 0;
+  qp.resp_gen = gen;
+  return r;
+}
+
+// connected_responder for a message, from the requester's cache (QpSlot::resp_off) while nothing
+// that decides the path has changed since it was found (Header::route_gen, bumped by
+// device_routes_changed after every such change): the path checks (both ports up, LID or GID
+// reached) are then known to hold, and only answers() is asked again. The generation is read
+// before anything it guards, so a change that lands during a lookup leaves a stale generation
+// behind, not a stale responder. Caller holds qp's engine lock (the cache's one writer).
+inline QpSlot* responder_of(Segment* seg, QpSlot& qp) {
+  uint64_t gen = seg->hdr()->route_gen.load(std::memory_order_acquire);
+  if (gen == qp.resp_gen && qp.resp_off) [[likely]] {
+    QpSlot* r = seg->at<QpSlot>(qp.resp_off);
+    if (answers(seg->hdr(), qp, *r)) return r;
+  }
+  return look_up_responder(seg, qp, gen);
 }
 
 }  // namespace emu::engine_detail

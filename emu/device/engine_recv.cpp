@@ -11,8 +11,7 @@
 namespace emu {
 using namespace engine_detail;
 
-bool Engine::recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out) {
-  *out = RecvRef{&r, nullptr};
+bool Engine::recv_of_srq(QpSlot& r, uint32_t xrc_srqn, RecvRef* out) {
   if (r.type == kQptXrcRecv) {
     // XRC: the packet names the SRQ, which must be an XRC SRQ of the TGT QP's domain.
     SrqSlot* s = seg_->find_srq(xrc_srqn);
@@ -26,14 +25,6 @@ bool Engine::recv_of(QpSlot& r, uint32_t xrc_srqn, RecvRef* out) {
     out->srq = &srq_slot(h_, (r.srq_ref - 1) & (kMaxSrqs - 1));
   }
   return true;
-}
-
-int Engine::recv_pid(const RecvRef& q) const {
-  return h_->procs[q.srq ? q.srq->owner : q.qp->owner].pid;
-}
-
-CqSlot& Engine::recv_cq(const RecvRef& q) {
-  return cq_slot(h_, q.srq && q.srq->xrcd_ref ? q.srq->cq : q.qp->recv_cq);
 }
 
 bool Engine::recv_empty(RecvRef& q) {
@@ -53,7 +44,7 @@ bool Engine::recv_empty(RecvRef& q) {
 // Whether the receive queue is empty; if so the requester is registered to be woken by the next
 // receive posted there. Registering and then looking again (the poster stores its doorbell record
 // and then looks for a waiter) means one of the two always sees the other.
-bool Engine::recv_empty_wait(const QpSlot& requester, RecvRef& q) {
+bool Engine::recv_empty_register(const QpSlot& requester, RecvRef& q) {
   if (!recv_empty(q)) return false;
   if (q.qp->state.load(std::memory_order_acquire) != kSlotLive) return true;  // being destroyed
   std::atomic<uint32_t>& waiter = q.srq ? q.srq->rnr_waiter : q.qp->rnr_waiter;
@@ -61,26 +52,14 @@ bool Engine::recv_empty_wait(const QpSlot& requester, RecvRef& q) {
   return recv_empty(q);
 }
 
-const uint8_t* Engine::recv_head(const RecvRef& q, uint32_t* seg_bytes, uint16_t* wqe_index) {
-  if (q.srq) {
-    const SrqSlot& s = *q.srq;
-    uint32_t idx = s.head & (s.wqe_cnt - 1);
-    *wqe_index = static_cast<uint16_t>(idx);
-    *seg_bytes = s.stride - sizeof(SrqNextSeg);
-    return seg_->at<uint8_t>(s.buf_off) + size_t(idx) * s.stride + sizeof(SrqNextSeg);
-  }
-  const QpSlot& r = *q.qp;
-  *wqe_index = static_cast<uint16_t>(r.rq_ci & 0xffff);
-  *seg_bytes = r.rq_stride;
-  return seg_->at<uint8_t>(r.rq_off) + (r.rq_ci & (r.rq_wqe_cnt - 1)) * r.rq_stride;
+const uint8_t* Engine::srq_head(const SrqSlot& s, uint32_t* seg_bytes, uint16_t* wqe_index) {
+  uint32_t idx = s.head & (s.wqe_cnt - 1);
+  *wqe_index = static_cast<uint16_t>(idx);
+  *seg_bytes = s.stride - sizeof(SrqNextSeg);
+  return seg_->at<uint8_t>(s.buf_off) + size_t(idx) * s.stride + sizeof(SrqNextSeg);
 }
 
-void Engine::recv_consume(RecvRef& q) {
-  if (!q.srq) {
-    ++q.qp->rq_ci;
-    return;
-  }
-  SrqSlot& s = *q.srq;
+void Engine::srq_consume(SrqSlot& s) {
   SrqNextSeg next;
   std::memcpy(&next, seg_->at<uint8_t>(s.buf_off) + size_t(s.head & (s.wqe_cnt - 1)) * s.stride,
               sizeof next);

@@ -187,7 +187,7 @@ void Engine::tm_rndv_finish(QpSlot& qp, uint32_t ref) {
     t = tags_of(seg_, s)[idx];
   }
   if (t.state != kTmTagRndv) return;
-  QpSlot* r = connected_responder(seg_, qp);
+  QpSlot* r = responder_of(seg_, qp);
   uint8_t syndrome = 0;
   uint64_t src = 0, dst = 0;
   if (t.rndv_len > t.length)

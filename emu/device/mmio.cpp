@@ -111,13 +111,6 @@ uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked) {
   return out;
 }
 
-uint64_t mmio_db64(UarReg& reg, uint64_t head) {
-  sched::point(sched::kPointDb64, reinterpret_cast<uintptr_t>(&reg.doorbell), head);
-  sched::drain_stores(/*point_first=*/false);  // the driver's mmio_wc_start before the doorbell
-  mmio_write64(&reg.doorbell, head);
-  return db_intake(reg, head, writer_tid());
-}
-
 void sq_note_wqe_before_slow(QpSlot& qp, uint32_t pos, uint32_t nbbs) {
   const uint8_t* ring = Segment::get()->at<uint8_t>(qp.sq_off);
   for (uint32_t i = 0; i < nbbs; ++i) {
@@ -133,33 +126,6 @@ void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos) {
   if (c.unfetched.load(std::memory_order_relaxed))
     c.unfetched.fetch_sub(1, std::memory_order_relaxed);
   c.pos.store(~0u, std::memory_order_relaxed);
-}
-
-namespace {
-void dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer, bool fenced) {
-  sched::point(sched::kPointDbrecStore, reinterpret_cast<uintptr_t>(dbrec_send), producer);
-  // A store only when the writer changes: one thread posting pays a load.
-  uint32_t me = writer_tid(), last = qp.dbrec_writer.load(std::memory_order_relaxed);
-  if (last != me) {
-    qp.dbrec_other.store(last, std::memory_order_relaxed);
-    qp.dbrec_writer.store(me, std::memory_order_relaxed);
-  }
-  if (fenced) {  // device_barrier(), the point above being the one before it
-    sched::drain_stores(/*point_first=*/false);
-    to_device_barrier();
-  }
-  sched::buffer_store(sched::StoreKind::kRecord, qp.dbrec_off + sizeof(uint32_t), dbrec_send,
-                      sizeof(uint32_t));
-  dbrec_store32(dbrec_send, be32(producer & 0xffff));
-}
-}  // namespace
-
-void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
-  dbrec_store(qp, dbrec_send, producer, true);
-}
-
-void sq_dbrec_store_unfenced(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
-  dbrec_store(qp, dbrec_send, producer, false);
 }
 
 }  // namespace emu

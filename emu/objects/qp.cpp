@@ -55,6 +55,7 @@ Status make_qp(Segment* seg, const QpSpec& spec, const QpRings& r, uint32_t* idx
   s.uar_index = spec.uar_index;
   s.qp_state.store(kQpsReset);
   s.wrec_tracked.store(0);
+  s.resp_off = 0;  // a reused slot's cached responder was its last QP's
   reset_race_state(seg, s);
   // The SRQ's destroy is refused (EBUSY) while this count is not 0.
   if (spec.srq_ref) srq_slot(seg->hdr(), spec.srq_ref - 1).attached_qps.fetch_add(1);
@@ -116,6 +117,7 @@ uint32_t reset_qp_device_state(Segment* seg, QpSlot& s) {
   s.sq_ci = 0;
   s.rq_ci = 0;
   s.rq_pi_seen = 0;
+  s.resp_off = 0;
   reset_race_state(seg, s);
   s.rnr_waiter.store(0);
   s.comm_est.store(0);

@@ -13,7 +13,6 @@ namespace {
 // This thread's slot in its process's EngineSlots: an index, or kEngineSlots for the overflow
 // count.
 EMU_FAST_TLS uint32_t t_slot = ~0u;
-EMU_FAST_TLS uint32_t t_depth = 0;
 
 uint32_t my_slot(EngineSlots& es) {
   if (t_slot == ~0u) {
@@ -28,13 +27,17 @@ uint32_t my_slot(EngineSlots& es) {
 
 }  // namespace
 
+namespace detail {
+EMU_FAST_TLS constinit uint32_t t_engine_depth = 0;
+}  // namespace detail
+using detail::t_engine_depth;
+
 void forget_engine_slot() {
   t_slot = ~0u;
-  t_depth = 0;
+  t_engine_depth = 0;
 }
 
-EngineSection::EngineSection(Segment* seg) : seg_(seg), outermost_(t_depth++ == 0) {
-  if (!outermost_) return;
+void EngineSection::enter() {
   EngineSlots& es = seg_->hdr()->engines[seg_->self()];
   uint32_t i = my_slot(es);
   if (i < kEngineSlots) {
@@ -46,8 +49,7 @@ EngineSection::EngineSection(Segment* seg) : seg_(seg), outermost_(t_depth++ == 
   }
 }
 
-EngineSection::~EngineSection() {
-  if (--t_depth != 0) return;
+void EngineSection::leave() {
   EngineSlots& es = seg_->hdr()->engines[seg_->self()];
   if (t_slot < kEngineSlots)
     es.slot[t_slot].seq.store(es.slot[t_slot].seq.load(std::memory_order_relaxed) + 1,
@@ -65,7 +67,7 @@ void wait_for_engines(Segment* seg) {
     uint32_t n = es.next.load(std::memory_order_acquire);
     if (n > kEngineSlots) n = kEngineSlots;
     for (uint32_t i = 0; i < n; ++i) {
-      if (p == seg->self() && i == t_slot && t_depth) continue;  // our own open section
+      if (p == seg->self() && i == t_slot && t_engine_depth) continue;  // our own open section
       uint64_t seen = es.slot[i].seq.load(std::memory_order_acquire);
       if (!(seen & 1)) continue;
       for (unsigned spins = 0; es.slot[i].seq.load(std::memory_order_acquire) == seen; ++spins) {

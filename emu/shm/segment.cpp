@@ -419,26 +419,6 @@ Status Segment::alloc_srq(uint32_t* idx) {
   return st;
 }
 
-SrqSlot* Segment::find_srq(uint32_t srqn) const {
-  SrqSlot* s = srq_at(hdr_, srqn & (kMaxSrqs - 1));
-  if (!s || s->state.load(std::memory_order_acquire) != kSlotLive || s->srqn != srqn)
-    return nullptr;
-  return s;
-}
-
-MrSlot* Segment::find_mr(uint32_t key) const {
-  MrSlot* m = mr_at(hdr_, key >> 8);
-  if (!m || m->state.load(std::memory_order_acquire) != kSlotLive || m->key != key) return nullptr;
-  return m;
-}
-
-QpSlot* Segment::find_qp(uint32_t qpn) const {
-  // Lock-free and O(1): the chunk's offset (acquire), then the slot.
-  QpSlot* q = qp_at(hdr_, qpn & (kMaxQps - 1));
-  if (!q || q->state.load(std::memory_order_acquire) != kSlotLive || q->qpn != qpn) return nullptr;
-  return q;
-}
-
 bool Segment::proc_alive(uint32_t slot) const { return proc_slot_alive(slot); }
 
 // Retires every object `owned` selects: dying first (unfindable), then, once no engine can be

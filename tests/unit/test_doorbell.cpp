@@ -155,6 +155,42 @@ TEST(DbrecDetector, PastTheRingOrPastTheRecordedStoresIsAhead) {
   EXPECT_FALSE(inspect_dbrec(0, 3, 0, 16, ~0u, false).ahead);  // stores not recorded: no claim
 }
 
+// The inline clean read (dbrec_checked's fast path) says clean exactly when the general verdict
+// does, over random records near the interesting edges (wrap, full ring, backwards by one or by
+// half the 16-bit space).
+TEST(DbrecDetector, TheInlineCleanReadAgreesWithTheGeneralVerdict) {
+  uint64_t x = 0x9e3779b97f4a7c15ull;
+  auto next = [&x] {
+    x ^= x << 13;
+    x ^= x >> 7;
+    x ^= x << 17;
+    return x;
+  };
+  int clean = 0;
+  for (int i = 0; i < 200000; ++i) {
+    uint32_t bbs = 1u << (next() % 6);
+    uint32_t ci = static_cast<uint32_t>(next());
+    uint32_t now = (ci + next() % (bbs + 2) - (next() % 8 == 0 ? 1 : 0)) & 0xffff;
+    // Ahead of now (backwards) or behind it by a little, or by half the 16-bit space.
+    uint32_t d = next() % 8 == 0 ? 0x7fff + next() % 3 : next() % (2 * bbs + 3) - bbs - 1;
+    uint32_t seen = next() % 64 == 0 ? 0x10000 : (now + d) & 0xffff;
+    uint32_t pending = (now - ci) & 0xffff;
+    uint32_t last = next() % 4 == 0 ? ~0u : ci + pending - 1 + (next() % 3 == 0 ? 1 : 0);
+    bool tracked = next() % 8 != 0;
+    DbrecVerdict v = inspect_dbrec(seen, now, ci, bbs, last, tracked);
+    bool general = !v.backwards && !v.ahead && v.producer == now;
+    bool fast = dbrec_clean(seen, now, ci, bbs, last, tracked);
+    if (seen != 0x10000)
+      ASSERT_EQ(fast, general) << "seen " << seen << " now " << now << " ci " << ci << " bbs "
+                               << bbs << " last " << last << " tracked " << tracked;
+    else
+      ASSERT_FALSE(fast) << "none seen since reset: the general judgement's";
+    clean += fast;
+  }
+  EXPECT_GT(clean, 10000) << "the clean case was drawn";
+  EXPECT_LT(clean, 190000) << "so were the others";
+}
+
 // ---- Through the engine ----
 
 namespace {

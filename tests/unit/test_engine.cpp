@@ -106,6 +106,22 @@ TEST(Engine, AFlushThatStepsPastTheProducerStops) {
   EXPECT_EQ(q.sq_ci, 2u);
 }
 
+// run_sq stops when it has used up the record it read (outside scheduled runs it does not read it
+// again); kick_sq reads it once more after dropping the runner's lock. Every WQE still runs.
+TEST(Engine, OneKickRunsEveryWqeTheRecordCounts) {
+  Rig r;
+  QpSlot& q = qp_slot(r.h, r.a);
+  for (int i = 0; i < 3; ++i) r.post(r.a, kOpNop, {});
+  r.eng.kick_sq(q);
+  EXPECT_EQ(q.sq_ci, 3u);
+  for (int i = 0; i < 3; ++i) EXPECT_NE(r.poll(), nullptr) << "CQE " << i;
+  EXPECT_EQ(r.poll(), nullptr);
+  r.post(r.a, kOpNop, {});
+  r.eng.kick_sq(q);
+  EXPECT_EQ(q.sq_ci, 4u) << "the next record's WQE, at the next doorbell";
+  EXPECT_NE(r.poll(), nullptr);
+}
+
 TEST(Engine, UnsignaledWqeProducesNoCompletion) {
   Rig r;
   r.post(r.a, kOpNop, {}, false);
@@ -126,6 +142,40 @@ TEST(Engine, AtomicFetchAddReturnsOldValue) {
   r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_EQ(target, 42u);
   EXPECT_EQ(result, 40u);
+}
+
+// A message's packets at each path MTU (ibv_mtu codes 1..5 = 256..4096 bytes; 0 counts as 256),
+// computed by shifting: the ceiling of the length over the MTU, one for an empty message.
+TEST(Engine, PacketsOfAMessage) {
+  for (uint8_t code = 0; code <= 5; ++code) {
+    uint64_t mtu = 128ull << (code ? code : 1);
+    for (uint64_t len :
+         {uint64_t{0}, uint64_t{1}, mtu - 1, mtu, mtu + 1, 3 * mtu, uint64_t{1} << 31})
+      EXPECT_EQ(engine_detail::packets(len, code), len ? (len + mtu - 1) / mtu : 1)
+          << "length " << len << " mtu " << mtu;
+  }
+}
+
+// A CQE carries the incarnation of the QP it names, whether the writer passes that QP's slot, none,
+// or another's.
+TEST(Engine, ACqeCarriesTheIncarnationOfTheQpItNames) {
+  Rig r;
+  QpSlot& a = qp_slot(r.h, r.a);
+  QpSlot& b = qp_slot(r.h, r.b);
+  a.incarnation.store(5);
+  b.incarnation.store(9);
+  CqeInfo info;
+  clear_cqe_info(&info);
+  info.cqe_opcode = kCqeReq;
+  info.qpn = a.qpn;
+  CqSlot& cq = cq_slot(r.h, r.cq);
+  const QpSlot* hints[] = {&a, nullptr, &b};
+  for (const QpSlot* hint : hints) {
+    r.eng.write_cqe(cq, info, hint);
+    const Cqe64* c = r.poll();
+    ASSERT_NE(c, nullptr);
+    EXPECT_EQ(c->qp_gen, 5) << (hint == &a ? "its own slot" : hint ? "another's slot" : "none");
+  }
 }
 
 TEST(Engine, RnrTimerTableAndTimeouts) {

@@ -23,6 +23,22 @@ TEST(Dma, LocalGatherScatterAcrossUnevenSpans) {
   EXPECT_EQ(std::string(dst1, 2) + std::string(dst2, 6), "abcdefgh");
 }
 
+// One span each way in this process, every length up to past the small-copy limit (16 bytes):
+// the shorter span's bytes move, nothing after them.
+TEST(Dma, OneLocalSpanEachWayMovesTheShorterLength) {
+  for (uint64_t n = 0; n <= 40; ++n) {
+    for (uint64_t extra : {uint64_t{0}, uint64_t{3}}) {
+      char src[48], dst[48];
+      for (int i = 0; i < 48; ++i) src[i] = static_cast<char>(i + 1);
+      std::memset(dst, 0x55, sizeof dst);
+      MemSpan s{a(src), n + extra}, d{a(dst), n};
+      ASSERT_EQ(dma_copy(0, &s, 1, getpid(), &d, 1), CopyResult::ok);
+      for (uint64_t i = 0; i < n; ++i) ASSERT_EQ(dst[i], src[i]) << "length " << n << " byte " << i;
+      for (uint64_t i = n; i < sizeof dst; ++i) ASSERT_EQ(dst[i], 0x55) << "length " << n;
+    }
+  }
+}
+
 TEST(Dma, CrossProcessWriteAndRead) {
   // A child keeps a buffer; the parent writes into it and reads it back without the child acting.
   static char buf[4096];

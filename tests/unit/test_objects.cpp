@@ -1,6 +1,7 @@
 // Every slot kind made and retired through emu/objects.h gives back exactly the heap it took, and
 // a context's release (the sweep's path) frees the rings of what was made on it.
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include "emu/objects.h"
 #include "emu/reclaim.h"
@@ -118,3 +119,32 @@ TEST(Objects, ReleasedWithTheirContextGiveBackTheirHeap) {
 }
 
 }  // namespace
+
+// Engine sections nest (the post path opens one around the doorbell, the engine's entry points
+// their own): the thread's slot is marked inside (odd) by the outermost one only, and cleared when
+// it closes, which is what wait_for_engines watches.
+TEST(Objects, NestedEngineSectionsMarkTheThreadsSlotOnce) {
+  Segment* s = Segment::get();
+  EngineSlots& es = s->hdr()->engines[s->self()];
+  auto mine = [&]() -> EngineSlot* {
+    auto tid = static_cast<uint32_t>(gettid());
+    for (uint32_t i = 0; i < kEngineSlots; ++i)
+      if (es.slot[i].owner_tid.load() == tid) return &es.slot[i];
+    return nullptr;
+  };
+  uint64_t before;
+  {
+    EngineSection outer(s);
+    EngineSlot* slot = mine();
+    ASSERT_NE(slot, nullptr);
+    before = slot->seq.load();
+    EXPECT_EQ(before & 1, 1u) << "inside";
+    {
+      EngineSection inner(s);
+      EXPECT_EQ(slot->seq.load(), before) << "a nested section leaves the mark alone";
+    }
+    EXPECT_EQ(slot->seq.load(), before) << "still inside the outer one";
+  }
+  EXPECT_EQ(mine()->seq.load(), before + 1) << "outside";
+  wait_for_engines(s);  // none of ours open: returns
+}

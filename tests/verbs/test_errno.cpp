@@ -220,6 +220,41 @@ TEST_F(ErrnoConnected, InlineLongerThanMax) {
   EXPECT_EQ(dst.p[cap.max_inline_data], 0);
 }
 
+// ibv_post_send's opcodes come from a table (post.cpp, wr_kind): what is not in it, or not
+// carried by RC, is EINVAL, and nothing of the post runs.
+TEST_F(ErrnoConnected, PostSendOpcodesNotCarriedAreEinval) {
+  ibv_sge sg = src.sge(0, 8);
+  for (int op : {int{IBV_WR_TSO}, int{IBV_WR_DRIVER1}, int{IBV_WR_ATOMIC_WRITE}, 12, 1000, -1}) {
+    SCOPED_TRACE("opcode " + std::to_string(op));
+    ibv_send_wr w = rdma_wr(1, static_cast<ibv_wr_opcode>(op), &sg, 1, dst.addr(), dst.rkey());
+    EXPECT_EQ(post_one(a, &w), EINVAL);
+  }
+  expect_only_marker(a, cq, dst, 4096);
+  for (int i = 0; i < 8; ++i) ASSERT_EQ(dst.p[i], 0) << "byte " << i;
+}
+
+// IBV_SEND_INLINE means nothing to a READ or an atomic (the device writes into the buffer): they
+// run as without it.
+TEST_F(ErrnoConnected, InlineFlagOnAReadOrAtomicIsIgnored) {
+  std::memset(src.p, 0, 64);
+  ibv_sge sg = src.sge(0, 16);
+  ibv_send_wr r = rdma_wr(1, IBV_WR_RDMA_READ, &sg, 1, dst.addr(), dst.rkey(),
+                          IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  dst.p[0] = 0x77;
+  ASSERT_EQ(post_one(a, &r), 0);
+  ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 1));
+  EXPECT_EQ(src.p[0], 0x77) << "read into the buffer";
+  alignas(8) uint64_t old = 0;
+  std::memcpy(dst.p + 64, &old, 8);
+  ibv_sge asg = src.sge(32, 8);
+  ibv_send_wr f = atomic_wr(2, IBV_WR_ATOMIC_FETCH_AND_ADD, &asg, dst.addr() + 64, dst.rkey(), 5, 0,
+                            IBV_SEND_SIGNALED | IBV_SEND_INLINE);
+  ASSERT_EQ(post_one(a, &f), 0);
+  ASSERT_TRUE(wait_wc(cq, IBV_WC_SUCCESS, 2));
+  std::memcpy(&old, dst.p + 64, 8);
+  EXPECT_EQ(old, 5u);
+}
+
 // Signaled writes that are never polled: the queue holds max_send_wr of them, the next is refused.
 TEST_F(ErrnoConnected, SendQueueFull) {
   ibv_sge sg = src.sge(0, 8);

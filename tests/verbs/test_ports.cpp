@@ -155,6 +155,30 @@ TEST_F(PortTest, RcRequesterOnADownPortExhaustsItsRetries) {
   EXPECT_TRUE(next_port_event(ctx, IBV_EVENT_PORT_ERR, 1));
 }
 
+// The requester keeps the responder it found (QpSlot::resp_off) while no path changed: a port
+// going down after traffic must still stop the next message.
+TEST_F(PortTest, APortDownAfterTrafficStopsTheNextMessage) {
+  ConnParams quick;
+  quick.timeout = 1;
+  quick.retry_cnt = 2;
+  Pair p = make_pair({}, quick, quick);
+  ASSERT_NE(p.a, nullptr);
+  Buf src = make_buf(64, kAllAccess, 0xab), dst = make_buf(64, kAllAccess, 0);
+  ibv_sge sg = src.sge(0, 64);
+  ibv_send_wr wr = rdma_wr(5, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+  ASSERT_EQ(post_one(p.a, &wr), 0);
+  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 5));
+  ASSERT_EQ(dst.p[0], 0xab);
+
+  std::memset(dst.p, 0, 64);
+  ASSERT_TRUE(set_port(false));
+  wr.wr_id = 6;
+  ASSERT_EQ(post_one(p.a, &wr), 0);
+  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_RETRY_EXC_ERR, 6));
+  EXPECT_EQ(dst.p[0], 0) << "nothing crossed a link that is down";
+  EXPECT_TRUE(next_port_event(ctx, IBV_EVENT_PORT_ERR, 1));
+}
+
 TEST_F(PortTest, RcTrafficResumesWhenThePortComesBackInTime) {
   ConnParams patient;
   patient.timeout = 17;  // 0.54 s per attempt, 7 attempts: seconds of budget

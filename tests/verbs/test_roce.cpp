@@ -303,5 +303,24 @@ TEST_F(Roce, InfiniBandPortDoesNotReachARocePort) {
   expect_unreachable();
 }
 
+// After traffic, b is reset and connected again on the InfiniBand port: a (on a RoCE port, its
+// cached responder b still connected back to it) must find no path there. ibv_modify_qp tells the
+// device that paths changed (device_routes_changed).
+TEST_F(Roce, AResponderReconnectedOnAnotherPortIsOutOfReach) {
+  ibv_gid g = gid_of(ctx, kRocePort, kIpv4V2);
+  connect(path(kRocePort, g, kIpv4V2), path(kRocePort, g, kIpv4V2), 1, 1);
+  send_and_write();
+
+  ibv_qp_attr reset{};
+  reset.qp_state = IBV_QPS_RESET;
+  ASSERT_EQ(ibv_modify_qp(b, &reset, IBV_QP_STATE), 0);
+  GrhPath ib;
+  ib.port = 1;
+  ib.is_global = false;
+  ib.dlid = 0;
+  ASSERT_EQ(connect_grh(b, ib, a->qp_num), 0);
+  expect_unreachable();
+}
+
 }  // namespace
 }  // namespace vt

@@ -30,6 +30,14 @@ void device_enter_error(QpSlot& qp);
 // the provider does so when it registers memory or creates a QP.
 void reap_dead_windows(Segment* seg);
 
+// What decides where a connected QP's packets go changed: a QP's path or destination attributes
+// (ibv_modify_qp) or a port's state. Called once per change, after it: every requester's cached
+// responder (QpSlot::resp_off) is then looked up anew at its next message. (A responder that was
+// destroyed, reset, left a receiving state or lost its process is seen per message without it.)
+inline void device_routes_changed(Header* h) {
+  h->route_gen.fetch_add(1, std::memory_order_seq_cst);  // after the change's stores
+}
+
 // EMU_ENGINE=thread: doorbells are queued to the device thread and not yet taken (a poller that
 // finds its CQ empty then yields to it).
 bool device_thread_busy();

@@ -26,7 +26,7 @@ struct ShmHeapHeader {
 constexpr uint64_t kHeapMinBlock = 64;
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 33;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 34;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -407,6 +407,11 @@ struct QpSlot {
   uint32_t dbrec_seen_writer;
   uint32_t dbrec_ahead_at;  // doorbell record value already reported as ahead
   uint32_t dbrec_last_raw;  // the raw value read last (a backwards value is reported once)
+  // The responder the requester's packets reached last (engine_detail::responder_of): its slot's
+  // offset (0: none found) and the Header::route_gen it was found under. Its path checks hold
+  // while the generation stays; what else makes a responder one is asked again per message.
+  uint64_t resp_off;
+  uint64_t resp_gen;
   // Device-side responder state (written per message by the engine of whoever sends to us).
   alignas(64) ShmLock rq_lock;
   uint32_t rq_ci;
@@ -600,6 +605,10 @@ struct Header {
   FaultTable faults;   // wire faults (emu/faults.h)
   InjectTable inject;  // error injection rules (emu/inject.h)
   RawSteering raw;     // raw packet QPs' flow rules and RSS (emu/raw.h)
+  // Bumped after every change to what decides where a connected QP's packets go: a QP's path or
+  // destination (ibv_modify_qp) and a port's state (device_routes_changed, emu/device.h). Read per
+  // message by engines in every process, written only by those changes: a line of its own.
+  alignas(64) std::atomic<uint64_t> route_gen;
 };
 
 // A QP table chunk: the slots, then per slot its head message on the packet wire (emu/wire/).

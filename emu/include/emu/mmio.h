@@ -36,8 +36,15 @@ void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint3
 // reg_locked: the caller holds a lock that serialises every writer of the registers it flushes
 // (the provider's register lock), so the device need not serialise its intake itself.
 uint32_t mmio_flush(uint64_t* heads, uint32_t max, bool reg_locked = false);
-// The 8-byte doorbell write: recorded with the writer; returns the value for device_doorbell().
-uint64_t mmio_db64(UarReg& reg, uint64_t head);
+// The 8-byte doorbell write: recorded with the writer (what the device's intake of it keeps, for
+// race reports); returns the value for device_doorbell(). Inline: one per post.
+inline uint64_t mmio_db64(UarReg& reg, uint64_t head) {
+  sched::point(sched::kPointDb64, reinterpret_cast<uintptr_t>(&reg.doorbell), head);
+  sched::drain_stores(/*point_first=*/false);  // the driver's mmio_wc_start before the doorbell
+  mmio_write64(&reg.doorbell, head);
+  reg.db_writer.store(writer_tid(), std::memory_order_relaxed);
+  return head;
+}
 
 // Send ring stores: a WQE of nbbs blocks written at ring position pos (32-bit block counter), and
 // the send doorbell record. rec may be null (nothing recorded).
@@ -70,11 +77,33 @@ inline void sq_note_wqe_store(QpSlot& qp, WqeWriteRec* rec, uint32_t pos, uint32
 }
 // A WQE written at pos and then abandoned before the doorbell record (ibv_wr_abort).
 void sq_note_wqe_unstore(WqeWriteRec* rec, uint32_t mask, uint32_t pos);
+// The send doorbell record store, with its writer recorded; fenced: after device_barrier(), as a
+// driver does it. Inline: every post makes one.
+inline void sq_dbrec_store_as(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer, bool fenced) {
+  sched::point(sched::kPointDbrecStore, reinterpret_cast<uintptr_t>(dbrec_send), producer);
+  // A store only when the writer changes: one thread posting pays a load.
+  uint32_t me = writer_tid(), last = qp.dbrec_writer.load(std::memory_order_relaxed);
+  if (last != me) {
+    qp.dbrec_other.store(last, std::memory_order_relaxed);
+    qp.dbrec_writer.store(me, std::memory_order_relaxed);
+  }
+  if (fenced) {  // device_barrier(), the point above being the one before it
+    sched::drain_stores(/*point_first=*/false);
+    to_device_barrier();
+  }
+  sched::buffer_store(sched::StoreKind::kRecord, qp.dbrec_off + sizeof(uint32_t), dbrec_send,
+                      sizeof(uint32_t));
+  dbrec_store32(dbrec_send, be32(producer & 0xffff));
+}
 // The record store after device_barrier(), as a driver does it.
-void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer);
+inline void sq_dbrec_store(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
+  sq_dbrec_store_as(qp, dbrec_send, producer, true);
+}
 // The record store alone: a driver that forgot the barrier (the device may see the record before
 // the WQEs it publishes, under a weak visibility profile).
-void sq_dbrec_store_unfenced(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer);
+inline void sq_dbrec_store_unfenced(QpSlot& qp, uint32_t* dbrec_send, uint32_t producer) {
+  sq_dbrec_store_as(qp, dbrec_send, producer, false);
+}
 // udma_to_device_barrier: the calling thread's earlier stores reach the device before its later
 // ones (in a scheduled run with store buffers: its buffer drains).
 inline void device_barrier() {

@@ -71,9 +71,27 @@ class Segment {
   Status alloc_flow(uint32_t* idx);  // raw packet steering (emu/raw.h)
   Status alloc_rss(uint32_t* idx);
 
-  MrSlot* find_mr(uint32_t key) const;
-  QpSlot* find_qp(uint32_t qpn) const;
-  SrqSlot* find_srq(uint32_t srqn) const;
+  // The live object a number from outside names (a key, a QPN off a doorbell or a wire), or
+  // nullptr. Lock-free and O(1): the chunk's offset (acquire), then the slot. Inline: the engine
+  // asks two of them per message.
+  MrSlot* find_mr(uint32_t key) const {
+    MrSlot* m = mr_at(hdr_, key >> 8);
+    if (!m || m->state.load(std::memory_order_acquire) != kSlotLive || m->key != key)
+      return nullptr;
+    return m;
+  }
+  QpSlot* find_qp(uint32_t qpn) const {
+    QpSlot* q = qp_at(hdr_, qpn & (kMaxQps - 1));
+    if (!q || q->state.load(std::memory_order_acquire) != kSlotLive || q->qpn != qpn)
+      return nullptr;
+    return q;
+  }
+  SrqSlot* find_srq(uint32_t srqn) const {
+    SrqSlot* s = srq_at(hdr_, srqn & (kMaxSrqs - 1));
+    if (!s || s->state.load(std::memory_order_acquire) != kSlotLive || s->srqn != srqn)
+      return nullptr;
+    return s;
+  }
 
   // Held (HeapUse) from a ring's allocation to the store that names it in its slot: until then
   // the heap audit cannot tell the block from a leaked one, so it waits (or passes) meanwhile.
