@@ -15,12 +15,12 @@ const KnobDoc kKnobs[] = {
     {"EMU_FABRIC", "default",
      "Name of the fabric: processes with the same user and fabric share devices and can connect."},
     {"EMU_SHM_DIR", "/dev/shm", "Directory of the shared segment file (a tmpfs)."},
-    {"EMU_SHM_SIZE", "48M",
+    {"EMU_SHM_SIZE", "4G",
      "The most a fabric's shared segment can grow to (suffix K/M/G; at least 8M): the size of "
-     "its mapping. Its tmpfs pages are taken as the fabric grows (the 0.6 MiB header and 1/50 of "
-     "this size for the heap's bookkeeping when it is made, then each ring as it is allocated) "
-     "and given back as rings are freed; a full tmpfs fails the verb that needed the room with "
-     "ENOMEM and a message."},
+     "its mapping, address space only. Its tmpfs pages are taken as the fabric grows (the 0.6 "
+     "MiB header and under 0.1 MiB of heap bookkeeping when it is made, then each ring as it is "
+     "allocated and 1/50 of each MiB the heap grows by) and given back as rings are freed; a full "
+     "tmpfs fails the verb that needed the room with ENOMEM and a message."},
     {"EMU_SHM_LIMIT", "0",
      "Emulates a tmpfs of this size (suffix K/M/G) in EMU_SHM_DIR: a reservation that would take "
      "this user's segment files there past it fails as a full tmpfs would (ENOMEM at the verb, "
@@ -253,7 +253,7 @@ Config config_from_env() {
   Config c;
   c.fabric = env_or("EMU_FABRIC", "default");
   c.shm_dir = env_or("EMU_SHM_DIR", "/dev/shm");
-  c.shm_size = parse_size(env_or("EMU_SHM_SIZE", "48M"));
+  c.shm_size = parse_size(env_or("EMU_SHM_SIZE", "4G"));
   if (c.shm_size < (8u << 20)) c.shm_size = 8u << 20;
   c.shm_limit = parse_size(env_or("EMU_SHM_LIMIT", "0"));
   c.persist = std::atoi(env_or("EMU_FABRIC_PERSIST", "0")) != 0;

@@ -88,7 +88,7 @@ void heap_use_fork_child() {
 }
 
 HeapLeaks ShmHeap::audit(const uint64_t* heads, size_t n, bool reclaim) {
-  const uint64_t blocks = h_->heap_blocks;
+  const uint64_t blocks = grown();  // beyond it nothing was ever handed out
   std::vector<uint8_t> known(blocks, 0);
   auto mark = [&](uint64_t first, uint64_t count) {
     for (uint64_t b = first; b < first + count && b < blocks; ++b) known[b] = 1;

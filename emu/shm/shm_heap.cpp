@@ -25,7 +25,9 @@ void store_byte(uint8_t* b, uint8_t v) {
 bool ShmHeap::init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t size,
                    HeapBacking* backing) {
   std::memset(h, 0, sizeof *h);
-  // Metadata first: order bytes and bitmaps for a heap of at most the remaining size.
+  // Where the bookkeeping goes: order bytes and bitmaps for a heap of at most the remaining size.
+  // Only the part for the heap's first growth step is taken now (grow); a page of it is read by
+  // no one before the heap has grown over the blocks it describes.
   uint64_t rough_blocks = (size - meta_off) / kHeapMinBlock;
   uint64_t off = align_up(meta_off, 64);
   h->order_off = off;
@@ -39,15 +41,40 @@ bool ShmHeap::init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t siz
   h->heap_off = align_up(off, 4096);
   h->heap_blocks = (size - h->heap_off) / kHeapMinBlock;
   h->max_order = max_order;
-  if (backing && !backing->reserve(h->order_off, h->heap_off - h->order_off)) return false;
-  std::memset(base + h->order_off, 0, h->heap_off - h->order_off);
-  // The heap is rarely a power of two: cover it with the largest aligned blocks that fit.
-  ShmHeap heap(base, h);
-  uint64_t pos = 0;
-  while (pos < h->heap_blocks) {
-    uint32_t k = max_order;
-    while (k > 0 && ((pos & ((1ull << k) - 1)) != 0 || pos + (1ull << k) > h->heap_blocks)) --k;
-    heap.set(k, pos >> k, true);
+  return ShmHeap(base, h, backing).grow();
+}
+
+uint64_t ShmHeap::grown() const {
+  return reinterpret_cast<const std::atomic<uint64_t>*>(&h_->grown_blocks)
+      ->load(std::memory_order_acquire);
+}
+
+// One growth step: the bookkeeping of the next 2^kHeapGrowOrder blocks taken (its pages are fresh,
+// so zero: nothing gives bookkeeping pages back), the new end stored, then the new blocks given
+// back, merging with free buddies below. A death before the store leaves reserved pages the next
+// step uses; after it, blocks in no state, which the heap audit gives back as leaked.
+bool ShmHeap::grow() {
+  const uint64_t from = grown();
+  if (from >= h_->heap_blocks) return false;
+  const uint32_t step_order = kHeapGrowOrder < h_->max_order ? kHeapGrowOrder : h_->max_order;
+  uint64_t to = from + (1ull << step_order);
+  if (to > h_->heap_blocks) to = h_->heap_blocks;
+  if (backing_) {
+    if (!backing_->reserve(h_->order_off + from, to - from)) return false;
+    for (uint32_t k = 0; k <= h_->max_order; ++k) {
+      // the words holding bits [from >> k, to >> k) of order k
+      const uint64_t first = (from >> k) / 64, end = ((to >> k) + 63) / 64;
+      if (end > first && !backing_->reserve(h_->free_off[k] + first * 8, (end - first) * 8))
+        return false;
+    }
+  }
+  reinterpret_cast<std::atomic<uint64_t>*>(&h_->grown_blocks)
+      ->store(to, std::memory_order_release);
+  // The new blocks are rarely one power of two: the largest aligned blocks that fit.
+  for (uint64_t pos = from; pos < to;) {
+    uint32_t k = h_->max_order;
+    while (k > 0 && ((pos & ((1ull << k) - 1)) != 0 || pos + (1ull << k) > to)) --k;
+    give_back(k, pos >> k);
     pos += 1ull << k;
   }
   return true;
@@ -102,8 +129,10 @@ uint64_t ShmHeap::alloc(size_t bytes, size_t align) {
   uint64_t want = bytes < align ? align : bytes;
   uint32_t order = 0;
   while ((kHeapMinBlock << order) < want) ++order;
+  if (order > h_->max_order) return 0;
   uint64_t i;
-  if (!take_block(order, &i)) return 0;
+  while (!take_block(order, &i))
+    if (!grow()) return 0;  // full, or no room for the bookkeeping of more
   uint64_t block = i << order;  // in min blocks
   uint64_t off = h_->heap_off + block * kHeapMinBlock;
   if (backing_ && !backing_->reserve(off, kHeapMinBlock << order)) {
@@ -120,7 +149,7 @@ uint64_t ShmHeap::alloc(size_t bytes, size_t align) {
 void ShmHeap::free(uint64_t off) {
   if (off < h_->heap_off) return;
   uint64_t block = (off - h_->heap_off) / kHeapMinBlock;
-  if (block >= h_->heap_blocks) return;
+  if (block >= grown()) return;
   uint8_t* ob = reinterpret_cast<uint8_t*>(base_ + h_->order_off) + block;
   if (*ob == 0) return;  // not a block's head (or freed already): nothing to do
   uint32_t order = *ob - 1;
@@ -133,7 +162,7 @@ void ShmHeap::free(uint64_t off) {
 }
 
 uint64_t ShmHeap::free_bytes() const {
-  uint64_t total = 0;
+  uint64_t total = (h_->heap_blocks - grown()) * kHeapMinBlock;  // not grown over yet: free
   for (uint32_t k = 0; k <= h_->max_order; ++k)
     for (uint64_t i = 0; i < blocks_at(k); ++i)
       if (test(k, i)) total += kHeapMinBlock << k;

@@ -33,17 +33,19 @@ struct HeapLeaks {
 class ShmHeap {
  public:
   // base: the segment; h: its heap header (inside the segment). Lays the heap out over
-  // [meta_off, size) of a fresh segment; false if `backing` has no room for its metadata.
+  // [meta_off, size) of a fresh segment and grows it by one step; false if `backing` has no room
+  // for that step's bookkeeping. The rest of the bookkeeping takes pages as the heap grows, so a
+  // large `size` is address space, not memory.
   static bool init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t size,
                    HeapBacking* backing = nullptr);
 
   ShmHeap(char* base, ShmHeapHeader* h, HeapBacking* backing = nullptr)
       : base_(base), h_(h), backing_(backing) {}
   // Offset of a zeroed block of at least `bytes` aligned to `align` (<= 4096), 0 if none is free
-  // or the backing has no room for it.
+  // or the backing has no room for it. With no free block of the size the heap grows first.
   uint64_t alloc(size_t bytes, size_t align);
   void free(uint64_t off);
-  // Blocks free at each order summed, in bytes (tests, census).
+  // Blocks free at each order summed, and the heap not grown over yet, in bytes (tests, census).
   uint64_t free_bytes() const;
   // The consistency checker's walk (shm_heap_check.cpp): every block is free at exactly one order
   // or inside exactly one allocated block; problems are appended as text. Returns the allocated
@@ -64,7 +66,9 @@ class ShmHeap {
   uint64_t* bitmap(uint32_t order) const {
     return reinterpret_cast<uint64_t*>(base_ + h_->free_off[order]);
   }
-  uint64_t blocks_at(uint32_t order) const { return h_->heap_blocks >> order; }
+  uint64_t grown() const;  // the blocks with bookkeeping (ShmHeapHeader::grown_blocks)
+  uint64_t blocks_at(uint32_t order) const { return grown() >> order; }
+  bool grow();  // one growth step; false if the heap is whole or the backing has no room
   bool test(uint32_t order, uint64_t i) const;
   void set(uint32_t order, uint64_t i, bool free);
   bool take_any(uint32_t order, uint64_t* i);    // a free block of that order, marked taken

@@ -16,13 +16,16 @@ using ull = unsigned long long;
 std::vector<ShmHeap::Block> ShmHeap::check(uint64_t segment_size,
                                            std::vector<std::string>* problems) const {
   std::vector<Block> taken;
-  if (h_->max_order >= 32 || h_->heap_off % 4096 ||
+  // Only the grown part has bookkeeping (a read beyond it would take tmpfs pages).
+  const uint64_t blocks = grown();
+  if (h_->max_order >= 32 || h_->heap_off % 4096 || blocks > h_->heap_blocks ||
       h_->heap_off + h_->heap_blocks * kHeapMinBlock > segment_size) {
-    add_problem(problems, "heap: header out of bounds (heap_off %llu, blocks %llu, order %u)",
-                ull(h_->heap_off), ull(h_->heap_blocks), h_->max_order);
+    add_problem(problems,
+                "heap: header out of bounds (heap_off %llu, blocks %llu, grown %llu, order %u)",
+                ull(h_->heap_off), ull(h_->heap_blocks), ull(blocks), h_->max_order);
     return taken;
   }
-  std::vector<uint8_t> cover(h_->heap_blocks, kNone);
+  std::vector<uint8_t> cover(blocks, kNone);
   auto mark = [&](uint64_t first, uint64_t n, Cover c) {
     for (uint64_t b = first; b < first + n; ++b) {
       if (cover[b] != kNone) {
@@ -37,7 +40,7 @@ std::vector<ShmHeap::Block> ShmHeap::check(uint64_t segment_size,
   for (uint32_t k = 0; k <= h_->max_order; ++k) {
     const uint64_t* bm = bitmap(k);
     uint64_t n = blocks_at(k);
-    for (uint64_t w = 0; w <= n / 64; ++w) {
+    for (uint64_t w = 0; w * 64 < n; ++w) {
       for (uint64_t word = bm[w]; word; word &= word - 1) {
         uint64_t i = w * 64 + static_cast<uint64_t>(__builtin_ctzll(word));
         if (i >= n) {
@@ -50,10 +53,10 @@ std::vector<ShmHeap::Block> ShmHeap::check(uint64_t segment_size,
     }
   }
   const uint8_t* order = reinterpret_cast<const uint8_t*>(base_ + h_->order_off);
-  for (uint64_t b = 0; b < h_->heap_blocks; ++b) {
+  for (uint64_t b = 0; b < blocks; ++b) {
     if (!order[b]) continue;
     uint64_t k = order[b] - 1u;
-    if (k > h_->max_order || b % (1ull << k) || b + (1ull << k) > h_->heap_blocks) {
+    if (k > h_->max_order || b % (1ull << k) || b + (1ull << k) > blocks) {
       add_problem(problems, "heap: block %llu has a bad order byte %u", ull(b), order[b]);
       continue;
     }

@@ -21,12 +21,17 @@ struct ShmHeapHeader {
   uint64_t free_off[32];  // per order: uint64_t bitmap words, bit i = block i of that order free
   uint32_t max_order;
   uint32_t rsvd;
+  // The heap's first blocks that have bookkeeping (pages taken, bits live): the heap grows by
+  // 2^kHeapGrowOrder blocks at a time as allocations need, up to heap_blocks. Written under the
+  // allocator's lock, release; the blocks a step adds are given back only after it is stored.
+  uint64_t grown_blocks;
 };
 
 constexpr uint64_t kHeapMinBlock = 64;
+constexpr uint32_t kHeapGrowOrder = 14;  // a growth step: 2^14 blocks of 64 B, 1 MiB of heap
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 34;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 35;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
