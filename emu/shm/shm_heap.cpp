@@ -68,8 +68,7 @@ bool ShmHeap::grow() {
         return false;
     }
   }
-  reinterpret_cast<std::atomic<uint64_t>*>(&h_->grown_blocks)
-      ->store(to, std::memory_order_release);
+  reinterpret_cast<std::atomic<uint64_t>*>(&h_->grown_blocks)->store(to, std::memory_order_release);
   // The new blocks are rarely one power of two: the largest aligned blocks that fit.
   for (uint64_t pos = from; pos < to;) {
     uint32_t k = h_->max_order;
@@ -132,7 +131,7 @@ uint64_t ShmHeap::alloc(size_t bytes, size_t align) {
   if (order > h_->max_order) return 0;
   uint64_t i;
   while (!take_block(order, &i))
-    if (!grow()) return 0;  // full, or no room for the bookkeeping of more
+    if (!grow()) return 0;      // full, or no room for the bookkeeping of more
   uint64_t block = i << order;  // in min blocks
   uint64_t off = h_->heap_off + block * kHeapMinBlock;
   if (backing_ && !backing_->reserve(off, kHeapMinBlock << order)) {

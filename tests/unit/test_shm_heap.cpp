@@ -1,7 +1,6 @@
 // The segment's buddy heap (emu/shm/shm_heap.h): blocks are aligned and zeroed, what is freed
 // merges back to the initial free space, exhaustion gives 0, and bad frees change nothing.
 #include <gtest/gtest.h>
-
 #include <sys/mman.h>
 
 #include <cstring>
