@@ -257,6 +257,9 @@ class Checker {
       problem("%s %u: ring at %llu is not an allocated block", rf.kind, rf.index,
               (unsigned long long)off);
     r_->heap_bytes_free = heap.free_bytes();
+    r_->heap_bytes_grown =
+        __atomic_load_n(&h_->heap.grown_blocks, __ATOMIC_ACQUIRE) * kHeapMinBlock;
+    r_->heap_bytes = h_->heap.heap_blocks * kHeapMinBlock;
   }
 
   Segment* seg_;
@@ -276,11 +279,14 @@ CheckReport check_segment(Segment* seg) {
 std::string check_text(const CheckReport& r) {
   std::string out;
   for (const std::string& p : r.problems) out += "problem: " + p + "\n";
-  char buf[200];
-  std::snprintf(
-      buf, sizeof buf, "%s: %zu problems; %llu objects, %llu heap blocks, %llu bytes free\n",
-      r.ok() ? "consistent" : "INCONSISTENT", r.problems.size(), (unsigned long long)r.live_objects,
-      (unsigned long long)r.heap_blocks_allocated, (unsigned long long)r.heap_bytes_free);
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "%s: %zu problems; %llu objects, %llu heap blocks, %llu bytes free (heap grown to "
+                "%llu of %llu bytes)\n",
+                r.ok() ? "consistent" : "INCONSISTENT", r.problems.size(),
+                (unsigned long long)r.live_objects, (unsigned long long)r.heap_blocks_allocated,
+                (unsigned long long)r.heap_bytes_free, (unsigned long long)r.heap_bytes_grown,
+                (unsigned long long)r.heap_bytes);
   return out + buf;
 }
 

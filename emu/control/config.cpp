@@ -98,7 +98,7 @@ const KnobDoc kKnobs[] = {
     {"EMU_KILL_AT", "",
      "Process death at a chosen point (docs/reliability.md, \"Process death\"): `POINT[:N]` "
      "SIGKILLs the process the Nth time (default 1) it passes POINT: doorbell, qp_lock, cq_lock, "
-     "srq_lock, bf_copy, heap_alloc, slot_create, slot_destroy, engine_lock, recv_lock, "
+     "srq_lock, bf_copy, heap_alloc, heap_grow, slot_create, slot_destroy, engine_lock, recv_lock, "
      "cm_req_sent, cm_established. `random:SEED[:MAXN]` draws the point and an N in [1, MAXN] "
      "(default 64) from SEED. The process writes `rdmaemu: EMU_KILL_AT: pid P killed at POINT "
      "#N` first."},

@@ -25,6 +25,14 @@ constexpr int kAttachTries = 64;
 
 uint64_t page_up(uint64_t v) { return (v + 4095) & ~uint64_t(4095); }
 
+// A core dump keeps the header (devices, processes, table directories) and leaves the rest out:
+// the kernel dumps a shared mapping of an unlinked file whole (a fabric being made, or removed
+// while attached), and reading gigabytes of holes would fill the tmpfs (EMU_SHM_SIZE is 4G).
+void leave_heap_out_of_core_dumps(char* base, uint64_t size) {
+  const uint64_t header = page_up(sizeof(Header));
+  if (size > header) madvise(base + header, size - header, MADV_DONTDUMP);
+}
+
 }  // namespace
 
 Status Segment::attach(const Config& cfg) {
@@ -105,6 +113,7 @@ Status Segment::open_existing(int fd, bool* retry) {
   lock_fd_ = fd;
   base_ = static_cast<char*>(p);
   hdr_ = reinterpret_cast<Header*>(base_);
+  leave_heap_out_of_core_dumps(base_, size_);
   return Status::ok;
 }
 
@@ -131,6 +140,7 @@ Status Segment::create(bool* retry) {
   lock_fd_ = fd;
   base_ = static_cast<char*>(p);
   hdr_ = reinterpret_cast<Header*>(base_);
+  leave_heap_out_of_core_dumps(base_, size_);
   Status st = lay_out();
   if (st != Status::ok) {
     unmap_and_close();

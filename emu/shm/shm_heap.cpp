@@ -44,6 +44,14 @@ bool ShmHeap::init(char* base, ShmHeapHeader* h, uint64_t meta_off, uint64_t siz
   return ShmHeap(base, h, backing).grow();
 }
 
+// Bytes [base + lo, base + hi) of a piece of bookkeeping whose [base, base + lo) an earlier step
+// reserved: only the pages that step did not reach, so an emulated tmpfs limit (EMU_SHM_LIMIT)
+// does not count a held page again.
+bool ShmHeap::reserve_new(uint64_t base, uint64_t lo, uint64_t hi) {
+  const uint64_t start = lo ? align_up(base + lo, kPageBytes) : base;
+  return base + hi <= start || backing_->reserve(start, base + hi - start);
+}
+
 uint64_t ShmHeap::grown() const {
   return reinterpret_cast<const std::atomic<uint64_t>*>(&h_->grown_blocks)
       ->load(std::memory_order_acquire);
@@ -60,15 +68,15 @@ bool ShmHeap::grow() {
   uint64_t to = from + (1ull << step_order);
   if (to > h_->heap_blocks) to = h_->heap_blocks;
   if (backing_) {
-    if (!backing_->reserve(h_->order_off + from, to - from)) return false;
-    for (uint32_t k = 0; k <= h_->max_order; ++k) {
-      // the words holding bits [from >> k, to >> k) of order k
-      const uint64_t first = (from >> k) / 64, end = ((to >> k) + 63) / 64;
-      if (end > first && !backing_->reserve(h_->free_off[k] + first * 8, (end - first) * 8))
+    // Of each piece of bookkeeping, the bytes for blocks [from, to): the order bytes, and of
+    // each order's bitmap the words holding bits below to >> k that the last step did not.
+    if (!reserve_new(h_->order_off, from, to)) return false;
+    for (uint32_t k = 0; k <= h_->max_order; ++k)
+      if (!reserve_new(h_->free_off[k], ((from >> k) + 63) / 64 * 8, ((to >> k) + 63) / 64 * 8))
         return false;
-    }
   }
   reinterpret_cast<std::atomic<uint64_t>*>(&h_->grown_blocks)->store(to, std::memory_order_release);
+  EMU_KILL_POINT(KillPoint::heap_grow);  // grown, its new blocks in no state: leaked blocks
   // The new blocks are rarely one power of two: the largest aligned blocks that fit.
   for (uint64_t pos = from; pos < to;) {
     uint32_t k = h_->max_order;
@@ -161,9 +169,10 @@ void ShmHeap::free(uint64_t off) {
 }
 
 uint64_t ShmHeap::free_bytes() const {
-  uint64_t total = (h_->heap_blocks - grown()) * kHeapMinBlock;  // not grown over yet: free
+  const uint64_t blocks = grown();  // once: the checker calls this while others may allocate
+  uint64_t total = (h_->heap_blocks - blocks) * kHeapMinBlock;  // not grown over yet: free
   for (uint32_t k = 0; k <= h_->max_order; ++k)
-    for (uint64_t i = 0; i < blocks_at(k); ++i)
+    for (uint64_t i = 0; i < (blocks >> k); ++i)
       if (test(k, i)) total += kHeapMinBlock << k;
   return total;
 }

@@ -69,6 +69,7 @@ class ShmHeap {
   uint64_t grown() const;  // the blocks with bookkeeping (ShmHeapHeader::grown_blocks)
   uint64_t blocks_at(uint32_t order) const { return grown() >> order; }
   bool grow();  // one growth step; false if the heap is whole or the backing has no room
+  bool reserve_new(uint64_t base, uint64_t lo, uint64_t hi);
   bool test(uint32_t order, uint64_t i) const;
   void set(uint32_t order, uint64_t i, bool free);
   bool take_any(uint32_t order, uint64_t* i);    // a free block of that order, marked taken

@@ -16,7 +16,8 @@ using ull = unsigned long long;
 std::vector<ShmHeap::Block> ShmHeap::check(uint64_t segment_size,
                                            std::vector<std::string>* problems) const {
   std::vector<Block> taken;
-  // Only the grown part has bookkeeping (a read beyond it would take tmpfs pages).
+  // Only the grown part has bookkeeping (a read beyond it would take tmpfs pages). Read once:
+  // the checker runs beside traffic, which may grow the heap meanwhile.
   const uint64_t blocks = grown();
   if (h_->max_order >= 32 || h_->heap_off % 4096 || blocks > h_->heap_blocks ||
       h_->heap_off + h_->heap_blocks * kHeapMinBlock > segment_size) {
@@ -39,7 +40,7 @@ std::vector<ShmHeap::Block> ShmHeap::check(uint64_t segment_size,
   };
   for (uint32_t k = 0; k <= h_->max_order; ++k) {
     const uint64_t* bm = bitmap(k);
-    uint64_t n = blocks_at(k);
+    const uint64_t n = blocks >> k;
     for (uint64_t w = 0; w * 64 < n; ++w) {
       for (uint64_t word = bm[w]; word; word &= word - 1) {
         uint64_t i = w * 64 + static_cast<uint64_t>(__builtin_ctzll(word));

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "emu/config.h"
 #include "emu/kill_point.h"
@@ -26,9 +27,19 @@ int attach_and_alloc() {
   Segment* s = Segment::get();
   return s && s->alloc(8192, 4096) ? 0 : 3;
 }
+// EMU_UNIT_PROBE=grow: attach and take MiB blocks until the heap has to grow (EMU_KILL_AT=heap_grow
+// kills it inside the growth); exits 4 if the heap never grew.
+int attach_and_grow() {
+  Segment* s = Segment::get();
+  if (!s) return 3;
+  for (int i = 0; i < 4096; ++i)
+    if (!s->alloc(1u << 20, 4096)) return 3;
+  return 4;
+}
 __attribute__((constructor)) void maybe_alloc_probe() {
   const char* probe = std::getenv("EMU_UNIT_PROBE");
   if (probe && std::strcmp(probe, "alloc") == 0) _exit(attach_and_alloc());
+  if (probe && std::strcmp(probe, "grow") == 0) _exit(attach_and_grow());
 }
 
 uint64_t heap_free_bytes(Segment* s) {
@@ -92,6 +103,34 @@ TEST(HeapAudit, AProcessKilledInsideAnAllocationLeaksABlockTheSweepReclaims) {
   EXPECT_EQ(s->sweep_dead(), 1);
   EXPECT_EQ(s->audit_heap(false, true).leaked_blocks, 0u) << "the sweep gave it back";
   EXPECT_EQ(heap_free_bytes(s), before);
+}
+
+// Killed inside the heap's growth (shm_heap.cpp, ShmHeap::grow): the new end stored, the step's
+// blocks not yet free. They and the MiB blocks the process took first are leaked, the sweep's
+// audit gives them back, and the heap is whole and consistent again.
+TEST(HeapAudit, AProcessKilledInsideTheHeapsGrowthLeaksTheStepTheSweepReclaims) {
+  Segment* s = Segment::get();
+  ASSERT_NE(s, nullptr);
+  s->sweep_dead();
+  ASSERT_TRUE(s->audit_heap(true, true).done);
+  uint64_t before = heap_free_bytes(s);
+  uint64_t grown = s->hdr()->heap.grown_blocks;
+  std::string out;
+  int rc = spawn_self({"EMU_UNIT_PROBE=grow", "EMU_FABRIC=" + config().fabric,
+                       "EMU_SHM_DIR=" + config().shm_dir, "EMU_KILL_AT=heap_grow"},
+                      &out);
+  ASSERT_EQ(rc, -SIGKILL) << out;
+  EXPECT_NE(out.find("killed at heap_grow #1"), std::string::npos) << out;
+  EXPECT_GT(s->hdr()->heap.grown_blocks, grown);
+  HeapAudit audit = s->audit_heap(false, true);
+  ASSERT_TRUE(audit.done);
+  EXPECT_GE(audit.leaked_bytes, uint64_t(kHeapMinBlock) << kHeapGrowOrder) << "the step";
+  EXPECT_EQ(s->sweep_dead(), 1);
+  EXPECT_EQ(s->audit_heap(false, true).leaked_blocks, 0u) << "the sweep gave them back";
+  EXPECT_EQ(heap_free_bytes(s), before);
+  std::vector<std::string> problems;
+  ShmHeap(static_cast<char*>(s->at(0)), &s->hdr()->heap).check(s->hdr()->segment_size, &problems);
+  EXPECT_TRUE(problems.empty()) << problems[0];
 }
 
 // A process killed while it destroyed a QP (the slot dying, a ring freed, the others not): the

@@ -16,7 +16,9 @@ struct CheckReport {
   // What was walked (so a test can see the checker saw the objects it made).
   uint64_t live_objects = 0;
   uint64_t heap_blocks_allocated = 0;  // allocated heap blocks (heads), each owned by one object
-  uint64_t heap_bytes_free = 0;
+  uint64_t heap_bytes_free = 0;        // free blocks, and the heap not grown over yet
+  uint64_t heap_bytes_grown = 0;       // the heap with bookkeeping so far, of heap_bytes (it grows)
+  uint64_t heap_bytes = 0;
   bool ok() const { return problems.empty(); }
 };
 

@@ -15,6 +15,7 @@ enum class KillPoint : uint8_t {
   srq_lock,        // inside ibv_post_srq_recv, holding the SRQ's shared lock
   bf_copy,         // between the 8-byte stores of a BlueFlame copy
   heap_alloc,      // inside a segment heap allocation: block taken, its order byte not written
+  heap_grow,       // inside the heap's growth: its new end stored, its new blocks not yet free
   slot_create,     // inside a table slot's creation: slot live, table lock held
   slot_destroy,    // inside an object's destroy: slot dying, its rings half freed
   engine_lock,     // inside the engine, holding a QP's shared send-engine lock
