@@ -13,7 +13,6 @@ source bench/lib.sh
 prog=$(mktemp /tmp/scale_create.XXXXXX)
 trap 'rm -f "$prog"' EXIT
 g++ -O2 -std=c++17 -o "$prog" bench/scale_create.cpp -libverbs
-export EMU_SHM_SIZE=${EMU_SHM_SIZE:-256M}
 run() { EMU_FABRIC=scale-bench-$$ taskset -c 1 "$1/emu-run" "$prog" 100 1000 10000; }
 declare -A R
 for _ in $(seq "$rounds"); do

@@ -20,7 +20,9 @@ const KnobDoc kKnobs[] = {
      "its mapping, address space only. Its tmpfs pages are taken as the fabric grows (the 0.6 "
      "MiB header and under 0.1 MiB of heap bookkeeping when it is made, then each ring as it is "
      "allocated and 1/50 of each MiB the heap grows by) and given back as rings are freed; a full "
-     "tmpfs fails the verb that needed the room with ENOMEM and a message."},
+     "tmpfs fails the verb that needed the room with ENOMEM and a message. Lower it where "
+     "address space is limited (ulimit -v), or for a program that locks all its memory "
+     "(mlockall(MCL_FUTURE) would take the whole size from the tmpfs at attach)."},
     {"EMU_SHM_LIMIT", "0",
      "Emulates a tmpfs of this size (suffix K/M/G) in EMU_SHM_DIR: a reservation that would take "
      "this user's segment files there past it fails as a full tmpfs would (ENOMEM at the verb, "
