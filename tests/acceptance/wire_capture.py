@@ -75,15 +75,19 @@ def main():
         if srv.poll() is None:
             srv.kill()
         sout = srv.communicate()[0]
-        client_done = cli.returncode == 0 and re.search(rf"^{a.iters} iters in", cli.stdout, re.M)
+        done = {who: rc == 0 and re.search(rf"^{a.iters} iters in", out, re.M) is not None
+                for who, rc, out in (("server", srv.returncode, sout),
+                                     ("client", cli.returncode, cli.stdout))}
         for who, rc, out in (("server", srv.returncode, sout), ("client", cli.returncode, cli.stdout)):
             print(f"--- {who}\n{out}")
-            if (who == "server" and client_done and
+            peer = "client" if who == "server" else "server"
+            if (done[peer] and
                     re.search(r"retry counter exceeded \(12\) for wr_id 2$", out, re.M)):
-                # The ACK of the server's last SEND was lost and the client, which had its data,
-                # exited: the resends find no QP, so RETRY_EXC_ERR is the right end (as on
-                # hardware); which ACK a fault hits follows ibv_rc_pingpong's random PSNs.
-                print("note: server's last SEND unacknowledged after the client exited")
+                # The ACK of this side's last SEND was lost and the peer, which had its data (it
+                # ran all its iterations), exited: the resends find no QP, so RETRY_EXC_ERR is
+                # the right end (as on hardware), for the server or the client alike; which ACK
+                # a fault hits follows ibv_rc_pingpong's random PSNs.
+                print(f"note: {who}'s last SEND unacknowledged after the {peer} exited")
                 continue
             if rc != 0 or not re.search(rf"^{a.iters} iters in", out, re.M):
                 print(f"FAIL {who}: exit {rc} or iterations missing")
