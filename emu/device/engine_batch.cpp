@@ -5,6 +5,7 @@
 // valid write or read of the run's kind goes the one-at-a-time way, which also reports its errors.
 #include <cstdlib>
 #include <cstring>
+#include <new>
 
 #include "device/engine.h"
 #include "device/engine_internal.h"
@@ -31,18 +32,30 @@ bool all_inline(const MemSpan* spans, uint32_t n, const void* wqes, uint64_t byt
 
 constexpr uint32_t kBatch = 64;
 
-// A run's per-thread buffers. A thread_local of a shared library costs a __tls_get_addr call,
-// which the compiler repeats at every use rather than keep the address (three per WQE): the
-// address comes from a call it cannot see into, once per run.
+// A run's per-thread buffers (133 KiB). A thread_local of a shared library costs a
+// __tls_get_addr call, which the compiler repeats at every use rather than keep the address
+// (three per WQE): the address comes from a call it cannot see into, once per run. They are
+// allocated by a thread's first run and freed at its exit: as a thread_local array they were
+// static TLS, which every pthread_create of a program that loads the provider zeroed and faulted
+// in, whether the thread ever ran the engine or not (emu-race's schedules, 18 threads each, spent
+// most of their time there). nullptr if the allocation failed: the run is not batched.
 struct RunBuffers {
   uint8_t wqes[kBatch][kMaxWqeBBs * kSendWqeBB];
   uint8_t gathered[kBatch * kMaxWqeBBs * kSendWqeBB];
   MemSpan local[kBatch * 4];
   MemSpan remote[kBatch];
 };
+struct RunBuffersOfThread {
+  RunBuffers* buffers = nullptr;
+  ~RunBuffersOfThread() {
+    delete buffers;
+    buffers = nullptr;
+  }
+};
 __attribute__((noinline)) RunBuffers* run_buffers() {
-  static thread_local RunBuffers t_buffers;
-  return &t_buffers;
+  static thread_local RunBuffersOfThread t_run;
+  if (!t_run.buffers) t_run.buffers = new (std::nothrow) RunBuffers;
+  return t_run.buffers;
 }
 
 // The responder's translation of the run's last R_Key, reused while the key stays the same: the
@@ -88,7 +101,9 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     uint16_t idx;
     bool signaled;
   };
-  RunBuffers& buffers = *run_buffers();
+  RunBuffers* held = run_buffers();
+  if (!held) return 0;
+  RunBuffers& buffers = *held;
   auto& wqes = buffers.wqes;
   MemSpan* local = buffers.local;
   MemSpan* remote = buffers.remote;

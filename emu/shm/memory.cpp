@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <new>
 
 #include "emu/small_copy.h"
 
@@ -15,6 +16,22 @@ namespace {
 
 constexpr int kMaxIov = 256;  // per system call (IOV_MAX is 1024)
 constexpr uint64_t kBounce = 64 * 1024;
+
+// The bounce buffer of a copy between two other processes, allocated by the thread's first such
+// copy and freed at its exit (as a thread_local array it was static TLS that every new thread of
+// every program loading the provider zeroed). nullptr if it could not be allocated.
+struct BounceOfThread {
+  char* buffer = nullptr;
+  ~BounceOfThread() {
+    delete[] buffer;
+    buffer = nullptr;
+  }
+};
+char* bounce_buffer() {
+  static thread_local BounceOfThread t_bounce;
+  if (!t_bounce.buffer) t_bounce.buffer = new (std::nothrow) char[kBounce];
+  return t_bounce.buffer;
+}
 
 // This process's pid, read once, and again in a child of fork() (its copies go to itself, and to
 // its parent through the parent's pid).
@@ -124,12 +141,16 @@ CopyResult dma_copy(int src_pid, const MemSpan* src, int nsrc, int dst_pid, cons
   if (ls && ld) return local_copy(s, d);
   if (ls) return cross_copy(s, d, dst_pid, true);
   if (ld) return cross_copy(d, s, src_pid, false);
-  // Neither side is ours (the engine runs in a third process): bounce through a local buffer.
-  static thread_local char bounce[kBounce];
+  // Neither side is ours (the engine runs in a third process): bounce through a local buffer,
+  // the thread's, or a page of the stack if it could not be had.
+  char page[4096];
+  char* bounce = bounce_buffer();
+  const uint64_t cap = bounce ? kBounce : sizeof page;
+  if (!bounce) bounce = page;
   for (;;) {
     int n = 0;
     iovec riov[kMaxIov];
-    uint64_t b = take(s, riov, &n, kBounce);
+    uint64_t b = take(s, riov, &n, cap);
     if (b == 0) return CopyResult::ok;
     iovec liov{bounce, b};
     ssize_t r = process_vm_readv(src_pid, &liov, 1, riov, n, 0);
