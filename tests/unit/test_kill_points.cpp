@@ -42,6 +42,16 @@ __attribute__((constructor)) void maybe_alloc_probe() {
   if (probe && std::strcmp(probe, "grow") == 0) _exit(attach_and_grow());
 }
 
+// A probe process on this fabric (EMU_UNIT_PROBE=probe), SIGKILLed at its first pass of `point`.
+void probe_killed_at(const std::string& probe, const std::string& point) {
+  std::string out;
+  int rc = spawn_self({"EMU_UNIT_PROBE=" + probe, "EMU_FABRIC=" + config().fabric,
+                       "EMU_SHM_DIR=" + config().shm_dir, "EMU_KILL_AT=" + point},
+                      &out);
+  ASSERT_EQ(rc, -SIGKILL) << out;
+  EXPECT_NE(out.find("killed at " + point + " #1"), std::string::npos) << out;
+}
+
 uint64_t heap_free_bytes(Segment* s) {
   return ShmHeap(static_cast<char*>(s->at(0)), &s->hdr()->heap).free_bytes();
 }
@@ -90,12 +100,7 @@ TEST(HeapAudit, AProcessKilledInsideAnAllocationLeaksABlockTheSweepReclaims) {
   s->sweep_dead();  // what earlier tests of this process left
   ASSERT_TRUE(s->audit_heap(true, true).done);
   uint64_t before = heap_free_bytes(s);
-  std::string out;
-  int rc = spawn_self({"EMU_UNIT_PROBE=alloc", "EMU_FABRIC=" + config().fabric,
-                       "EMU_SHM_DIR=" + config().shm_dir, "EMU_KILL_AT=heap_alloc"},
-                      &out);
-  ASSERT_EQ(rc, -SIGKILL) << out;
-  EXPECT_NE(out.find("killed at heap_alloc #1"), std::string::npos) << out;
+  ASSERT_NO_FATAL_FAILURE(probe_killed_at("alloc", "heap_alloc"));
   HeapAudit audit = s->audit_heap(false, true);
   ASSERT_TRUE(audit.done);
   EXPECT_EQ(audit.leaked_blocks, 1u);
@@ -115,12 +120,7 @@ TEST(HeapAudit, AProcessKilledInsideTheHeapsGrowthLeaksTheStepTheSweepReclaims) 
   ASSERT_TRUE(s->audit_heap(true, true).done);
   uint64_t before = heap_free_bytes(s);
   uint64_t grown = s->hdr()->heap.grown_blocks;
-  std::string out;
-  int rc = spawn_self({"EMU_UNIT_PROBE=grow", "EMU_FABRIC=" + config().fabric,
-                       "EMU_SHM_DIR=" + config().shm_dir, "EMU_KILL_AT=heap_grow"},
-                      &out);
-  ASSERT_EQ(rc, -SIGKILL) << out;
-  EXPECT_NE(out.find("killed at heap_grow #1"), std::string::npos) << out;
+  ASSERT_NO_FATAL_FAILURE(probe_killed_at("grow", "heap_grow"));
   EXPECT_GT(s->hdr()->heap.grown_blocks, grown);
   HeapAudit audit = s->audit_heap(false, true);
   ASSERT_TRUE(audit.done);
