@@ -14,7 +14,8 @@ META = "linux-image-amd64"
 
 
 class Unusable(Exception):
-    """The VM cannot run here; the message says why (the caller exits 77: skip)."""
+    """The VM cannot run here; the message says why (rxe_vm.py: a failure, exit 4, unless
+    EMU_RXEVM_OPTIONAL=1 makes it a skip)."""
 
 
 def _run(argv, cwd=None):

@@ -6,7 +6,8 @@ an undeclared difference, or a declared one that no longer occurs, fails.
 
   rxe_compare.py --build BUILD [--write-doc docs/comparison.md] [--keep DIR]
 
-Exit 77 (skip, with the reason) where the VM cannot run.
+Where the VM cannot run: a failure with the reason, or exit 77 (skip, with the reason) where
+EMU_RXEVM_OPTIONAL=1 declares this machine unable (ci/rxe-vm/rxe_vm.py).
 """
 import argparse
 import json
@@ -148,6 +149,10 @@ def main():
     if check.returncode == 77:
         print("SKIP: " + check.stdout.strip())
         return 77
+    if check.returncode != 0:
+        print(check.stdout.strip())
+        print(f"FAIL: the VM cannot run here (rxe_vm.py --check exited {check.returncode})")
+        return 1
     with tempfile.TemporaryDirectory(prefix="rxe-compare-") as tmp:
         emu_dir, rxe_dir, ver = (os.path.join(tmp, d) for d in ("emu0", "rxe0", "versions"))
         os.makedirs(ver)
