@@ -237,10 +237,11 @@ int fill_qp_attr(const Ctx& c, uint32_t qp_state, ib_uverbs_qp_attr& qa) {
       qa.dest_qp_num = c.remote.qpn;
       qa.rq_psn = c.remote.psn;
       qa.max_dest_rd_atomic = c.local.responder_resources;
-      // The kernel's CM leaves 0 here (655 ms between RNR retries). rsockets over emu QPs meet
-      // RNR stalls that hardware does not show them, so the shortest timer (10 µs) keeps them
-      // cheap: rstream's 64-byte transfers take 38 µs each with it, 381 µs with 0.64 ms.
-      qa.min_rnr_timer = 1;
+      // 0 (655 ms between RNR retries), as the kernel's CM gives. A requester stalled on an
+      // empty receive queue retries as soon as a receive is posted there (the poster kicks it),
+      // so the long timer costs nothing when receives come; programs that re-post late (pyverbs'
+      // rdmacm players) get the kernel's budget, 655 ms per retry, not 10 µs.
+      qa.min_rnr_timer = 0;
       return 0;
     case IBV_QPS_RTS:
       qa.qp_attr_mask = IBV_QP_STATE;

@@ -7,7 +7,8 @@
  *     id sees ESTABLISHED, DISCONNECTED and TIMEWAIT_EXIT.
  *   cm_probe client ADDR PORT: connects with private data "hello" on a non-blocking channel
  *     (poll(), then rdma_get_cm_event until EAGAIN stops) and prints what the REJECTED event says;
- *     then connects again, completes with rdma_establish, disconnects and waits for time-wait.
+ *     then connects again, checks the QP attributes rdma_init_qp_attr gives for RTR and RTS,
+ *     completes with rdma_establish, disconnects and waits for time-wait.
  * Exit status 0 when every step gave what the kernel's CM gives. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -132,6 +133,18 @@ static int client(struct sockaddr_in* sin) {
   CHECK(expect(ch, RDMA_CM_EVENT_CONNECT_RESPONSE, 1, &ev), "CONNECT_RESPONSE");
   printf("reply: qp_num 0x%x\n", ev->param.conn.qp_num);
   rdma_ack_cm_event(ev);
+  /* The attributes the kernel's CM gives for RTR and RTS: min_rnr_timer 0 (655 ms between RNR
+   * retries), and each side retries RNR as long as its peer asked (the server's 7). */
+  struct ibv_qp_attr qa;
+  int mask;
+  qa.qp_state = IBV_QPS_RTR;
+  CHECK(rdma_init_qp_attr(id, &qa, &mask) == 0, "rdma_init_qp_attr RTR");
+  CHECK((mask & IBV_QP_MIN_RNR_TIMER) && qa.min_rnr_timer == 0, "min_rnr_timer 0 at RTR");
+  printf("rtr min_rnr_timer %u\n", qa.min_rnr_timer);
+  qa.qp_state = IBV_QPS_RTS;
+  CHECK(rdma_init_qp_attr(id, &qa, &mask) == 0, "rdma_init_qp_attr RTS");
+  CHECK((mask & IBV_QP_RNR_RETRY) && qa.rnr_retry == 7, "rnr_retry 7 at RTS");
+  printf("rts rnr_retry %u\n", qa.rnr_retry);
   CHECK(rdma_establish(id) == 0, "rdma_establish");
   CHECK(rdma_disconnect(id) == 0, "rdma_disconnect");
   CHECK(expect(ch, RDMA_CM_EVENT_DISCONNECTED, 1, NULL), "DISCONNECTED");
