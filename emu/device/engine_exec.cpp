@@ -102,8 +102,8 @@ ExecOutcome Engine::rnr(Exchange& x) {
   // Once per stall (not per retry): tests of flow-controlled programs (rsockets) assert that no
   // receive they posted before the peer's SEND is ever NAKed.
   if (x.qp.stall.load(std::memory_order_relaxed) != kStallRnr)
-    log("QP 0x%x: RNR NAK from QP 0x%x (no receive posted), retry after %llu us", x.qp.qpn,
-        x.r.qpn, static_cast<unsigned long long>(rnr_delay_us(x.r.min_rnr_timer)));
+    log("QP 0x%x: RNR NAK from QP 0x%x (no receive posted), retry after %llu us", x.qp.qpn, x.r.qpn,
+        static_cast<unsigned long long>(rnr_delay_us(x.r.min_rnr_timer)));
   x.out->rnr_timer = x.r.min_rnr_timer;
   return ExecOutcome::stall_rnr;
 }
