@@ -25,14 +25,36 @@ def _die_with_parent():
     ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
+# The daemons' ports come from a block below the kernel's ephemeral range (net.ipv4.
+# ip_local_port_range, 32768-60999 by default), which no other test of the suite uses: a port the
+# kernel handed out for bind(0) and that was released before slurmctld bound it could meanwhile go
+# to any process's outgoing connection (under ctest -j2 it did), while the kernel never hands out
+# one of these.
+PORT_BLOCK = range(20600, 20700)
+
+
+def _ephemeral_range():
+    with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+        low, high = (int(x) for x in f.read().split())
+    return range(low, high + 1)
+
+
 def _free_ports(n):
-    socks = [socket.socket() for _ in range(n)]
-    for s in socks:
-        s.bind(("127.0.0.1", 0))
-    ports = [s.getsockname()[1] for s in socks]
-    for s in socks:
-        s.close()
-    return ports
+    """n ports of PORT_BLOCK that nothing holds now (another user of the machine may hold some)."""
+    ephemeral = _ephemeral_range()
+    ports = []
+    for port in PORT_BLOCK:
+        if port in ephemeral:
+            raise RuntimeError(f"port {port} is in the ephemeral range {ephemeral}: move PORT_BLOCK")
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # held by something else on this machine: the next one
+        ports.append(port)
+        if len(ports) == n:
+            return ports
+    raise RuntimeError(f"fewer than {n} free ports in {PORT_BLOCK}")
 
 
 CONF = """ClusterName=emucampaign
