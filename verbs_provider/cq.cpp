@@ -313,7 +313,9 @@ namespace {
 // after a failed rdma_accept (the kill sweep's cm_req_sent point) — and the kernel answers a read
 // of the closed fd with an error, where freed memory would make ibv_get_cq_event crash.
 std::mutex g_dead_channels_mu;
-std::unordered_set<const ibv_comp_channel*> g_dead_channels;
+auto& g_dead_channels =
+    *new std::unordered_set<const ibv_comp_channel*>;  // never destroyed (docs/architecture.md,
+                                                       // "Exit")
 
 bool dead_channel(const ibv_comp_channel* ch) {
   std::lock_guard<std::mutex> g(g_dead_channels_mu);

@@ -33,7 +33,8 @@ uint32_t g_num_devices = 0;
 std::once_flag g_devices_once;
 
 std::mutex g_lists_mu;
-std::unordered_map<ibv_device**, ibv_device**> g_lists;  // our list -> libibverbs' list
+// our list -> libibverbs' list; never destroyed (docs/architecture.md, "Exit")
+auto& g_lists = *new std::unordered_map<ibv_device**, ibv_device**>;
 
 std::mutex g_reg_mu;
 std::unordered_map<uint64_t, void*>* g_registry = new std::unordered_map<uint64_t, void*>();

@@ -27,7 +27,8 @@ EmuDm* to_dm(ibv_dm* dm) { return reinterpret_cast<EmuDm*>(dm); }
 
 // This process's blocks by handle, for ibv_import_dm (slow path only).
 std::mutex g_blocks_mu;
-std::unordered_map<uint32_t, EmuDm*> g_blocks;
+auto& g_blocks =
+    *new std::unordered_map<uint32_t, EmuDm*>;  // never destroyed (docs/architecture.md, "Exit")
 uint32_t g_next_handle = 1;
 
 // mlx5's rule for the host copies: offset and length in 4-byte units, inside the block.

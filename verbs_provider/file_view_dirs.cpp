@@ -32,7 +32,9 @@ struct ViewDir {
   std::atomic<bool> used{false};
 };
 constexpr int kViewDirs = 32;
-ViewDir g_dirs[kViewDirs];
+// Never destroyed (docs/architecture.md, "Exit"): a directory read may run on one thread while
+// another thread's exit() runs this library's static destructors.
+ViewDir (&g_dirs)[kViewDirs] = *new ViewDir[1][kViewDirs];
 
 ViewDir* view_dir(DIR* d) {
   auto* p = reinterpret_cast<ViewDir*>(d);

@@ -58,9 +58,11 @@ struct Run {
 };
 
 std::mutex g_mu;
-std::vector<BackingFile> g_files;
+// Never destroyed (docs/architecture.md, "Exit"): another thread's exit() runs this library's
+// static destructors while this one may be inside ibv_dereg_mr (rping does).
+auto& g_files = *new std::vector<BackingFile>;
 RegFile g_reg;
-std::map<uint64_t, Run> g_runs;  // by start address
+auto& g_runs = *new std::map<uint64_t, Run>;  // by start address
 
 bool env_flag(const char* name, bool dflt) {
   const char* v = std::getenv(name);

@@ -301,7 +301,9 @@ bool xrc_tgt_dies_with_xrcd_now() {
 }
 
 const Config& config() {
-  static const Config c = config_from_env();
+  // Never destroyed (docs/architecture.md, "Exit"): read by verbs on any thread, also while
+  // another thread's exit() runs the static destructors.
+  static const Config& c = *new Config(config_from_env());
   return c;
 }
 

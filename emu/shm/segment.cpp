@@ -37,7 +37,7 @@ void heap_use_fork_child();
 
 namespace {
 
-std::string g_error;
+std::string& g_error = *new std::string;  // never destroyed (docs/architecture.md, "Exit")
 Segment* g_segment = nullptr;
 std::atomic<Segment*> g_segment_ready{nullptr};  // g_segment, once attached
 std::atomic<Header*> g_header{nullptr};
