@@ -2,12 +2,14 @@
 """The SIGKILL sweep (issue 16 item 3; docs/reliability.md, "Process death").
 
   kill_sweep.py --emu-run PATH --emu-ctl PATH --kills N --seed S [--kinds rc,cm]
-                [--xrc-test BINARY --xrc-iterations K] [--max-n M]
+                [--min-per-kind M] [--xrc-test BINARY --xrc-iterations K] [--max-n M]
 
 Each kill: two unmodified Debian programs under emu-run, on a fabric of their own — an
 ibv_rc_pingpong pair (kind rc) or an rping pair over RDMA CM (kind cm) — one of them (the victim)
 with EMU_KILL_AT=POINT:N, POINT and N drawn from the seed among the points its program passes.
-A victim that exits without reaching its point is a miss (the draw goes on; misses are counted).
+A victim that ends by itself, exit 0, without reaching its point is a miss (the draw goes on;
+misses are counted); one that exits with another code (it failed to start, or failed on its own)
+is a failure, as is a server victim that neither listened nor was killed before it could.
 Then, every step bounded by a deadline and none of them a sleep:
   - the census (`emu-ctl census --json`, whose attach sweeps the dead first) must answer: a lock
     the dead held and nobody took over would hang it; nothing may be owned by the dead, and the
@@ -17,14 +19,19 @@ Then, every step bounded by a deadline and none of them a sleep:
     the dead with nothing owed: alive, every QP of its own with no send the device has not executed
     (census sq_pending 0), as a receive or a TCP read from a dead peer waits on hardware. Then it
     is killed. Anything else at the deadline is a hang;
-  - the survivor must not die of a signal (a crash) but the sweep's own SIGKILL;
+  - the survivor must not die of a signal (a crash) but the sweep's own SIGKILL; after a miss
+    (nobody killed) it must exit 0, as its victim did; after a kill, 0 or an error exit (its
+    peer's death seen) or the sweep's SIGKILL when it waited for the dead;
   - no output may show a race the device recorded, and once every process is gone the fabric's
     census is empty and its segment file gone.
 --xrc-test runs XrcKill.RandomKills (three processes, one or two killed at a random step) for K
-iterations with the same seed; its kills count too (one or two per iteration, as it prints).
+iterations with the same seed; its kills count too (one or two per iteration, as it prints), and
+it must pass, its one test run (a filter matching nothing runs 0 tests and exits 0).
 Prints one line per kill and the totals: `kills K (rc R, cm C, xrc X) misses M hangs H crashes C
-dead_owned D leaked_heap_blocks L races R waited_for_dead W retry_exc_err E`. Exit 0 iff hangs,
-crashes, dead_owned, leaked_heap_blocks and races are 0 and at least N pair kills were made.
+bad_exits B dead_owned D leaked_heap_blocks L races R waited_for_dead W retry_exc_err E`. Exit 0
+iff hangs, crashes, bad_exits, dead_owned, leaked_heap_blocks and races are 0, at least N pair
+kills were made, at least M (--min-per-kind) of each kind, and at least K of XRC (one per
+iteration at least).
 """
 import argparse
 import json
@@ -56,8 +63,9 @@ class Sweep:
     def __init__(self, a):
         self.a = a
         self.rng = random.Random(a.seed)
-        self.totals = dict(kills=0, rc=0, cm=0, xrc=0, misses=0, hangs=0, crashes=0, dead_owned=0,
-                           leaked_heap_blocks=0, waited_for_dead=0, races=0, retry_exc=0)
+        self.totals = dict(kills=0, rc=0, cm=0, xrc=0, misses=0, hangs=0, crashes=0, bad_exits=0,
+                           dead_owned=0, leaked_heap_blocks=0, waited_for_dead=0, races=0,
+                           retry_exc=0)
         self.shm = os.environ.get("EMU_SHM_DIR", "/dev/shm")
 
     def env(self, fabric):
@@ -154,7 +162,7 @@ class Sweep:
             (lambda: listener_name(fabric, "106", port))
         if not wait_until(up, DEADLINE, procs["server"]):
             if victim == "server" and procs["server"].finish(DEADLINE) is not None:
-                pass  # killed before it listened: no client to start
+                pass  # ended before it listened (a kill, or a failure judged below): no client
             else:
                 self.fail("the server never listened", "hangs", label, procs.items())
                 procs["server"].p.kill()
@@ -172,9 +180,14 @@ class Sweep:
         if rc is not None and rc < 0 and not killed:
             self.fail(f"the victim crashed (signal {-rc}) before its point", "crashes", label,
                       procs.items())
-        if not killed:
+        elif rc is not None and rc > 0:
+            # Not a miss: a victim that failed to start (a port taken, a device refused) or
+            # failed by itself never tested the point it was given.
+            self.fail(f"the victim exited {rc} without reaching its point", "bad_exits", label,
+                      procs.items())
+        if rc == 0:
             self.totals["misses"] += 1
-        else:
+        elif killed:
             self.totals["kills"] += 1
             self.totals[kind] += 1
             pid = int(re.search(r"EMU_KILL_AT: pid (\d+)", vic.text()).group(1))
@@ -192,12 +205,19 @@ class Sweep:
                     surv.p.returncode != -9:
                 self.fail(f"the survivor crashed (signal {-surv.p.returncode})", "crashes", label,
                           procs.items())
+            src = surv.p.returncode
+            # After a miss the pair ran to its end: the survivor too. After a kill, an error
+            # exit is the survivor seeing its peer's death; a SIGKILL is the sweep's own.
+            # (Crashes and hangs are counted above.)
+            if rc == 0 and src != 0:
+                self.fail(f"the survivor exited {src} though its peer ended normally", "bad_exits",
+                          label, procs.items())
             if "transport retry counter exceeded" in surv.text():
                 self.totals["retry_exc"] += 1
         for name, p in procs.items():
             if re.search(r"^rdmaemu race:", p.text(), re.M):
                 self.fail(f"{name} reported a race", "races", label, procs.items())
-        print(f"{label}: {'killed' if killed else 'missed'}, survivor "
+        print(f"{label}: {'killed' if killed else 'missed' if rc == 0 else 'failed'}, survivor "
               f"{'exit ' + str(surv.p.returncode) if surv else 'none'}", flush=True)
         self.finish_fabric(env, fabric, label, procs)
 
@@ -223,6 +243,9 @@ class Sweep:
         kills = sum(int(k) for k in re.findall(r"^XRC kills (\d+)$", p.stdout, re.M))
         self.totals["kills"] += kills
         self.totals["xrc"] += kills
+        if p.returncode == 0 and not re.search(r"^\[  PASSED  \] 1 test\.$", p.stdout, re.M):
+            self.totals["bad_exits"] += 1
+            print("FAIL xrc: XrcKill.RandomKills did not run (renamed?)\n" + p.stdout[-2000:])
         if p.returncode != 0:
             self.totals["hangs" if "hangs" in p.stdout or "did not answer" in p.stdout
                         else "dead_owned"] += 1
@@ -238,6 +261,7 @@ def main():
     ap.add_argument("--kills", type=int, required=True, help="kills of rc and cm pairs")
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--kinds", default="rc,cm")
+    ap.add_argument("--min-per-kind", type=int, default=1, help="kills of each kind at least")
     ap.add_argument("--max-n", type=int, default=1 << 30, help="cap on N")
     ap.add_argument("--xrc-test")
     ap.add_argument("--xrc-iterations", type=int, default=0)
@@ -254,11 +278,17 @@ def main():
     t = s.totals
     secs = time.monotonic() - t0
     print(f"kills {t['kills']} (rc {t['rc']}, cm {t['cm']}, xrc {t['xrc']}) misses {t['misses']} "
-          f"hangs {t['hangs']} crashes {t['crashes']} dead_owned {t['dead_owned']} leaked_heap_blocks "
+          f"hangs {t['hangs']} crashes {t['crashes']} bad_exits {t['bad_exits']} "
+          f"dead_owned {t['dead_owned']} leaked_heap_blocks "
           f"{t['leaked_heap_blocks']} races {t['races']} waited_for_dead {t['waited_for_dead']} "
           f"retry_exc_err {t['retry_exc']} in {secs:.0f} s ({t['kills'] / max(secs, 1):.2f}/s)")
-    ok = (t["rc"] + t["cm"] >= a.kills and not any(t[k] for k in (
-        "hangs", "crashes", "dead_owned", "leaked_heap_blocks", "races")))
+    short = [f"{k} {t[k]} < {a.min_per_kind}" for k in kinds if t[k] < a.min_per_kind]
+    if a.xrc_test and a.xrc_iterations and t["xrc"] < a.xrc_iterations:
+        short.append(f"xrc {t['xrc']} < {a.xrc_iterations} (one per iteration at least)")
+    if short:
+        print("FAIL: too few kills:", ", ".join(short))
+    ok = (t["rc"] + t["cm"] >= a.kills and not short and not any(t[k] for k in (
+        "hangs", "crashes", "bad_exits", "dead_owned", "leaked_heap_blocks", "races")))
     print("PASS kill_sweep" if ok else "FAIL kill_sweep")
     return 0 if ok else 1
 

@@ -7,10 +7,13 @@
       signature (with at most MAX_PREEMPTIONS preemptions when given); the trace JSON parses with
       one track per actor (threads plus the device)
   fixed NAME BUDGET SEARCH:BOUND[,SEARCH:BOUND..]
-      the counterpart passes BUDGET random and BUDGET PCT schedules and each bounded exhaustive
-      search to its end (dfs: preemption bound; delays: delay bound, for many actors)
-  searched NAME SEARCH:BOUND
-      the bounded exhaustive search finds the buggy scenario's failure
+      the counterpart passes BUDGET random and BUDGET PCT schedules (emu-race ran BUDGET of each,
+      as it reports) and each bounded exhaustive search to its end (dfs: preemption bound;
+      delays: delay bound, for many actors)
+  searched NAME SEARCH:BOUND SIG[,SIG..]
+      the bounded exhaustive search finds the buggy scenario's failure, with one of the signatures
+      given: its `buggy` test's, one more where tests/CMakeLists.txt says why (a deadlock or
+      another failure is not the bug)
   shards NAME SEED BUDGET
       shards 1, 2 and 4 of one campaign merge to identical totals
 """
@@ -69,18 +72,21 @@ def bounded(name, spec):
 
 def fixed(name, budget, specs):
     r = run_json([name, "--budget", budget, "--seed", "1"])
-    check(not r["failed"], f"{name} passes {r['schedules']} random schedules")
+    check(not r["failed"] and r["schedules"] == int(budget),
+          f"{name} passes {r['schedules']} random schedules of {budget} asked")
     r = run_json([name, "--strategy", "pct", "--budget", budget, "--seed", "2"])
-    check(not r["failed"], f"{name} passes {r['schedules']} PCT schedules")
+    check(not r["failed"] and r["schedules"] == int(budget),
+          f"{name} passes {r['schedules']} PCT schedules of {budget} asked")
     for spec in specs.split(","):
         r = bounded(name, spec)
-        check(not r["failed"] and r["exhausted"],
+        check(not r["failed"] and r["exhausted"] and r["schedules"] > 0,
               f"{name}: no failure within {spec} ({r['schedules']} schedules, exhausted)")
 
 
-def searched(name, spec):
+def searched(name, spec, sigs):
     r = bounded(name, spec)
-    check(r["failed"], f"{name}: {spec} finds {r.get('signature')} at schedule {r['schedules']}")
+    check(r["failed"], f"{name}: {spec} finds a failure at schedule {r['schedules']}")
+    check(r["signature"] in sigs.split(","), f"signature {r['signature']} in {sigs}")
 
 
 def shards(name, seed, budget):
