@@ -357,13 +357,15 @@ int cmd_knobs(int argc, char** argv) {
   }
   int n = 0;
   const emu::KnobDoc* knobs = emu::knob_docs(&n);
-  if (markdown) std::printf("| variable | default | meaning |\n|---|---|---|\n");
+  if (markdown) std::printf("| variable | default | values | meaning |\n|---|---|---|---|\n");
   for (int i = 0; i < n; ++i) {
     const emu::KnobDoc& k = knobs[i];
+    std::string values = emu::knob_allowed(k);
     if (markdown)
-      std::printf("| %s | %s | %s |\n", k.name, k.default_value, markdown_cell(k.doc).c_str());
+      std::printf("| %s | %s | %s | %s |\n", k.name, k.default_value,
+                  markdown_cell(values.c_str()).c_str(), markdown_cell(k.doc).c_str());
     else
-      std::printf("%s (default %s)\n    %s\n", k.name, k.default_value, k.doc);
+      std::printf("%s (default %s; %s)\n    %s\n", k.name, k.default_value, values.c_str(), k.doc);
   }
   return 0;
 }

@@ -68,11 +68,7 @@ uint64_t Engine::rnr_delay_us(uint8_t code) { return kRnrUs[code & 31]; }
 uint64_t Engine::transport_timeout_us(uint8_t timeout) {
   if (timeout == 0) return 0;  // infinite
   // EMU_ACK_TIMEOUT_SCALE shortens (or stretches) every QP's timeout, for tests of retries.
-  static const double scale = [] {
-    const char* v = std::getenv("EMU_ACK_TIMEOUT_SCALE");
-    double s = v && *v ? std::strtod(v, nullptr) : 1.0;
-    return s > 0 ? s : 1.0;
-  }();
+  static const double scale = knob_number("EMU_ACK_TIMEOUT_SCALE");
   uint64_t us = (4096ull << std::min<uint8_t>(timeout, 31)) / 1000;
   return std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(us) * scale));
 }
