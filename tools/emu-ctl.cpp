@@ -441,8 +441,13 @@ int main(int argc, char** argv) {
     usage(stderr);
     return kExitUsage;
   }
-  for (const Command& c : kCommands)
-    if (std::strcmp(argv[1], c.name) == 0) return c.run(argc - 1, argv + 1);
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    // A malformed knob (said on stderr) would point a command at a default fabric or directory
+    // the caller did not name; only the knob listing itself runs regardless.
+    if (std::strcmp(c.name, "knobs") != 0 && emu::knobs_refused()) return kExitFailed;
+    return c.run(argc - 1, argv + 1);
+  }
   if (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)
     return cmd_help(0, nullptr);
   std::fprintf(stderr, "emu-ctl: unknown command '%s'\n\n", argv[1]);

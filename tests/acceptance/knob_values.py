@@ -8,7 +8,8 @@ scheduler stops the program before its main, with the same message.
 The table drives the run: a knob of the table without a malformed value here fails the test, and
 so does a value here for a knob the table no longer has. One run with every knob at its table
 default must list emu0, so that the failures above are the values' and not the run's.
-Usage: knob_values.py --emu-run build/bin/emu-run --knobs-md docs/knobs.md
+emu-ctl refuses them as well (one case: a malformed EMU_SHM_DIR and `emu-ctl fabrics`).
+Usage: knob_values.py --emu-run build/bin/emu-run --emu-ctl build/bin/emu-ctl --knobs-md docs/knobs.md
 """
 import argparse
 import os
@@ -84,6 +85,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--emu-run", required=True)
     ap.add_argument("--knobs-md", required=True)
+    ap.add_argument("--emu-ctl", required=True)
     a = ap.parse_args()
     rows = table(a.knobs_md)
     names = [n for n, _ in rows]
@@ -132,6 +134,15 @@ def main():
                 failures.append(f"{n}={v!r}: {', '.join(why)}; stderr:\n{err}")
             else:
                 print(f"ok {n}={v!r}: {said[0]}")
+
+    # emu-ctl refuses too: a command that reads no segment (fabrics lists EMU_SHM_DIR's files)
+    # must not run on the default directory in place of the malformed one.
+    env = dict(base, EMU_SHM_DIR="relative/dir")
+    p = subprocess.run([a.emu_ctl, "fabrics"], env=env, stdout=subprocess.PIPE,
+                       stderr=subprocess.PIPE, text=True, timeout=120)
+    if p.returncode == 0 or "rdmaemu: EMU_SHM_DIR=relative/dir: " not in p.stderr:
+        failures.append(f"emu-ctl fabrics with EMU_SHM_DIR=relative/dir: rc {p.returncode}, "
+                        f"stderr:\n{p.stderr}")
 
     for f in failures:
         print("FAIL", f)
