@@ -357,13 +357,15 @@ int cmd_knobs(int argc, char** argv) {
   }
   int n = 0;
   const emu::KnobDoc* knobs = emu::knob_docs(&n);
-  if (markdown) std::printf("| variable | default | meaning |\n|---|---|---|\n");
+  if (markdown) std::printf("| variable | default | values | meaning |\n|---|---|---|---|\n");
   for (int i = 0; i < n; ++i) {
     const emu::KnobDoc& k = knobs[i];
+    std::string values = emu::knob_allowed(k);
     if (markdown)
-      std::printf("| %s | %s | %s |\n", k.name, k.default_value, markdown_cell(k.doc).c_str());
+      std::printf("| %s | %s | %s | %s |\n", k.name, k.default_value,
+                  markdown_cell(values.c_str()).c_str(), markdown_cell(k.doc).c_str());
     else
-      std::printf("%s (default %s)\n    %s\n", k.name, k.default_value, k.doc);
+      std::printf("%s (default %s; %s)\n    %s\n", k.name, k.default_value, values.c_str(), k.doc);
   }
   return 0;
 }
@@ -439,8 +441,13 @@ int main(int argc, char** argv) {
     usage(stderr);
     return kExitUsage;
   }
-  for (const Command& c : kCommands)
-    if (std::strcmp(argv[1], c.name) == 0) return c.run(argc - 1, argv + 1);
+  for (const Command& c : kCommands) {
+    if (std::strcmp(argv[1], c.name) != 0) continue;
+    // A malformed knob (said on stderr) would point a command at a default fabric or directory
+    // the caller did not name; only the knob listing itself runs regardless.
+    if (std::strcmp(c.name, "knobs") != 0 && emu::knobs_refused()) return kExitFailed;
+    return c.run(argc - 1, argv + 1);
+  }
   if (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)
     return cmd_help(0, nullptr);
   std::fprintf(stderr, "emu-ctl: unknown command '%s'\n\n", argv[1]);

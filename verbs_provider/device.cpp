@@ -269,6 +269,12 @@ int emu_query_rt_values(ibv_context*, ibv_values_ex* values) {
 extern "C" {
 
 ibv_device** ibv_get_device_list(int* num_devices) {
+  // A malformed EMU_* knob (said on stderr once) fails the program's first verb: a list without
+  // emu0, or one of devices set up on defaults the program did not ask for, would hide the typo.
+  if (knobs_refused()) {
+    errno = EINVAL;
+    return nullptr;
+  }
   std::call_once(g_devices_once, init_devices);
   int real_n = 0;
   ibv_device** real = nullptr;
@@ -337,6 +343,7 @@ int ibv_get_device_index(ibv_device* device) {
 namespace emu::prov {
 
 ibv_context* open_context(ibv_device* device, int cmd_fd) {
+  if (knobs_refused()) return fail_null<ibv_context>(EINVAL);  // as ibv_get_device_list
   Segment* seg = segment();
   if (!seg) return fail_null<ibv_context>(ENODEV);
   inject_from_env(seg);  // EMU_INJECT: before the first verb it can fail

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "emu/config.h"
 #include "emudv.h"
 #include "sched_libc.h"
 
@@ -84,8 +85,10 @@ void stuck(const program::Spec&, const sched::RunResult& r) {
 
 int scheduled_main(int argc, char** argv, char** envp) {
   std::string err;
+  // A malformed schedule stops the program before its main, with the knob check's message.
   if (!program::parse_spec(std::getenv("EMU_SCHEDULE"), &g_spec, &err)) {
-    std::fprintf(stderr, "emu-sched: EMU_SCHEDULE: %s\n", err.c_str());
+    std::fprintf(stderr, "%s\n",
+                 emu::knob_error("EMU_SCHEDULE", std::getenv("EMU_SCHEDULE")).c_str());
     return 2;
   }
   g_argv.assign(argv, argv + argc);

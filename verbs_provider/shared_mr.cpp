@@ -64,11 +64,6 @@ auto& g_files = *new std::vector<BackingFile>;
 RegFile g_reg;
 auto& g_runs = *new std::map<uint64_t, Run>;  // by start address
 
-bool env_flag(const char* name, bool dflt) {
-  const char* v = std::getenv(name);
-  return v && *v ? std::atoi(v) != 0 : dflt;
-}
-
 uint64_t page_size() {
   static const uint64_t p = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
   return p;
@@ -173,7 +168,7 @@ bool all_in_file(uint64_t lo, uint64_t hi, bool want) {
 // The region's pages lie in one shared, writable file mapping: record that file. The whole pages
 // holding the region are reachable (the mapping has them all), so the window covers the MR.
 bool share_existing(uint64_t a, uint64_t len, MrSlot& ms) {
-  static const bool enabled = env_flag("EMU_SHARED_BACKING", true);
+  static const bool enabled = knob_flag("EMU_SHARED_BACKING");
   if (!enabled) return false;
   uint64_t s = a & ~(page_size() - 1), e = (a + len + page_size() - 1) & ~(page_size() - 1);
   Vma v;
@@ -223,7 +218,7 @@ bool mappings_agree(uint64_t s, uint64_t e, const MapsNow& maps) {
 // Pages another MR covers without having moved them (a page it shares with other data, an ODP
 // MR) cannot move now: an engine may be writing them with a system call.
 bool share_by_moving(uint64_t s, uint64_t e, const MapsNow& maps, MrSlot& ms) {
-  static const bool enabled = env_flag("EMU_SHARED_MR", true);
+  static const bool enabled = knob_flag("EMU_SHARED_MR");
   if (!enabled || s >= e || !reg_file()) return false;
   std::vector<std::pair<uint64_t, uint64_t>> to_move;
   auto want_move = [&](uint64_t lo, uint64_t hi) {

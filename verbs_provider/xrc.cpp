@@ -88,12 +88,14 @@ ibv_xrcd* emu_open_xrcd(ibv_context* context, ibv_xrcd_init_attr* attr) {
     key.inode_dev = static_cast<uint64_t>(st.st_dev) + 1;  // never 0: 0/0 marks a private domain
     key.inode = st.st_ino;
   }
+  uint32_t policy = 0;
+  if (!xrc_policy_now(&policy)) return fail_null<ibv_xrcd>(EINVAL);  // said on stderr
   auto* x = new (std::nothrow) EmuXrcd();
   if (!x) return fail_null<ibv_xrcd>(ENOMEM);
   Segment* seg = segment();
   seg->sweep_dead();  // a domain held only by the dead is let go before it is looked up
   Status st = xrcd_open(seg, key, (attr->oflags & O_CREAT) != 0, (attr->oflags & O_EXCL) != 0,
-                        xrc_policy_now(), ctx->slot, &x->slot, &x->handle);
+                        policy, ctx->slot, &x->slot, &x->handle);
   if (st != Status::ok) {
     delete x;
     return fail_null<ibv_xrcd>(errno_of(st));
@@ -116,6 +118,8 @@ ibv_qp* create_tgt_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   if (!(attr->comp_mask & IBV_QP_INIT_ATTR_XRCD) || !attr->xrcd || attr->xrcd->context != context)
     return fail_null<ibv_qp>(EINVAL);
   EmuXrcd* x = to_xrcd(attr->xrcd);
+  bool dies_with_xrcd = false;
+  if (!xrc_tgt_dies_with_xrcd_now(&dies_with_xrcd)) return fail_null<ibv_qp>(EINVAL);
   Segment* seg = segment();
   EmuContext* ctx = to_ctx(context);
   uint32_t slot;
@@ -124,8 +128,8 @@ ibv_qp* create_tgt_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   QpSlot& s = qp_slot(seg->hdr(), slot);
   EmuQp* qp = new_tgt_handle(context, x, s, attr->qp_context);
   uint32_t handle = 0;
-  if (!qp || tgt_qp_attach(seg, slot, x->slot, xrc_tgt_dies_with_xrcd_now(), ctx->slot,
-                           qp->handle_uid, &handle) != Status::ok) {
+  if (!qp || tgt_qp_attach(seg, slot, x->slot, dies_with_xrcd, ctx->slot, qp->handle_uid,
+                           &handle) != Status::ok) {
     delete qp;
     free_qp(seg, s);  // no one was told its number
     return fail_null<ibv_qp>(ENOMEM);

@@ -40,10 +40,9 @@ bool parse_u64(const char* s, uint64_t* v) {
 __attribute__((constructor(101))) void read_kill_at() {
   const char* text = std::getenv("EMU_KILL_AT");
   if (!text || !*text) return;
-  if (!parse_kill_at(text, &g_target)) {
-    std::fprintf(stderr, "rdmaemu: EMU_KILL_AT=%s is not point[:N] or random:SEED[:MAXN]\n", text);
-    return;
-  }
+  // A malformed one arms nothing; the knob check (emu/config.h, knobs_refused) says so and fails
+  // the first verb.
+  if (!parse_kill_at(text, &g_target)) return;
   g_kill_armed = true;
 }
 

@@ -68,11 +68,7 @@ uint64_t Engine::rnr_delay_us(uint8_t code) { return kRnrUs[code & 31]; }
 uint64_t Engine::transport_timeout_us(uint8_t timeout) {
   if (timeout == 0) return 0;  // infinite
   // EMU_ACK_TIMEOUT_SCALE shortens (or stretches) every QP's timeout, for tests of retries.
-  static const double scale = [] {
-    const char* v = std::getenv("EMU_ACK_TIMEOUT_SCALE");
-    double s = v && *v ? std::strtod(v, nullptr) : 1.0;
-    return s > 0 ? s : 1.0;
-  }();
+  static const double scale = knob_number("EMU_ACK_TIMEOUT_SCALE");
   uint64_t us = (4096ull << std::min<uint8_t>(timeout, 31)) / 1000;
   return std::max<uint64_t>(1, static_cast<uint64_t>(static_cast<double>(us) * scale));
 }
@@ -319,9 +315,14 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp) {
   uint32_t pi = cq.pi.fetch_add(1, std::memory_order_relaxed);
   // The consumer's index is read only when the cached one says the ring may be full; the full
   // verdict is the index just read (another producer may store an older one into the cache).
-  if (pi - cq.ci_seen.load(std::memory_order_relaxed) >= capacity) [[unlikely]] {
+  // The index is the consumer's word that it has read every CQE below it (its release store, the
+  // CQ doorbell record a NIC reads), and it is what lets this producer overwrite the slot a lap
+  // back: a producer that trusts the cache must see those reads as done, so the cache carries the
+  // acquire on to it (release store, acquire load; plain moves on x86, as a NIC's cached copy of
+  // the doorbell record in its CQ context is ordered after the DMA read that filled it).
+  if (pi - cq.ci_seen.load(std::memory_order_acquire) >= capacity) [[unlikely]] {
     uint32_t ci = cq.ci.load(std::memory_order_acquire);
-    cq.ci_seen.store(ci, std::memory_order_relaxed);
+    cq.ci_seen.store(ci, std::memory_order_release);
     if (pi - ci >= capacity) {
       // The CQ is full: the completion cannot be placed. As a NIC does: the CQ enters error
       // (IBV_EVENT_CQ_ERR to its owner) and so does every QP completing into it.

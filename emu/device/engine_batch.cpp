@@ -10,6 +10,7 @@
 #include "device/engine.h"
 #include "device/engine_internal.h"
 #include "device/wqe_parse.h"
+#include "emu/config.h"
 #include "emu/small_copy.h"
 #include "shm/shared_map.h"
 
@@ -18,10 +19,7 @@ using namespace engine_detail;
 
 namespace {
 // EMU_DMA_RUNS=0: every WQE on its own (to measure what runs gain).
-const bool g_runs = [] {
-  const char* v = std::getenv("EMU_DMA_RUNS");
-  return !v || !*v || std::atoi(v) != 0;
-}();
+const bool g_runs = knob_flag("EMU_DMA_RUNS");
 // Whether every span lies inside the run's WQE copies (inline data), so is ours to read.
 bool all_inline(const MemSpan* spans, uint32_t n, const void* wqes, uint64_t bytes) {
   auto lo = reinterpret_cast<uint64_t>(wqes);

@@ -34,10 +34,7 @@ uint64_t now_ns() {
 }
 
 bool log_on() {
-  static const bool on = [] {
-    const char* v = std::getenv("EMU_RACE_LOG");
-    return v && std::atoi(v) != 0;
-  }();
+  static const bool on = [] { return knob_flag("EMU_RACE_LOG"); }();
   return on;
 }
 

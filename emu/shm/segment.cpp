@@ -265,6 +265,7 @@ Segment* Segment::get() {
   if (Segment* s = g_segment_ready.load(std::memory_order_acquire)) return s;
   if (g_segment) return g_segment->rejoin_after_fork();
   std::call_once(g_once, [] {
+    if (knobs_refused()) return;  // a malformed knob (said on stderr): no attach on defaults
     auto* s = new Segment();
     Status st = s->attach(config());
     if (st != Status::ok) {

@@ -48,14 +48,6 @@ std::string interface(uint16_t link, uint32_t snaplen) {
   return block(1, body);
 }
 
-uint64_t env_u64(const char* name, uint64_t dflt) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return dflt;
-  char* end = nullptr;
-  unsigned long long x = std::strtoull(v, &end, 0);
-  return end && *end == '\0' ? x : dflt;
-}
-
 }  // namespace
 
 std::string Pcap::file_header(uint32_t snaplen) {
@@ -72,9 +64,8 @@ std::string Pcap::file_header(uint32_t snaplen) {
 Pcap* Pcap::from_env() {
   const char* path = std::getenv("EMU_PCAP");
   if (!path || !*path) return nullptr;
-  uint32_t snaplen = static_cast<uint32_t>(env_u64("EMU_PCAP_SNAPLEN", 65535));
-  if (snaplen < 64) snaplen = 64;
-  uint64_t limit = env_u64("EMU_PCAP_LIMIT", 100000);
+  auto snaplen = static_cast<uint32_t>(knob_uint("EMU_PCAP_SNAPLEN"));
+  uint64_t limit = knob_uint("EMU_PCAP_LIMIT");
   // The header is written aside and linked into place, so a file that exists is whole.
   std::string aside = std::string(path) + ".hdr." + std::to_string(getpid());
   int fd = ::open(aside.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);

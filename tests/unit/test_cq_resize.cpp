@@ -1,7 +1,8 @@
 // resize_cq (emu/objects/cq_resize.cpp): the consumer grows and shrinks a CQ's ring while three
 // producer threads keep completing into it through the engine's write_cqe; every CQE arrives
 // exactly once and in each producer's order, and no resize overruns the CQ. A shrink below the
-// unpolled CQEs is refused and leaves them in place.
+// unpolled CQEs is refused and leaves them in place. A producer that trusts the cached consumer
+// index is ordered after the consumer's reads (CqConsumerIndex).
 #include <gtest/gtest.h>
 
 #include <atomic>
@@ -97,6 +98,65 @@ TEST(CqResize, ProducersLoseAndDoubleNothingAcrossResizes) {
   EXPECT_EQ(total, kProducers * kPerProducer);
   EXPECT_EQ(c.overrun.load(), 0u);
   EXPECT_GT(resized, 100u);
+  retire_cq(s, c);
+}
+
+// The consumer index reaches a producer that overwrites a polled slot either from the CQ doorbell
+// record (ci, the consumer's release store) or from the producers' cache of it (ci_seen), which
+// another producer filled. Either way the consumer's reads of the slot's last CQE must come before
+// the write: B's full ring makes it read ci and cache it, then A trusts the cache and writes into
+// the slot of a CQE the consumer read. The threads hand steps on by relaxed stores and loads,
+// which order nothing for TSan (ci/sanitize.sh), so the only order between the consumer's reads
+// and A's write is the one the cache carries: with the cache relaxed, TSan reports the race here
+// every run.
+TEST(CqConsumerIndex, AProducerTrustingTheCacheComesAfterTheConsumersReads) {
+  Segment* s = Segment::get();
+  uint32_t idx = 0;
+  ASSERT_EQ(create_cq(s, CqSpec{0, kMaxContexts, 3, -1, 0}, &idx), Status::ok);  // 8 CQEs
+  CqSlot& c = cq_slot(s->hdr(), idx);
+  std::atomic<int> step{0};
+  auto wait_for = [&](int k) {
+    while (step.load(std::memory_order_relaxed) != k) cpu_relax();
+  };
+  auto produce = [&](Engine& eng, uint32_t seq) {
+    CqeInfo info{};
+    info.cqe_opcode = kCqeReq;
+    info.qpn = 1;
+    info.byte_cnt = seq;
+    EngineSection in_engine(s);
+    eng.write_cqe(c, info);
+  };
+  std::thread a([&] {
+    Engine eng(s);
+    for (uint32_t i = 0; i < 8; ++i) produce(eng, i);  // the ring full: 0..7
+    step.store(1, std::memory_order_relaxed);
+    wait_for(3);
+    produce(eng, 9);  // index 9, the slot of CQE 1: 9 - ci_seen (2) < 8, the cache is trusted
+    step.store(4, std::memory_order_relaxed);
+  });
+  std::thread b([&] {
+    Engine eng(s);
+    wait_for(2);
+    produce(eng, 8);  // index 8: the cache (0) says full, so ci (2) is read and cached
+    step.store(3, std::memory_order_relaxed);
+  });
+  wait_for(1);
+  Consumer con{s, c};
+  uint32_t p = 0, seq = 0;
+  for (uint32_t i = 0; i < 2; ++i) {
+    EXPECT_TRUE(con.poll(&p, &seq));
+    EXPECT_EQ(seq, i);
+  }
+  step.store(2, std::memory_order_relaxed);
+  wait_for(4);
+  a.join();
+  b.join();
+  EXPECT_EQ(c.ci_seen.load(), 2u) << "B cached the index it read; A wrote on the cache's word";
+  EXPECT_EQ(c.overrun.load(), 0u);
+  for (uint32_t i = 2; i < 10; ++i) {
+    EXPECT_TRUE(con.poll(&p, &seq));
+    EXPECT_EQ(seq, i);
+  }
   retire_cq(s, c);
 }
 

@@ -72,7 +72,8 @@ TEST(LinkLayerConfig, PerPortListsWithTheLastEntryRepeating) {
   EXPECT_EQ(c.link_layer(1), PortLinkLayer::ethernet);
   EXPECT_EQ(c.link_layer(3), PortLinkLayer::ethernet);
   EXPECT_EQ(c.roce_netdev(1), "lo");
-  setenv("EMU_LINK_LAYER", "roce", 1);  // not a link layer: reported, InfiniBand
+  setenv("EMU_LINK_LAYER", "roce", 1);  // not a link layer: refused (its default stands here)
+  EXPECT_NE(knob_errors_in_env().find("rdmaemu: EMU_LINK_LAYER=roce: "), std::string::npos);
   c = config_from_env();
   EXPECT_EQ(c.link_layer(1), PortLinkLayer::infiniband);
   unsetenv("EMU_LINK_LAYER");

@@ -45,18 +45,61 @@ struct Config {
 
 // XRC knobs are read when they are used (a domain's or TGT QP's creation), not cached: the values
 // are XrcPolicy (layout.h) and whether a TGT QP created now outlives its last handle's process.
-uint32_t xrc_policy_now();
-bool xrc_tgt_dies_with_xrcd_now();
+// false: the value is malformed (reported on stderr); the verb fails with EINVAL.
+bool xrc_policy_now(uint32_t* policy);
+bool xrc_tgt_dies_with_xrcd_now(bool* dies_with_xrcd);
+
+// What a knob's value may be. Every knob is parsed by one strict parser of its kind: a value that
+// is not wholly of its kind, or lies outside its bounds, is an error naming the knob and what it
+// allows (knob_error), never a fallback. Unset and empty are the same: the default.
+enum class KnobKind : uint8_t {
+  name,     // 1 to 128 of A-Z a-z 0-9 . _ - (it becomes part of a file name)
+  dir,      // an absolute path
+  file,     // a path that does not end in '/'
+  flag,     // 0 or 1
+  integer,  // decimal digits (or 0x and hex digits), in [lo, hi]
+  size,     // an integer with an optional K, M, G or T suffix, in [lo, hi]; or 0 with zero_ok
+  number,   // a decimal number, more than 0 and finite
+  word,     // one of `words` (separated by '|')
+  words,    // a comma-separated list, each entry one of `words`
+  ifnames,  // a comma-separated list of interface names (as the kernel allows them), or auto
+  grammar,  // `check`'s own grammar; `words` says it in a line
+};
 
 struct KnobDoc {
   const char* name;
   const char* default_value;
   const char* doc;
+  KnobKind kind;
+  uint64_t lo, hi;                                     // integer and size
+  const char* words;                                   // word, words; grammar: its summary
+  bool (*check)(const char* value, std::string* why);  // grammar
+  bool zero_ok;                                        // size: 0 is allowed below lo
 };
 
 const Config& config();    // read once from the environment
-Config config_from_env();  // fresh read (tests)
+Config config_from_env();  // fresh read (tests); a malformed knob is taken at its default
 const KnobDoc* knob_docs(int* count);
+// What the knob allows, in words (its error message's, and docs/knobs.md's values column).
+std::string knob_allowed(const KnobDoc& k);
+
+// The message for `value` of knob `name` ("" if the value is well formed): it names the knob, the
+// value and what the knob allows.
+std::string knob_error(const char* name, const char* value);
+// Every knob of the table as the environment has it now: the messages of the malformed ones, one
+// a line ("" if none). Tests; a program asks knobs_refused().
+std::string knob_errors_in_env();
+// Whether the process's knobs are refused: read once, and the first caller prints the messages to
+// stderr. The entry verbs (ibv_get_device_list, ibv_open_device, a segment attach) then fail with
+// EINVAL, so that a mistyped knob stops the program at its first verb instead of running it on a
+// default it did not ask for.
+bool knobs_refused();
+
+// A knob's value by its kind (the default when unset, empty or malformed: a malformed one has been
+// refused at the first verb). For modules that read their knob where they use it.
+bool knob_flag(const char* name);
+uint64_t knob_uint(const char* name);  // integer and size
+double knob_number(const char* name);
 
 void log(const char* fmt, ...) __attribute__((format(printf, 1, 2)));
 
