@@ -313,13 +313,15 @@ namespace {
 // after a failed rdma_accept (the kill sweep's cm_req_sent point) — and the kernel answers a read
 // of the closed fd with an error, where freed memory would make ibv_get_cq_event crash.
 std::mutex g_dead_channels_mu;
-auto& g_dead_channels =
-    *new std::unordered_set<const ibv_comp_channel*>;  // never destroyed (docs/architecture.md,
-                                                       // "Exit")
+std::unordered_set<const ibv_comp_channel*>&
+dead_channels() {  // never destroyed (docs/architecture.md, "Exit")
+  static auto* channels = new std::unordered_set<const ibv_comp_channel*>;
+  return *channels;
+}
 
 bool dead_channel(const ibv_comp_channel* ch) {
   std::lock_guard<std::mutex> g(g_dead_channels_mu);
-  return g_dead_channels.count(ch) != 0;
+  return dead_channels().count(ch) != 0;
 }
 
 bool proc_has_stalled_qps() {
@@ -637,7 +639,7 @@ int ibv_destroy_comp_channel(ibv_comp_channel* channel) {
   close(fd);
   close(to_channel(channel)->wfd);  // a reader blocked in it sees the end of the pipe
   std::lock_guard<std::mutex> g(g_dead_channels_mu);
-  g_dead_channels.insert(channel);
+  dead_channels().insert(channel);
   return 0;
 }
 

@@ -33,8 +33,11 @@ uint32_t g_num_devices = 0;
 std::once_flag g_devices_once;
 
 std::mutex g_lists_mu;
-// our list -> libibverbs' list; never destroyed (docs/architecture.md, "Exit")
-auto& g_lists = *new std::unordered_map<ibv_device**, ibv_device**>;
+// Our list -> libibverbs' list; never destroyed (docs/architecture.md, "Exit").
+std::unordered_map<ibv_device**, ibv_device**>& device_lists() {
+  static auto* lists = new std::unordered_map<ibv_device**, ibv_device**>;
+  return *lists;
+}
 
 std::mutex g_reg_mu;
 std::unordered_map<uint64_t, void*>* g_registry = new std::unordered_map<uint64_t, void*>();
@@ -294,7 +297,7 @@ ibv_device** ibv_get_device_list(int* num_devices) {
   for (uint32_t i = 0; i < g_num_devices; ++i) list[n++] = &g_devices[i].dev;
   {
     std::lock_guard<std::mutex> g(g_lists_mu);
-    g_lists[list] = real;
+    device_lists()[list] = real;
   }
   if (num_devices) *num_devices = n;
   return list;
@@ -304,13 +307,13 @@ void ibv_free_device_list(ibv_device** list) {
   ibv_device** real = nullptr;
   {
     std::lock_guard<std::mutex> g(g_lists_mu);
-    auto it = g_lists.find(list);
-    if (it == g_lists.end()) {
+    auto it = device_lists().find(list);
+    if (it == device_lists().end()) {
       if (auto fn = REAL(ibv_free_device_list, "IBVERBS_1.1")) fn(list);
       return;
     }
     real = it->second;
-    g_lists.erase(it);
+    device_lists().erase(it);
   }
   if (real)
     if (auto fn = REAL(ibv_free_device_list, "IBVERBS_1.1")) fn(real);

@@ -27,8 +27,11 @@ EmuDm* to_dm(ibv_dm* dm) { return reinterpret_cast<EmuDm*>(dm); }
 
 // This process's blocks by handle, for ibv_import_dm (slow path only).
 std::mutex g_blocks_mu;
-auto& g_blocks =
-    *new std::unordered_map<uint32_t, EmuDm*>;  // never destroyed (docs/architecture.md, "Exit")
+std::unordered_map<uint32_t, EmuDm*>&
+dm_blocks() {  // never destroyed (docs/architecture.md, "Exit")
+  static auto* blocks = new std::unordered_map<uint32_t, EmuDm*>;
+  return *blocks;
+}
 uint32_t g_next_handle = 1;
 
 // mlx5's rule for the host copies: offset and length in 4-byte units, inside the block.
@@ -72,7 +75,7 @@ ibv_dm* emu_alloc_dm(ibv_context* ctx, ibv_alloc_dm_attr* attr) {
   d->dm.memcpy_from_dm = copy_from;
   std::lock_guard<std::mutex> g(g_blocks_mu);
   d->dm.handle = g_next_handle++;
-  g_blocks[d->dm.handle] = d;
+  dm_blocks()[d->dm.handle] = d;
   return &d->dm;
 }
 
@@ -82,7 +85,7 @@ int emu_free_dm(ibv_dm* dm) {
   if (d->mrs.load()) return EBUSY;
   {
     std::lock_guard<std::mutex> g(g_blocks_mu);
-    g_blocks.erase(d->dm.handle);
+    dm_blocks().erase(d->dm.handle);
   }
   std::free(d->mem);
   delete d;
@@ -93,8 +96,9 @@ int emu_free_dm(ibv_dm* dm) {
 // copies to and from the same memory; MRs on it count against the block.
 ibv_dm* emu_import_dm(ibv_context* ctx, uint32_t handle) {
   std::lock_guard<std::mutex> g(g_blocks_mu);
-  auto it = g_blocks.find(handle);
-  if (it == g_blocks.end() || to_ctx(it->second->dm.context)->share_slot != to_ctx(ctx)->share_slot)
+  auto it = dm_blocks().find(handle);
+  if (it == dm_blocks().end() ||
+      to_ctx(it->second->dm.context)->share_slot != to_ctx(ctx)->share_slot)
     return fail_null<ibv_dm>(ENOENT);
   auto* d = new (std::nothrow) EmuDm();
   if (!d) return fail_null<ibv_dm>(ENOMEM);

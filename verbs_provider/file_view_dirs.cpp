@@ -32,13 +32,16 @@ struct ViewDir {
   std::atomic<bool> used{false};
 };
 constexpr int kViewDirs = 32;
-// Never destroyed (docs/architecture.md, "Exit"): a directory read may run on one thread while
-// another thread's exit() runs this library's static destructors.
-ViewDir (&g_dirs)[kViewDirs] = *new ViewDir[1][kViewDirs];
+// Built on first use and never destroyed (docs/architecture.md, "Exit"): a directory read may run
+// on one thread while another thread's exit() runs this library's static destructors.
+ViewDir* view_dirs() {
+  static auto* dirs = new ViewDir[kViewDirs];
+  return dirs;
+}
 
 ViewDir* view_dir(DIR* d) {
   auto* p = reinterpret_cast<ViewDir*>(d);
-  return p >= g_dirs && p < g_dirs + kViewDirs ? p : nullptr;
+  return p >= view_dirs() && p < view_dirs() + kViewDirs ? p : nullptr;
 }
 
 void add_entry(std::vector<dirent64>& v, const char* name, unsigned char type,
@@ -111,12 +114,12 @@ DIR* opendir(const char* path) {
   if (l.err) return errno = l.err, nullptr;
   if (l.node.kind() != Kind::dir) return errno = ENOTDIR, nullptr;
   std::vector<dirent64> entries = snapshot(l.node, path);
-  for (ViewDir& d : g_dirs) {
+  for (ViewDir* d = view_dirs(); d != view_dirs() + kViewDirs; ++d) {
     bool free_slot = false;
-    if (!d.used.compare_exchange_strong(free_slot, true, std::memory_order_acquire)) continue;
-    d.entries = std::move(entries);
-    d.next = 0;
-    return reinterpret_cast<DIR*>(&d);
+    if (!d->used.compare_exchange_strong(free_slot, true, std::memory_order_acquire)) continue;
+    d->entries = std::move(entries);
+    d->next = 0;
+    return reinterpret_cast<DIR*>(d);
   }
   errno = EMFILE;
   return nullptr;

@@ -58,11 +58,18 @@ struct Run {
 };
 
 std::mutex g_mu;
-// Never destroyed (docs/architecture.md, "Exit"): another thread's exit() runs this library's
-// static destructors while this one may be inside ibv_dereg_mr (rping does).
-auto& g_files = *new std::vector<BackingFile>;
 RegFile g_reg;
-auto& g_runs = *new std::map<uint64_t, Run>;  // by start address
+// These two are built on first use and never destroyed: another thread's exit() runs this
+// library's static destructors while this one may be inside ibv_dereg_mr (rping does;
+// docs/architecture.md, "Exit").
+std::vector<BackingFile>& backing_files() {
+  static auto* files = new std::vector<BackingFile>;
+  return *files;
+}
+std::map<uint64_t, Run>& covered_runs() {  // by start address
+  static auto* runs = new std::map<uint64_t, Run>;
+  return *runs;
+}
 
 uint64_t page_size() {
   static const uint64_t p = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
@@ -101,13 +108,13 @@ bool is_reg_file(const Mapping& m) {
 
 // Makes x a run boundary (if a run straddles it).
 void split_at(uint64_t x) {
-  auto it = g_runs.upper_bound(x);
-  if (it == g_runs.begin()) return;
+  auto it = covered_runs().upper_bound(x);
+  if (it == covered_runs().begin()) return;
   --it;
   if (it->first < x && it->second.end > x) {
     Run tail = it->second;
     it->second.end = x;
-    g_runs.emplace(x, tail);
+    covered_runs().emplace(x, tail);
   }
 }
 
@@ -116,33 +123,33 @@ void fill(uint64_t lo, uint64_t hi) {
   split_at(lo);
   split_at(hi);
   uint64_t at = lo;
-  auto it = g_runs.lower_bound(lo);
+  auto it = covered_runs().lower_bound(lo);
   while (at < hi) {
-    if (it != g_runs.end() && it->first == at) {
+    if (it != covered_runs().end() && it->first == at) {
       at = it->second.end;
       ++it;
       continue;
     }
-    uint64_t next = it != g_runs.end() && it->first < hi ? it->first : hi;
-    g_runs.emplace_hint(it, at, Run{next, 0, false});
+    uint64_t next = it != covered_runs().end() && it->first < hi ? it->first : hi;
+    covered_runs().emplace_hint(it, at, Run{next, 0, false});
     at = next;
   }
 }
 
 // Runs of [lo, hi) that say nothing are dropped, and equal neighbours joined.
 void prune(uint64_t lo, uint64_t hi) {
-  auto it = g_runs.lower_bound(lo);
-  if (it != g_runs.begin()) --it;
-  while (it != g_runs.end() && it->first <= hi) {
+  auto it = covered_runs().lower_bound(lo);
+  if (it != covered_runs().begin()) --it;
+  while (it != covered_runs().end() && it->first <= hi) {
     if (it->second.covers == 0 && !it->second.in_file) {
-      it = g_runs.erase(it);
+      it = covered_runs().erase(it);
       continue;
     }
     auto next = std::next(it);
-    if (next != g_runs.end() && next->first == it->second.end &&
+    if (next != covered_runs().end() && next->first == it->second.end &&
         next->second.covers == it->second.covers && next->second.in_file == it->second.in_file) {
       it->second.end = next->second.end;
-      g_runs.erase(next);
+      covered_runs().erase(next);
       continue;
     }
     it = next;
@@ -152,9 +159,9 @@ void prune(uint64_t lo, uint64_t hi) {
 // Whether every page of [lo, hi) is (want true) or is not (want false) in the file.
 bool all_in_file(uint64_t lo, uint64_t hi, bool want) {
   uint64_t at = lo;
-  auto it = g_runs.upper_bound(lo);
-  if (it != g_runs.begin()) --it;
-  for (; it != g_runs.end() && it->first < hi; ++it) {
+  auto it = covered_runs().upper_bound(lo);
+  if (it != covered_runs().begin()) --it;
+  for (; it != covered_runs().end() && it->first < hi; ++it) {
     if (it->second.end <= lo) continue;
     if (it->first > at && want) return false;  // a gap: not in the file
     if (it->second.in_file != want) return false;
@@ -175,13 +182,13 @@ bool share_existing(uint64_t a, uint64_t len, MrSlot& ms) {
   if (!vma_at(s, &v) || !v.shared_rw || e > v.end) return false;
   if (g_reg.fd >= 0 && v.inode == g_reg.ino && v.dev == g_reg.dev) return false;  // ours: moved
   BackingFile* f = nullptr;
-  for (BackingFile& b : g_files)
+  for (BackingFile& b : backing_files())
     if (b.dev == v.dev && b.ino == v.inode) f = &b;
   if (!f) {
     int fd = open_backing(v);
     if (fd < 0) return false;
-    g_files.push_back({v.dev, v.inode, fd, segment()->new_uid(), 0});
-    f = &g_files.back();
+    backing_files().push_back({v.dev, v.inode, fd, segment()->new_uid(), 0});
+    f = &backing_files().back();
   }
   ++f->refs;
   set_share(ms, f->fd, s, e - s, v.offset + (s - v.start), f->uid);
@@ -228,9 +235,9 @@ bool share_by_moving(uint64_t s, uint64_t e, const MapsNow& maps, MrSlot& ms) {
       to_move.emplace_back(lo, hi);
   };
   uint64_t at = s;
-  auto it = g_runs.upper_bound(s);
-  if (it != g_runs.begin()) --it;
-  for (; it != g_runs.end() && it->first < e; ++it) {
+  auto it = covered_runs().upper_bound(s);
+  if (it != covered_runs().begin()) --it;
+  for (; it != covered_runs().end() && it->first < e; ++it) {
     if (it->second.end <= s) continue;
     uint64_t lo = std::max(it->first, s), hi = std::min(it->second.end, e);
     if (lo > at) want_move(at, lo);
@@ -246,7 +253,7 @@ bool share_by_moving(uint64_t s, uint64_t e, const MapsNow& maps, MrSlot& ms) {
     if (!move_into_file(g_reg.fd, lo, hi - lo)) return false;
     // Moved: the MR being registered covers these pages, and its deregistration moves them back.
     fill(lo, hi);
-    for (auto r = g_runs.find(lo); r != g_runs.end() && r->first < hi; ++r)
+    for (auto r = covered_runs().find(lo); r != covered_runs().end() && r->first < hi; ++r)
       r->second.in_file = true;
   }
   set_share(ms, g_reg.fd, s, e - s, s, g_reg.uid);
@@ -256,7 +263,8 @@ bool share_by_moving(uint64_t s, uint64_t e, const MapsNow& maps, MrSlot& ms) {
 // Pages no MR covers any more go back to private memory (or, if the program replaced their
 // mapping itself, are just freed from the file).
 void release_pages(uint64_t lo, uint64_t hi) {
-  for (auto it = g_runs.lower_bound(lo); it != g_runs.end() && it->first < hi; ++it) {
+  for (auto it = covered_runs().lower_bound(lo); it != covered_runs().end() && it->first < hi;
+       ++it) {
     Run& r = it->second;
     if (r.covers || !r.in_file) continue;
     constexpr int kMax = 64;
@@ -277,7 +285,7 @@ void release_pages(uint64_t lo, uint64_t hi) {
 
 void add_cover(uint64_t lo, uint64_t hi, int delta) {
   fill(lo, hi);
-  for (auto it = g_runs.find(lo); it != g_runs.end() && it->first < hi; ++it)
+  for (auto it = covered_runs().find(lo); it != covered_runs().end() && it->first < hi; ++it)
     if (delta > 0 || it->second.covers) it->second.covers += static_cast<uint32_t>(delta);
 }
 
@@ -287,7 +295,7 @@ void before_fork() { g_mu.lock(); }
 void parent_after_fork() { g_mu.unlock(); }
 void child_after_fork() {
   forget_maps_file();
-  for (auto& [start, r] : g_runs) {
+  for (auto& [start, r] : covered_runs()) {
     if (!r.in_file) continue;
     constexpr int kMax = 64;
     Mapping m[kMax];
@@ -298,7 +306,7 @@ void child_after_fork() {
         privatize_in_child(g_reg.fd, a, b - a);
       }
   }
-  g_runs.clear();
+  covered_runs().clear();
   if (g_reg.fd >= 0) close(g_reg.fd);
   g_reg = {};
   g_mu.unlock();
@@ -335,10 +343,10 @@ MrCover share_pages(void* addr, size_t len, bool odp, MrSlot& ms) {
 void unshare_pages(const MrCover& c) {
   std::lock_guard<std::mutex> g(g_mu);
   if (c.file_uid)
-    for (size_t i = 0; i < g_files.size(); ++i)
-      if (g_files[i].uid == c.file_uid && --g_files[i].refs == 0) {
-        close(g_files[i].fd);
-        g_files.erase(g_files.begin() + static_cast<long>(i));
+    for (size_t i = 0; i < backing_files().size(); ++i)
+      if (backing_files()[i].uid == c.file_uid && --backing_files()[i].refs == 0) {
+        close(backing_files()[i].fd);
+        backing_files().erase(backing_files().begin() + static_cast<long>(i));
         break;
       }
   if (c.hi <= c.lo) return;

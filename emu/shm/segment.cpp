@@ -37,7 +37,6 @@ void heap_use_fork_child();
 
 namespace {
 
-std::string& g_error = *new std::string;  // never destroyed (docs/architecture.md, "Exit")
 Segment* g_segment = nullptr;
 std::atomic<Segment*> g_segment_ready{nullptr};  // g_segment, once attached
 std::atomic<Header*> g_header{nullptr};
@@ -269,7 +268,7 @@ Segment* Segment::get() {
     auto* s = new Segment();
     Status st = s->attach(config());
     if (st != Status::ok) {
-      std::fprintf(stderr, "rdmaemu: %s\n", g_error.c_str());
+      std::fprintf(stderr, "rdmaemu: %s\n", attach_error().c_str());
       delete s;
       return;
     }
@@ -303,16 +302,21 @@ Segment* Segment::rejoin_after_fork() {
   if (st == Status::ok) prctl(PR_SET_PTRACER, PR_SET_PTRACER_ANY, 0, 0, 0);
   g_rejoining.store(false);
   if (st != Status::ok) {
-    std::fprintf(stderr, "rdmaemu: %s\n", g_error.c_str());
+    std::fprintf(stderr, "rdmaemu: %s\n", attach_error().c_str());
     return nullptr;
   }
   g_segment_ready.store(this, std::memory_order_release);
   return this;
 }
 
-const std::string& Segment::last_error() { return g_error; }
+const std::string& Segment::last_error() { return attach_error(); }
 
-std::string& attach_error() { return g_error; }
+// Built on first use and never destroyed: an attach may run in a constructor before this file's
+// globals are initialized, and the text is read at exit (docs/architecture.md, "Exit").
+std::string& attach_error() {
+  static auto* text = new std::string;
+  return *text;
+}
 void publish_header(Header* h) { g_header.store(h, std::memory_order_release); }
 
 void Segment::init_devices(const Config& cfg) {
