@@ -32,7 +32,7 @@ bool moving_on() {
 
 // One RC QP pair per operation: an operation that fails puts its QPs in the error state.
 enum Use { kWrite, kRead, kAtomic, kSendBig, kSendSmall, kLocal, kUses };
-constexpr uint32_t kBigSend = 64;    // more than a CQE carries: the device copies it
+constexpr uint32_t kBigSend = 64;    // more than a CQE carries: the device copies or stages it
 constexpr uint32_t kSmallSend = 16;  // to another process it travels in the CQE (poll places it)
 
 // The target side's memory: T (kTargetPages pages: written, read, added to), receive buffers R0
@@ -42,6 +42,7 @@ constexpr size_t kTargetPages = 4;
 constexpr uint8_t kTSeed = 11, kTStep = 3;  // T's bytes before it is unmapped
 constexpr uint8_t kSSeed = 90, kSStep = 7;
 constexpr uint8_t kRemapFill = 0xee;  // what the program maps at T's address afterwards
+constexpr size_t kWarmOff = 2048;     // in S: the receive of the first SEND
 
 struct TargetInfo {
   uint32_t ok;
@@ -134,6 +135,11 @@ struct Target {
   bool arm(const RequesterInfo& req, bool remap) {
     for (int i = 0; i < kUses; ++i)
       if (connect_qp(qp[i], req.lid, req.qpn[i], 100 + i, 200 + i)) return fail("connect");
+    // First a receive into S (mapped) for a SEND that makes the CQ take a staging area (its poll
+    // does), so that the next large SEND from another process is staged under EMU_SHARED_MR=0
+    // and placed by this side's poll into a buffer that is gone.
+    ibv_sge warm{reinterpret_cast<uint64_t>(s) + kWarmOff, kBigSend, s_mr->lkey};
+    if (post_recv(qp[kSendBig], 9, &warm, 1)) return fail("post_recv");
     for (int i = 0; i < 2; ++i) {
       ibv_sge sg{reinterpret_cast<uint64_t>(r[i]), static_cast<uint32_t>(kPage), r_mr[i]->lkey};
       if (post_recv(qp[kSendBig + i], 10 + i, &sg, 1)) return fail("post_recv");
@@ -147,6 +153,16 @@ struct Target {
       std::memset(t, kRemapFill, kTargetPages * kPage);
       remapped = true;
     }
+    return true;
+  }
+
+  // The receive of the SEND into S: it must have succeeded.
+  bool poll_warm(RecvResult* res) {
+    std::memset(res, 0, sizeof *res);
+    std::vector<ibv_wc> wcs = poll_n(cq, 1);
+    if (wcs.size() != 1 || wcs[0].status != IBV_WC_SUCCESS || wcs[0].wr_id != 9)
+      return fail("the receive into mapped memory");
+    res->ok = 1;
     return true;
   }
 
@@ -199,11 +215,15 @@ struct Target {
   auto remap = peer_hear<uint8_t>();
   uint8_t ready = tg.arm(req, remap != 0);
   peer_tell(ready);
-  if (peer_hear<uint8_t>() != 1) _exit(4);  // 1: the SENDs completed, take the receives
-  RecvResult res{};
-  if (!tg.poll_receives(&res)) std::snprintf(res.err, sizeof res.err, "%s", tg.err.c_str());
-  peer_tell(res);
-  if (peer_hear<uint8_t>() != 2) _exit(4);  // 2: done
+  // 3: the SEND into S completed, take its receive; 1: take the two into the unmapped buffers;
+  // 2: done.
+  for (uint8_t cmd; (cmd = peer_hear<uint8_t>()) != 2;) {
+    if (cmd != 1 && cmd != 3) _exit(4);
+    RecvResult res{};
+    if (!(cmd == 1 ? tg.poll_receives(&res) : tg.poll_warm(&res)))
+      std::snprintf(res.err, sizeof res.err, "%s", tg.err.c_str());
+    peer_tell(res);
+  }
   FinalReport rep{};
   rep.ok = tg.finish();
   std::snprintf(rep.err, sizeof rep.err, "%s", tg.err.c_str());
@@ -276,14 +296,16 @@ class UnmappedMr : public VerbsTest {
     return run(use, rdma_wr(1, IBV_WR_RDMA_READ, &into, 1, raddr, rkey));
   }
 
-  RecvResult receives() {
+  // The target's receive completions: the SEND into S (`warm`), or the two SENDs into the
+  // unmapped buffers.
+  RecvResult receives(bool warm = false) {
     RecvResult res{};
     if (in_peer_) {
-      uint8_t cmd = 1;
+      uint8_t cmd = warm ? 3 : 1;
       EXPECT_TRUE(peer_.send(&cmd, 1));
       EXPECT_TRUE(peer_.recv_by(&res, sizeof res, std::chrono::steady_clock::now() + kDeadline));
     } else {
-      EXPECT_TRUE(here_.poll_receives(&res)) << here_.err;
+      EXPECT_TRUE(warm ? here_.poll_warm(&res) : here_.poll_receives(&res)) << here_.err;
     }
     EXPECT_EQ(res.ok, 1u) << res.err;
     return res;
@@ -364,6 +386,9 @@ void UnmappedMr::every_operation() {
   // buffer gone (a responder's NAK).
   fill_pattern(m_.p + 4096, kBigSend, 31, 1);
   fill_pattern(m_.p + 4096 + 1024, kSmallSend, 151, 9);
+  ibv_sge warm = m_.sge(4096, kBigSend);
+  EXPECT_EQ(run(kSendBig, send_wr(1, IBV_WR_SEND, &warm, 1)), IBV_WC_SUCCESS);
+  receives(true);
   const uint32_t len[2] = {kBigSend, kSmallSend};
   for (int i = 0; i < 2; ++i) {
     ibv_sge sg = m_.sge(4096 + 1024 * i, len[i]);
