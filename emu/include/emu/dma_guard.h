@@ -3,7 +3,7 @@
 // writing them, so the program's mistake costs it nothing but the data. Here the device copies
 // with memcpy through the program's own addresses (same process) or a shared mapping, and a
 // missing page would end the process with SIGSEGV (or SIGBUS: a file truncated under a mapping).
-// Such copies run guarded instead: the thread records where to resume (sigsetjmp, no system
+// Such copies run guarded instead: the thread records where to resume (a setjmp, no system
 // call), and the process's SIGSEGV/SIGBUS handler (the provider's, verbs_provider/page_move.cpp)
 // asks dma_fault_recover first, which resumes there when the fault is in a guarded copy of its
 // own thread. The copy then reports the fault and the device uses the MR's pages another way or
