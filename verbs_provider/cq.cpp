@@ -12,6 +12,7 @@
 
 #include "emu/barriers.h"
 #include "emu/device.h"
+#include "emu/dma_guard.h"
 #include "emu/inject.h"
 #include "emu/kill_point.h"
 #include "emu/notify.h"
@@ -85,7 +86,12 @@ ibv_wc_opcode send_opcode(uint8_t wqe_opcode) {
 // private copy of the WQE (the device checked their keys and bounds, and their addresses are
 // virtual ones).
 // The first `skip` bytes of the buffers are left as they are (a UD receive without a GRH).
-void scatter_to_wqe(EmuQp* qp, uint16_t idx, const uint8_t* src, uint32_t len, uint32_t skip = 0) {
+// A buffer the program unmapped while it was posted (the copy is guarded, emu/dma_guard.h) takes
+// the bytes in the MR's pages, which the MR keeps in the registration file (EMU_SHARED_MR), as
+// hardware writes an MR's pinned pages whatever the program did to its mapping. false: they are
+// not there either (EMU_SHARED_MR=0, a partial page), and the receive completes with a local
+// protection error, what a device reports for a buffer it cannot write.
+bool scatter_to_wqe(EmuQp* qp, uint16_t idx, const uint8_t* src, uint32_t len, uint32_t skip = 0) {
   const uint8_t* w;
   uint32_t seg_bytes;
   if (qp->srq) {
@@ -105,17 +111,23 @@ void scatter_to_wqe(EmuQp* qp, uint16_t idx, const uint8_t* src, uint32_t len, u
       len -= n;
       continue;
     }
-    copy_small(reinterpret_cast<void*>(be64(d.addr) + skip), src, n - skip);
+    if (!guarded_copy(reinterpret_cast<void*>(be64(d.addr) + skip), src, n - skip)) [[unlikely]] {
+      uint64_t pages = own_mr_pages(segment(), be32(d.lkey), be64(d.addr) + skip, n - skip);
+      if (!pages || !guarded_copy(reinterpret_cast<void*>(pages), src, n - skip)) return false;
+    }
     src += n - skip;
     len -= n;
     skip = 0;
   }
+  return true;
 }
 
 // A receive CQE that names staged bytes (kCqeFlagStaged): into the WQE's buffers if qp is still the
 // QP it was for, then the slots are free. One that asks for an area (kCqeFlagWantStaging): the
 // CQ's owner makes one, once (EMU_STAGING).
-void staged_recv(EmuCq* cq, EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
+// false: the buffers could not take the bytes (scatter_to_wqe).
+bool staged_recv(EmuCq* cq, EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t len) {
+  bool placed = true;
   if (c.emu_flags & kCqeFlagStaged) {
     uint64_t off = cq->shm->staging_off.load(std::memory_order_relaxed);
     StagedRef ref;
@@ -124,13 +136,14 @@ void staged_recv(EmuCq* cq, EmuQp* qp, uint16_t idx, const Cqe64& c, uint32_t le
     // A UD receive counts the GRH's 40 bytes, staged only if one came.
     bool no_grh =
         qp && qp->qpx.qp_base.qp_type == IBV_QPT_UD && !(be32(c.flags_rqpn) & kCqeRqpnGrh);
-    if (qp) scatter_to_wqe(qp, idx, staging_data(area, ref), len, no_grh ? kGrhBytes : 0);
+    if (qp) placed = scatter_to_wqe(qp, idx, staging_data(area, ref), len, no_grh ? kGrhBytes : 0);
     staging_release(area, ref);
   } else if (!cq->staging_asked) {
     cq->staging_asked = true;
     if (uint64_t bytes = staging_area_bytes(config().staging))
       attach_staging(segment(), *cq->shm, bytes);  // no room: the CQ goes without
   }
+  return placed;
 }
 
 // The immediate, or the key a SEND with invalidate freed (host order), of a receive CQE.
@@ -261,16 +274,19 @@ inline void clear_wc(ibv_wc* wc) {
       }
     } else {
       wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+      bool placed = true;
       if (c.emu_flags & (kCqeFlagStaged | kCqeFlagWantStaging)) [[unlikely]]
-        staged_recv(cq, qp, idx, c, wc->byte_len);
+        placed = staged_recv(cq, qp, idx, c, wc->byte_len);
       if (op_own & kCqeInlineScatter32) {
-        scatter_to_wqe(qp, idx, reinterpret_cast<const uint8_t*>(&c), wc->byte_len);
+        placed = scatter_to_wqe(qp, idx, reinterpret_cast<const uint8_t*>(&c), wc->byte_len);
         wc->src_qp =
             qp->shm->dest_qpn;  // bytes 0..31 held the payload; a connected QP knows its peer
         wc->slid = qp->shm->dlid;
         wc->sl = 0;
         wc->wc_flags &= ~IBV_WC_GRH;
       }
+      if (!placed) [[unlikely]]
+        wc->status = IBV_WC_LOC_PROT_ERR;
       if (qp->srq) {
         wc->wr_id = srq_complete(qp->srq, idx);  // the WQE goes back to the SRQ's free list
       } else {

@@ -25,6 +25,8 @@
 #include <atomic>
 #include <cerrno>
 
+#include "emu/dma_guard.h"
+
 namespace emu::prov {
 namespace {
 
@@ -53,7 +55,11 @@ std::atomic<uint32_t> g_seq{0};
 // again; past the bound they are the program's own (it made the pages read-only itself).
 std::atomic<uint32_t> g_late_faults{0};
 constexpr uint32_t kLateFaultBound = 1u << 14;
-struct sigaction g_prev;  // the handler ours stands in front of
+// The handlers ours stand in front of: SIGSEGV's, SIGBUS's.
+struct sigaction g_prev[2];
+struct sigaction& prev_of(int sig) {
+  return g_prev[sig == SIGBUS ? 1 : 0];
+}
 
 bool in_range(const MovedRange& r, uint64_t a) {
   return a >= r.lo.load(std::memory_order_relaxed) && a < r.hi.load(std::memory_order_relaxed);
@@ -69,26 +75,29 @@ void futex_wake_all(std::atomic<uint32_t>* w) {
 
 // Not ours: what the program (or a sanitizer) installed before us decides.
 void forward(int sig, siginfo_t* si, void* ctx) {
-  if (g_prev.sa_flags & SA_SIGINFO) {
-    if (g_prev.sa_sigaction) g_prev.sa_sigaction(sig, si, ctx);
+  const struct sigaction& prev = prev_of(sig);
+  if (prev.sa_flags & SA_SIGINFO) {
+    if (prev.sa_sigaction) prev.sa_sigaction(sig, si, ctx);
     return;
   }
-  if (g_prev.sa_handler == SIG_DFL || g_prev.sa_handler == SIG_IGN) {
+  if (prev.sa_handler == SIG_DFL || prev.sa_handler == SIG_IGN) {
     // The default action: the faulting instruction runs again and the kernel ends the process.
     struct sigaction dfl {};
     dfl.sa_handler = SIG_DFL;
     sigaction(sig, &dfl, nullptr);
     return;
   }
-  g_prev.sa_handler(sig);
+  prev.sa_handler(sig);
 }
 
-// Async-signal-safe: atomics and the futex system call only.
+// Async-signal-safe: atomics and the futex system call only. SIGSEGV: a store waiting for a move
+// (below), else a device copy into memory the program unmapped (emu/dma_guard.h). SIGBUS: the
+// latter only (a file truncated under a window).
 void on_segv(int sig, siginfo_t* si, void* ctx) {
   int saved_errno = errno;
   uint64_t a = reinterpret_cast<uint64_t>(si->si_addr);
   bool ours = false;
-  if (si->si_code == SEGV_ACCERR) {
+  if (sig == SIGSEGV && si->si_code == SEGV_ACCERR) {
     for (;;) {
       uint32_t q = g_seq.load(std::memory_order_acquire);
       const MovedRange& now = g_recent[(q >> 1) % kRecent];
@@ -104,22 +113,31 @@ void on_segv(int sig, siginfo_t* si, void* ctx) {
     }
   }
   errno = saved_errno;
-  if (!ours) forward(sig, si, ctx);
+  if (ours) return;
+  dma_fault_recover(si, ctx);  // does not return if the fault was a guarded device copy's
+  forward(sig, si, ctx);
 }
 
-// Ours in front of whatever handles SIGSEGV now (checked at every move: the program may have
-// installed its own since).
-void install_handler() {
-  struct sigaction cur {};
-  sigaction(SIGSEGV, nullptr, &cur);
-  if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_segv) return;
-  g_prev = cur;
-  struct sigaction sa {};
-  sa.sa_sigaction = on_segv;
-  sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
-  sigemptyset(&sa.sa_mask);
-  sigaction(SIGSEGV, &sa, nullptr);
+}  // namespace
+
+// Ours in front of whatever handles SIGSEGV and SIGBUS now (checked at every move and every
+// registration: the program may have installed its own since). Each pair of calls is serialized
+// by the caller's lock (shared_mr.cpp's).
+void install_fault_handler() {
+  for (int sig : {SIGSEGV, SIGBUS}) {
+    struct sigaction cur {};
+    sigaction(sig, nullptr, &cur);
+    if ((cur.sa_flags & SA_SIGINFO) && cur.sa_sigaction == on_segv) continue;
+    prev_of(sig) = cur;
+    struct sigaction sa {};
+    sa.sa_sigaction = on_segv;
+    sa.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+    sigemptyset(&sa.sa_mask);
+    sigaction(sig, &sa, nullptr);
+  }
 }
+
+namespace {
 
 // The pages of one move, read-only from open() to close(). The moving thread takes no signal
 // meanwhile: a handler of the program's storing into the pages would wait for this very thread.
@@ -130,7 +148,7 @@ class StoreGuard {
     sigfillset(&all);
     for (int s : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGTRAP}) sigdelset(&all, s);
     pthread_sigmask(SIG_BLOCK, &all, &old_mask_);
-    install_handler();
+    install_fault_handler();
     uint32_t q = g_seq.load(std::memory_order_relaxed);
     MovedRange& r = g_recent[(q >> 1) % kRecent];  // the slot on_segv reads at seq q + 1
     r.lo.store(lo, std::memory_order_relaxed);

@@ -6,6 +6,12 @@
 
 namespace emu::prov {
 
+// Puts the provider's SIGSEGV and SIGBUS handler in front of the process's current ones, if it is
+// not there already: a store racing a move waits in it, and a device copy into memory the program
+// unmapped ends in it with an error rather than the process (emu/dma_guard.h). Other faults go to
+// the handlers it stands in front of. Callers hold shared_mr.cpp's lock.
+void install_fault_handler();
+
 // Copies the private anonymous pages [start, start + len) into `fd` at file offset `start` (the
 // file mirrors the address space) and maps the file there in their place. A store another thread
 // makes meanwhile waits until the move is done and then lands in the new pages, never in the old

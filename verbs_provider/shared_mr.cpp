@@ -323,6 +323,9 @@ MrCover share_pages(void* addr, size_t len, bool odp, MrSlot& ms) {
   c.lo = a & ~(page - 1);
   c.hi = a + len < a || a + len > kRegFileSize ? kRegFileSize : (a + len + page - 1) & ~(page - 1);
   std::lock_guard<std::mutex> g(g_mu);
+  // Before any engine can reach this MR: a device copy into its pages after the program unmapped
+  // them ends in an error or the MR's file pages, not in SIGSEGV (emu/dma_guard.h).
+  install_fault_handler();
   if (!odp) {
     MapsNow maps;
     maps.n = mappings_in(c.lo, c.hi, maps.m, MapsNow::kMax);

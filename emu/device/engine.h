@@ -308,7 +308,15 @@ class Engine {
   ExecOutcome responder_error(Exchange& x, uint8_t req_syndrome, uint32_t event);
   // A failed DMA of a WRITE or READ: whose side it was decides the error.
   ExecOutcome rdma_copy_failed(Exchange& x, CopyResult cr);
-  CopyResult rdma_copy(Exchange& x, uint64_t va, int rpid);
+  CopyResult rdma_copy(Exchange& x, uint64_t va, int rpid, const MrSlot* rmr);
+  // A copy that faulted (`cr`: a page of a buffer gone, the program unmapped registered memory),
+  // once more with the spans of this process's MRs (smr, dmr: each span's MR, or nullptr) taken
+  // through the MR's pages in the registration file, which the MR keeps as a NIC keeps pinned
+  // pages. `cr` if no span could be (the pages are not in the file: EMU_SHARED_MR=0, a partial
+  // page, ODP) or a side is another process's (its memory is reached with process_vm_*).
+  CopyResult copy_via_mr_pages(CopyResult cr, int spid, const MemSpan* src, int nsrc,
+                               const MrSlot* const* smr, int dpid, const MemSpan* dst, int ndst,
+                               const MrSlot* const* dmr);
 
   // The receive queue a responder takes WQEs from: its own, or its SRQ (engine_recv.cpp).
   struct RecvRef {
@@ -387,6 +395,10 @@ class Engine {
   // scatter list (checked by recv_scatter); false: not all of them have one.
   bool recv_windows(const RecvRef& rq, const uint8_t* rwqe, const engine_detail::Sges& scatter,
                     uint64_t msg_len, uint64_t* window);
+  // The MR of each buffer of a receive WQE's scatter list (checked by recv_scatter; nullptr for
+  // one whose key no longer translates).
+  void recv_mrs(const RecvRef& rq, const uint8_t* rwqe, const engine_detail::Sges& scatter,
+                uint64_t msg_len, const MrSlot** mrs);
   // Translates a receive WQE's scatter list with the responder's keys; false: a bad key.
   bool recv_scatter(const RecvRef& q, const uint8_t* wqe, uint32_t seg_bytes,
                     engine_detail::Sges* out, bool* addr_is_va);

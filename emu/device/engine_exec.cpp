@@ -115,14 +115,57 @@ ExecOutcome Engine::responder_error(Exchange& x, uint8_t req_syndrome, uint32_t 
   return fail(x.out, req_syndrome);
 }
 
+// ---- A copy that faulted ----
+
+namespace {
+bool is_fault(CopyResult cr) { return cr == CopyResult::src_fault || cr == CopyResult::dst_fault; }
+}  // namespace
+
+CopyResult Engine::copy_via_mr_pages(CopyResult cr, int spid, const MemSpan* src, int nsrc,
+                                     const MrSlot* const* smr, int dpid, const MemSpan* dst,
+                                     int ndst, const MrSlot* const* dmr) {
+  if (!is_fault(cr) || nsrc > kMaxSpans || ndst > kMaxSpans) return cr;
+  // The spans in this process whose MR is this process's and whose pages are in its registration
+  // file now point into a mapping of that file here (the program's own addresses lead nowhere, or
+  // to memory it mapped there since, which hardware would not write either). One copy call
+  // takes one address space per side, so a side in another process stays as it is.
+  MemSpan s[kMaxSpans], d[kMaxSpans];
+  bool moved = false;
+  auto onto_pages = [&](int pid, const MemSpan* in, int n, const MrSlot* const* mrs, MemSpan* out) {
+    for (int i = 0; i < n; ++i) {
+      out[i] = in[i];
+      const MrSlot* mr = mrs ? mrs[i] : nullptr;
+      if (!mr || !in[i].len || (pid != 0 && pid != seg_->pid()) || mr->owner != seg_->self())
+        continue;
+      if (uint64_t window = shared_window(seg_, *mr, in[i].addr, in[i].len, true)) {
+        out[i].addr = window;
+        moved = true;
+      }
+    }
+  };
+  onto_pages(spid, src, nsrc, smr, s);
+  onto_pages(dpid, dst, ndst, dmr, d);
+  return moved ? dma_copy(spid, s, nsrc, dpid, d, ndst) : cr;
+}
+
 // ---- RDMA WRITE, WRITE_WITH_IMM, READ ----
 
-CopyResult Engine::rdma_copy(Exchange& x, uint64_t va, int rpid) {
+CopyResult Engine::rdma_copy(Exchange& x, uint64_t va, int rpid, const MrSlot* rmr) {
   const Sges& local = x.w.local;
   if (!local.total) return CopyResult::ok;
   MemSpan remote{va, local.total};
-  return x.w.opcode == kOpRdmaRead ? dma_copy(rpid, &remote, 1, x.local_pid, local.span, local.n)
-                                   : dma_copy(x.local_pid, local.span, local.n, rpid, &remote, 1);
+  if (x.w.opcode == kOpRdmaRead) {
+    CopyResult cr = dma_copy(rpid, &remote, 1, x.local_pid, local.span, local.n);
+    if (is_fault(cr)) [[unlikely]]
+      cr = copy_via_mr_pages(cr, rpid, &remote, 1, &rmr, x.local_pid, local.span, local.n,
+                             x.w.local_mr);
+    return cr;
+  }
+  CopyResult cr = dma_copy(x.local_pid, local.span, local.n, rpid, &remote, 1);
+  if (is_fault(cr)) [[unlikely]]
+    cr = copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, rpid, &remote, 1,
+                           &rmr);
+  return cr;
 }
 
 ExecOutcome Engine::rdma_copy_failed(Exchange& x, CopyResult cr) {
@@ -152,7 +195,7 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
     rpid = 0;
   }
   if (w.opcode != kOpRdmaWriteImm) {
-    CopyResult cr = rdma_copy(x, va, rpid);
+    CopyResult cr = rdma_copy(x, va, rpid, rmr);
     if (cr != CopyResult::ok) return rdma_copy_failed(x, cr);
     advance_psn(x.qp, &x.r, x.npk);
     return ExecOutcome::done;
@@ -167,7 +210,7 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
   {
     ShmLockGuard held(recv_lock(rq), seg_->self());
     if (recv_empty_wait(x.qp, rq)) return rnr(x);
-    cr = rdma_copy(x, va, rpid);
+    cr = rdma_copy(x, va, rpid, rmr);
     if (cr == CopyResult::ok) {
       uint32_t seg_bytes;
       recv_head(rq, &seg_bytes, &rc.wqe_counter);
@@ -212,21 +255,35 @@ ExecOutcome Engine::exec_atomic(Exchange& x) {
   CopyResult cr;
   {
     ShmLockGuard g(h_->atomic_lock, seg_->self());
-    cr = write ? dma_write64(apid, va, w.atom.swap_add) : dma_read64(apid, va, &old);
-    if (cr == CopyResult::ok && !write) {
-      uint64_t v = old;
-      if (w.opcode == kOpAtomicFa)
-        v = old + be64(w.atom.swap_add);
-      else if (old == be64(w.atom.compare))
-        v = be64(w.atom.swap_add);
-      if (v != old) cr = dma_write64(apid, va, v);
-    }
+    auto atomic_at = [&](int pid, uint64_t at) {
+      CopyResult r = write ? dma_write64(pid, at, w.atom.swap_add) : dma_read64(pid, at, &old);
+      if (r == CopyResult::ok && !write) {
+        uint64_t v = old;
+        if (w.opcode == kOpAtomicFa)
+          v = old + be64(w.atom.swap_add);
+        else if (old == be64(w.atom.compare))
+          v = be64(w.atom.swap_add);
+        if (v != old) r = dma_write64(pid, at, v);
+      }
+      return r;
+    };
+    cr = atomic_at(apid, va);
+    // The target is this process's and the program unmapped it: the MR's pages in the
+    // registration file, if they are there (as copy_via_mr_pages; the 8 bytes lie in one page,
+    // so the read faulted before anything was written).
+    if (is_fault(cr) && apid == seg_->pid() && rmr->owner == seg_->self()) [[unlikely]]
+      if (uint64_t window = shared_window(seg_, *rmr, va, 8, true)) cr = atomic_at(0, window);
   }
   if (cr == CopyResult::src_gone || cr == CopyResult::dst_gone) return ExecOutcome::stall_retry;
   if (cr != CopyResult::ok) return responder_error(x, kSynRemoteAccess, kEvQpAccessErr);
   MemSpan src{reinterpret_cast<uint64_t>(&old), 8};
-  if (!write && dma_copy(0, &src, 1, x.local_pid, w.local.span, w.local.n) != CopyResult::ok)
-    return fail(x.out, kSynLocalProt);
+  if (!write) {
+    cr = dma_copy(0, &src, 1, x.local_pid, w.local.span, w.local.n);
+    if (is_fault(cr)) [[unlikely]]
+      cr = copy_via_mr_pages(cr, 0, &src, 1, nullptr, x.local_pid, w.local.span, w.local.n,
+                             w.local_mr);
+    if (cr != CopyResult::ok) return fail(x.out, kSynLocalProt);
+  }
   advance_psn(x.qp, &x.r, x.npk);
   return ExecOutcome::done;
 }
@@ -309,6 +366,22 @@ bool Engine::recv_windows(const RecvRef& rq, const uint8_t* rwqe, const Sges& sc
   return true;
 }
 
+void Engine::recv_mrs(const RecvRef& rq, const uint8_t* rwqe, const Sges& scatter, uint64_t msg_len,
+                      const MrSlot** mrs) {
+  bool xrc_srq = rq.srq && rq.srq->xrcd_ref;
+  uint32_t pd = xrc_srq ? rq.srq->pd : rq.qp->pd;
+  uint32_t owner = xrc_srq ? rq.srq->owner : rq.qp->owner;
+  for (int i = 0; i < scatter.n; ++i) {
+    uint64_t len = std::min<uint64_t>(scatter.span[i].len, msg_len), va;
+    DataSeg d;
+    std::memcpy(&d, rwqe + i * sizeof d, sizeof d);
+    mrs[i] = nullptr;
+    if (!translate_key(seg_, pd, owner, be32(d.lkey), be64(d.addr), len, kAccessLocalWrite, &va,
+                       &mrs[i]))
+      mrs[i] = nullptr;
+  }
+}
+
 bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
                           ExecOutcome* early) {
   const Sges& local = x.w.local;
@@ -342,7 +415,10 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
     MemSpan cqe_data{reinterpret_cast<uint64_t>(rc->inline_data), local.total};
     if (x.local_pid == 0 && local.n == 1) {  // inline data in our copy of the WQE: no DMA call
       copy_small(rc->inline_data, reinterpret_cast<const void*>(local.span[0].addr), local.total);
-    } else if (dma_copy(x.local_pid, local.span, local.n, 0, &cqe_data, 1) != CopyResult::ok) {
+    } else if (CopyResult cr = dma_copy(x.local_pid, local.span, local.n, 0, &cqe_data, 1);
+               cr != CopyResult::ok &&
+               copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, 0, &cqe_data,
+                                 1, nullptr) != CopyResult::ok) {
       *early = fail(x.out, kSynLocalProt);
       return false;
     }
@@ -358,7 +434,10 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
       if (direct.span[i].len > left) direct.span[i].len = left;
       left -= direct.span[i].len;
     }
-    if (dma_copy(x.local_pid, local.span, local.n, 0, direct.span, direct.n) != CopyResult::ok) {
+    if (CopyResult cr = dma_copy(x.local_pid, local.span, local.n, 0, direct.span, direct.n);
+        cr != CopyResult::ok &&
+        copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, 0, direct.span,
+                          direct.n, nullptr) != CopyResult::ok) {
       *early = fail(x.out, kSynLocalProt);
       return false;
     }
@@ -374,6 +453,12 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
     }
   }
   CopyResult cr = dma_copy(x.local_pid, local.span, local.n, x.remote_pid, scatter.span, scatter.n);
+  if (is_fault(cr)) [[unlikely]] {
+    const MrSlot* mrs[kMaxSpans];
+    recv_mrs(rq, rwqe, scatter, local.total, mrs);
+    cr = copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, x.remote_pid,
+                           scatter.span, scatter.n, mrs);
+  }
   if (cr == CopyResult::dst_gone) {
     *early = gone(x);
     return false;

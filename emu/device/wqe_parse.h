@@ -29,6 +29,9 @@ struct ParsedWqe {
   AtomicSeg atom{};
   BindSeg bind{};
   Sges local;  // gathered from (sends, writes) or scattered into (READ, atomics)
+  // The MR of each span of `local` (nullptr: inline data), for a copy that faulted and is tried
+  // again through the MR's pages (Engine::copy_via_mr_pages).
+  const MrSlot* local_mr[kMaxSpans];
 };
 
 // Reads the WQE at `wqe` (its control segment's size says how far) for a QP of qp's transport.
@@ -66,6 +69,7 @@ struct ParsedWqe {
     if (bc & kInlineSegFlag) {
       uint32_t len = bc & ~kInlineSegFlag;
       if (local_write || p + 4 + len > end || local.n == kMaxSpans) return kSynLocalQpOp;
+      w->local_mr[local.n] = nullptr;
       local.span[local.n++] = {reinterpret_cast<uint64_t>(p + 4), len};
       local.total += len;
       local.is_inline = true;
@@ -77,7 +81,8 @@ struct ParsedWqe {
     uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
     uint64_t va;
     if (local.is_inline || local.n == kMaxSpans) return kSynLocalQpOp;
-    if (!translate_local(seg, qp, be32(d.lkey), be64(d.addr), len, local_write, &va))
+    if (!translate_local(seg, qp, be32(d.lkey), be64(d.addr), len, local_write, &va,
+                         &w->local_mr[local.n]))
       return kSynLocalProt;
     local.span[local.n++] = {va, len};
     local.total += len;

@@ -1,14 +1,21 @@
 #include "shm/memory.h"
 
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
+#include <sys/mman.h>
 #include <sys/uio.h>
+#include <ucontext.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <new>
 
+#include "emu/barriers.h"
+#include "emu/dma_guard.h"
 #include "emu/small_copy.h"
 
 namespace emu {
@@ -41,6 +48,67 @@ int g_self_pid = [] {
 }();
 
 bool is_self(int pid) { return pid == 0 || pid == g_self_pid; }
+
+// Where a guarded copy of this thread resumes if it faults (dma_guard.h). Initial-exec TLS: the
+// signal handler reads it, and must not be the one to allocate it.
+//
+// The resume point is GCC's __builtin_setjmp: it saves the frame and stack pointers and a label
+// (the compiler saves the callee-saved registers in the function's own frame), under a
+// nanosecond, where sigsetjmp (registers, pointer mangling, a call into libc) was 7-8 ns on
+// every copy here. Leaving the signal handler by __builtin_longjmp is what siglongjmp does
+// without the mask, which after_fault restores. Sanitizer builds use sigsetjmp/siglongjmp,
+// which the sanitizers intercept to drop the state of the frames left behind.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+#define EMU_GUARD_SET(g) sigsetjmp((g).env, 0)
+#define EMU_GUARD_JUMP(g) siglongjmp((g).env, 1)
+using ResumePoint = sigjmp_buf;
+#else
+#define EMU_GUARD_SET(g) __builtin_setjmp((g).env)
+#define EMU_GUARD_JUMP(g) __builtin_longjmp((g).env, 1)
+using ResumePoint = void* [5];
+#endif
+struct Guard {
+  ResumePoint env;
+  uint64_t fault_addr = 0;
+  sigset_t mask;  // the thread's signal mask before the fault, restored after it
+};
+EMU_FAST_TLS Guard* t_guard = nullptr;
+
+// After a fault: the handler left by siglongjmp, so the mask it ran under (the fault's signal
+// blocked) is still the thread's; the one of the interrupted code comes back.
+void after_fault(Guard& g) { pthread_sigmask(SIG_SETMASK, &g.mask, nullptr); }
+
+// The guard is armed before the copy's first access and disarmed after its last: signal fences,
+// since the compiler knows memcpy does not read t_guard and would otherwise move or drop the
+// stores.
+inline void arm(Guard* g) {
+  t_guard = g;
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+}
+inline void disarm() {
+  std::atomic_signal_fence(std::memory_order_seq_cst);
+  t_guard = nullptr;
+}
+
+bool in_spans(uint64_t a, const MemSpan* s, int n) {
+  for (int i = 0; i < n; ++i)
+    if (a - s[i].addr < s[i].len) return true;
+  return false;
+}
+
+// Whether any page of the spans is not mapped at all (msync's range check, no data moved): which
+// side of a process_vm_* call that failed with EFAULT was ours. Only on the failure path.
+bool any_unmapped(const iovec* iov, int n) {
+  const uint64_t page = static_cast<uint64_t>(sysconf(_SC_PAGESIZE));
+  for (int i = 0; i < n; ++i) {
+    uint64_t a = reinterpret_cast<uint64_t>(iov[i].iov_base), lo = a & ~(page - 1);
+    if (iov[i].iov_len &&
+        msync(reinterpret_cast<void*>(lo), a + iov[i].iov_len - lo, MS_ASYNC) != 0 &&
+        errno == ENOMEM)
+      return true;
+  }
+  return false;
+}
 
 CopyResult fault_of(bool remote_is_dst) {
   if (errno == ESRCH) return remote_is_dst ? CopyResult::dst_gone : CopyResult::src_gone;
@@ -96,6 +164,28 @@ CopyResult local_copy(Cursor& src, Cursor& dst) {
   return CopyResult::ok;
 }
 
+// The copies a guard covers, each in a function of its own that the compiler may not look into:
+// the resume point is only sound for a fault inside a call (the compiler keeps what the code after
+// it needs where a call cannot clobber it; an access inlined next to the setjmp has no such edge).
+__attribute__((noipa)) void opaque_copy(void* dst, const void* src, size_t n) {
+  copy_small(dst, src, n);
+}
+__attribute__((noipa)) void opaque_local_copy(const MemSpan* src, int nsrc, const MemSpan* dst,
+                                              int ndst) {
+  if (nsrc == 1 && ndst == 1) {  // the common small message: one span each way
+    uint64_t k = std::min(src->len, dst->len);
+    auto* to = reinterpret_cast<void*>(dst->addr);
+    auto* from = reinterpret_cast<const void*>(src->addr);
+    if (k <= 16)
+      copy_small(to, from, k);  // an atomic's 8 bytes, a small SEND: no libc call
+    else
+      std::memcpy(to, from, k);
+    return;
+  }
+  Cursor s{src, nsrc}, d{dst, ndst};
+  local_copy(s, d);
+}
+
 // One side local, the other remote: batches of iovecs through one system call each.
 CopyResult cross_copy(Cursor& local, Cursor& remote, int pid, bool write_remote) {
   iovec liov[kMaxIov], riov[kMaxIov];
@@ -114,31 +204,61 @@ CopyResult cross_copy(Cursor& local, Cursor& remote, int pid, bool write_remote)
     }
     ssize_t r = write_remote ? process_vm_writev(pid, liov, ln, riov, rn, 0)
                              : process_vm_readv(pid, liov, ln, riov, rn, 0);
-    if (r < 0) return fault_of(write_remote);
-    if (static_cast<uint64_t>(r) != lb) {
-      errno = EFAULT;
-      return fault_of(write_remote);
-    }
+    if (r >= 0 && static_cast<uint64_t>(r) == lb) continue;
+    if (r >= 0) errno = EFAULT;
+    // EFAULT names no side: a local buffer the program unmapped is the local side's fault (the
+    // requester's protection error), not the remote's (which would put the responder in error).
+    if (errno == EFAULT && any_unmapped(liov, ln))
+      return write_remote ? CopyResult::src_fault : CopyResult::dst_fault;
+    return fault_of(write_remote);
   }
+}
+
+// Both sides in this address space (the program's own buffers, or windows onto a peer's pages):
+// memcpy, guarded (dma_guard.h). The guard is a resume point (Guard) and a thread-local store: no
+// system call unless a page is missing. A function of its own, so that the resume point costs
+// the other paths of dma_copy nothing.
+[[gnu::noinline]] CopyResult guarded_local_copy(const MemSpan* src, int nsrc, const MemSpan* dst,
+                                                int ndst) {
+  Guard g;
+  if (EMU_GUARD_SET(g)) [[unlikely]] {
+    after_fault(g);
+    return in_spans(g.fault_addr, dst, ndst) ? CopyResult::dst_fault : CopyResult::src_fault;
+  }
+  arm(&g);
+  opaque_local_copy(src, nsrc, dst, ndst);
+  disarm();
+  return CopyResult::ok;
 }
 
 }  // namespace
 
+void dma_fault_recover(const siginfo_t* si, void* ucontext) {
+  Guard* g = t_guard;
+  if (!g) return;
+  t_guard = nullptr;  // a second fault (in the handler's caller) is not the copy's
+  g->fault_addr = reinterpret_cast<uint64_t>(si->si_addr);
+  g->mask = static_cast<const ucontext_t*>(ucontext)->uc_sigmask;
+  EMU_GUARD_JUMP(*g);
+}
+
+bool guarded_copy(void* dst, const void* src, size_t n) {
+  Guard g;
+  if (EMU_GUARD_SET(g)) [[unlikely]] {
+    after_fault(g);
+    return false;
+  }
+  arm(&g);
+  opaque_copy(dst, src, n);
+  disarm();
+  return true;
+}
+
 CopyResult dma_copy(int src_pid, const MemSpan* src, int nsrc, int dst_pid, const MemSpan* dst,
                     int ndst) {
   bool ls = is_self(src_pid), ld = is_self(dst_pid);
-  if (ls && ld && nsrc == 1 && ndst == 1) {  // the common small message: one span each way
-    uint64_t k = std::min(src->len, dst->len);
-    auto* to = reinterpret_cast<void*>(dst->addr);
-    auto* from = reinterpret_cast<const void*>(src->addr);
-    if (k <= 16)
-      copy_small(to, from, k);  // an atomic's 8 bytes, a small SEND: no libc call
-    else
-      std::memcpy(to, from, k);
-    return CopyResult::ok;
-  }
+  if (ls && ld) return guarded_local_copy(src, nsrc, dst, ndst);
   Cursor s{src, nsrc}, d{dst, ndst};
-  if (ls && ld) return local_copy(s, d);
   if (ls) return cross_copy(s, d, dst_pid, true);
   if (ld) return cross_copy(d, s, src_pid, false);
   // Neither side is ours (the engine runs in a third process): bounce through a local buffer,

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "emu/device.h"
+#include "emu/dma_guard.h"
 #include "emu/reclaim.h"
 
 namespace emu {
@@ -96,16 +97,25 @@ bool map_file(Segment* seg, const MrSlot& mr, uint64_t* origin) {
 
 }  // namespace
 
-uint64_t shared_window(Segment* seg, const MrSlot& mr, uint64_t va, uint64_t len) {
+uint64_t shared_window(Segment* seg, const MrSlot& mr, uint64_t va, uint64_t len, bool own) {
   uint64_t share_len = mr.share_len;
   std::atomic_thread_fence(std::memory_order_acquire);  // share_len is stored last (shared_mr.cpp)
-  if (share_len == 0 || mr.owner == seg->self()) return 0;
+  if (share_len == 0 || (mr.owner == seg->self() && !own)) return 0;
   if (va < mr.share_va || len > share_len || va - mr.share_va > share_len - len) return 0;
   uint64_t origin;
   if (!lookup(mr.share_uid, mr.share_off, mr.share_off + share_len, &origin) &&
       !map_file(seg, mr, &origin))
     return 0;
   return origin + mr.share_off + (va - mr.share_va);
+}
+
+uint64_t own_mr_pages(Segment* seg, uint32_t lkey, uint64_t addr, uint64_t len) {
+  const MrSlot* mr = seg->find_mr(lkey);
+  if (!mr || mr->owner != seg->self() || mr->mw_type || addr < mr->iova || len > mr->length ||
+      addr - mr->iova > mr->length - len)
+    return 0;
+  // This process's own file: never reaped (the process is alive), so no engine section needed.
+  return shared_window(seg, *mr, mr->addr + (addr - mr->iova), len, true);
 }
 
 void reap_dead_windows(Segment* seg) {

@@ -1,4 +1,5 @@
 #include <gtest/gtest.h>
+#include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -6,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "emu/dma_guard.h"
 #include "shm/memory.h"
 
 using namespace emu;
@@ -107,4 +109,94 @@ TEST(Dma, ScatterLongerThanGatherEndsWithTheMessage) {
   EXPECT_EQ(dma_copy(0, &ls, 1, child, &rd, 1), CopyResult::ok);
   (void)!write(go[1], "g", 1);
   waitpid(child, nullptr, 0);
+}
+
+// ---- guarded copies (emu/dma_guard.h): a page the program unmapped is a fault, not a SIGSEGV ----
+
+namespace {
+
+// What the provider's handler does first (verbs_provider/page_move.cpp), installed for the test.
+struct RecoveringHandler {
+  struct sigaction old_segv {
+  }, old_bus{};
+  RecoveringHandler() {
+    struct sigaction sa {};
+    sa.sa_sigaction = [](int, siginfo_t* si, void* ctx) {
+      dma_fault_recover(si, ctx);
+      std::abort();  // not a guarded copy's fault: the test has failed
+    };
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    sigaction(SIGSEGV, &sa, &old_segv);
+    sigaction(SIGBUS, &sa, &old_bus);
+  }
+  ~RecoveringHandler() {
+    sigaction(SIGSEGV, &old_segv, nullptr);
+    sigaction(SIGBUS, &old_bus, nullptr);
+  }
+};
+
+// Two pages, the second unmapped: a span over both reaches a missing page after a mapped one.
+char* page_then_hole() {
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  void* p = mmap(nullptr, 2 * page, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return nullptr;
+  munmap(static_cast<char*>(p) + page, page);
+  return static_cast<char*>(p);
+}
+
+}  // namespace
+
+// Local copies into and out of a page that is gone fail on the side that holds it; the thread's
+// signal mask is as before (the next fault is caught again), and copies go on working.
+TEST(Dma, AMissingLocalPageIsTheFaultOfItsSide) {
+  RecoveringHandler h;
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  char* p = page_then_hole();
+  ASSERT_NE(p, nullptr);
+  std::vector<char> ok(2 * page, 'k');
+  MemSpan into{a(p + page - 64), 128}, from{a(ok.data()), 128};
+  EXPECT_EQ(dma_copy(0, &from, 1, 0, &into, 1), CopyResult::dst_fault);
+  EXPECT_EQ(dma_copy(0, &into, 1, 0, &from, 1), CopyResult::src_fault);
+  // Gather and scatter lists, the missing page in the second span of each.
+  MemSpan two_into[] = {{a(ok.data() + 1000), 10}, {a(p + page), 8}};
+  MemSpan two_from[] = {{a(ok.data()), 10}, {a(ok.data() + 500), 8}};
+  EXPECT_EQ(dma_copy(0, two_from, 2, 0, two_into, 2), CopyResult::dst_fault);
+  EXPECT_EQ(dma_copy(0, two_into, 2, 0, two_from, 2), CopyResult::src_fault);
+  sigset_t mask;
+  pthread_sigmask(SIG_BLOCK, nullptr, &mask);
+  EXPECT_FALSE(sigismember(&mask, SIGSEGV));
+  EXPECT_FALSE(guarded_copy(p + page, ok.data(), 8));
+  EXPECT_TRUE(guarded_copy(p, ok.data(), 8));
+  MemSpan fine{a(p), 64};
+  EXPECT_EQ(dma_copy(0, &from, 1, 0, &fine, 1), CopyResult::ok);
+  munmap(p, page);
+}
+
+// Between processes the kernel's EFAULT names no side: a local buffer that is not mapped makes
+// it ours (a READ into it is the requester's protection error, not the responder's).
+TEST(Dma, AMissingLocalPageAcrossProcessesIsTheLocalSides) {
+  static char buf[4096];
+  int go[2];
+  ASSERT_EQ(pipe(go), 0);
+  pid_t child = fork();
+  if (child == 0) {
+    close(go[1]);  // so that the parent's close is the end of the pipe
+    char c;
+    (void)!read(go[0], &c, 1);
+    _exit(0);
+  }
+  const size_t page = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+  char* p = page_then_hole();
+  ASSERT_NE(p, nullptr);
+  MemSpan remote{a(buf), 128}, local{a(p + page - 64), 128};
+  EXPECT_EQ(dma_copy(child, &remote, 1, 0, &local, 1), CopyResult::dst_fault);  // READ into it
+  EXPECT_EQ(dma_copy(0, &local, 1, child, &remote, 1), CopyResult::src_fault);  // WRITE from it
+  MemSpan mapped{a(p), 128}, far{a(buf) + (1ull << 46), 128};  // the child's side is missing
+  EXPECT_EQ(dma_copy(child, &far, 1, 0, &mapped, 1), CopyResult::src_fault);
+  EXPECT_EQ(dma_copy(0, &mapped, 1, child, &far, 1), CopyResult::dst_fault);
+  close(go[1]);
+  waitpid(child, nullptr, 0);
+  close(go[0]);
+  munmap(p, page);
 }
