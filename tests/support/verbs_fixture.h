@@ -3,10 +3,12 @@
 #pragma once
 #include <gtest/gtest.h>
 #include <infiniband/verbs.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
 #include <initializer_list>
 #include <string>
 #include <vector>
@@ -230,5 +232,14 @@ class VerbsTest : public ::testing::Test {
   std::vector<ibv_comp_channel*> channels;
   std::vector<Buf> bufs;
 };
+
+inline const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
+
+// Whether ibv_reg_mr moves a private MR's pages into the registration file (EMU_SHARED_MR, on by
+// default).
+inline bool moving_on() {
+  const char* v = std::getenv("EMU_SHARED_MR");
+  return !(v && *v && std::atoi(v) == 0);
+}
 
 }  // namespace vt

@@ -20,13 +20,6 @@
 namespace vt {
 namespace {
 
-const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-
-bool moving_on() {
-  const char* v = std::getenv("EMU_SHARED_MR");
-  return !(v && *v && std::atoi(v) == 0);
-}
-
 // The name /proc/self/maps gives the mapping holding p ("" for anonymous memory).
 std::string mapping_name(const void* p) {
   uint64_t a = reinterpret_cast<uint64_t>(p);

@@ -23,13 +23,6 @@
 namespace vt {
 namespace {
 
-const size_t kPage = static_cast<size_t>(sysconf(_SC_PAGESIZE));
-
-bool moving_on() {
-  const char* v = std::getenv("EMU_SHARED_MR");
-  return !(v && *v && std::atoi(v) == 0);
-}
-
 // One RC QP pair per operation: an operation that fails puts its QPs in the error state.
 enum Use { kWrite, kRead, kAtomic, kSendBig, kSendSmall, kLocal, kUses };
 constexpr uint32_t kBigSend = 64;    // more than a CQE carries: the device copies or stages it
