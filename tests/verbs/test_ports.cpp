@@ -179,10 +179,21 @@ TEST_F(PortTest, APortDownAfterTrafficStopsTheNextMessage) {
   EXPECT_TRUE(next_port_event(ctx, IBV_EVENT_PORT_ERR, 1));
 }
 
-TEST_F(PortTest, RcTrafficResumesWhenThePortComesBackInTime) {
+// A budget no test step can spend: a retry attempt is spent only when the engine runs past its
+// timer. With the engine inline (progress in this process's own verbs calls) nothing is spent
+// while the test waits for emu-ctl, so the outcome does not depend on how long that takes; with
+// the device thread (variant verbs_thread) the attempts run on their own, and 7 retries of 2.1 s
+// (timeout 19) give 17 s against one emu-ctl call. The wait after the port comes back is one
+// attempt (2.1 s), inside wait_wc's 10 s.
+ConnParams patient_params() {
   ConnParams patient;
-  patient.timeout = 17;  // 0.54 s per attempt, 7 attempts: seconds of budget
+  patient.timeout = 19;
   patient.retry_cnt = 7;
+  return patient;
+}
+
+TEST_F(PortTest, RcTrafficResumesWhenThePortComesBackInTime) {
+  ConnParams patient = patient_params();
   Pair p = make_pair({}, patient, patient);
   ASSERT_NE(p.a, nullptr);
   Buf src = make_buf(64, kAllAccess, 0xcd), dst = make_buf(64, kAllAccess, 0);
@@ -203,9 +214,7 @@ TEST_F(PortTest, RcTrafficResumesWhenThePortComesBackInTime) {
 
 TEST_F(PortTest, ConnectingOnADownPortSucceedsAndSendsWaitForTheLink) {
   ASSERT_TRUE(set_port(false));
-  ConnParams patient;
-  patient.timeout = 17;
-  patient.retry_cnt = 7;
+  ConnParams patient = patient_params();
   Pair p = make_pair({}, patient, patient);  // INIT, RTR, RTS on a down port: accepted, as hardware
   ASSERT_NE(p.a, nullptr);
   ASSERT_EQ(qp_state(p.a), IBV_QPS_RTS);
