@@ -8,8 +8,10 @@ cd "$(dirname "$0")/.."
 kinds=("$@")
 [ ${#kinds[@]} -gt 0 ] || kinds=(address,undefined thread)
 bash ci/setup.sh
-# The subset's binaries (tests/sanitize.cmake): its tests are the unit ones and those named san*.
-TARGETS=(emu_unit_tests emu_san_verbs_tests emu-run emu_verbs emu-ctl)
+# The subset's binaries (tests/sanitize.cmake and the fuzz, XRC, wire and injection tests of
+# tests/CMakeLists.txt; cm_probe and ucp_sockaddr for the RDMA CM pairs).
+TARGETS=(emu_unit_tests emu_san_verbs_tests emu-run emu_verbs emu-ctl emu_fuzz_direct emu_fuzz_verbs
+         emu_xrc_tests emu_wire_tests emu_inject_tests cm_probe ucp_sockaddr)
 jobs=$(( $(nproc) / ${#kinds[@]} ))
 [ "$jobs" -ge 1 ] || jobs=1
 
@@ -28,12 +30,26 @@ for k in "${kinds[@]}"; do build "$k" & pids+=($!); done
 for p in "${pids[@]}"; do wait "$p"; done
 
 # Every report ends the process with a failure: ASan's and TSan's by default (TSan exits 66 at the
-# end), UBSan's only with halt_on_error. LeakSanitizer is on for the project's own binaries (unit
-# and verbs tests, emu-ctl); the Debian programs' leaks are theirs, so they run with it off
-# (docs/architecture.md, "Sanitizers"). The instrumented provider is preloaded into uninstrumented
-# programs, hence verify_asan_link_order=0 (the runtime is preloaded first, ahead of it).
+# end), UBSan's only with halt_on_error; the pair scripts also fail a process whose output holds a
+# report, whatever its exit code (tests/acceptance/pair.py). LeakSanitizer is on for the project's
+# own binaries (unit, verbs, fuzz, XRC, wire tests, emu-ctl); the Debian programs' leaks are
+# theirs, so they run with it off (docs/architecture.md, "Sanitizers"). The instrumented provider
+# is preloaded into uninstrumented programs, hence verify_asan_link_order=0 (the runtime is
+# preloaded first, ahead of it).
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
 supp=$PWD/ci/lsan.supp
+# The project's own binaries: the unit tests (label unit), the verbs tests of emu_san_verbs_tests,
+# both fuzzers (the device model directly, and verbs with the engine inline and on a thread), the
+# XRC lifetime and kill tests, verbs programs under wire faults and error injection.
+own_asan='^(san_verbs|san_verbs_thread|fuzz|fuzz_thread|xrc|wire|inject)\.[A-Z]'
+# Under TSan the multi-threaded ones: the engine on a thread of its own beside the program's, and
+# the thread-mode tests' posting threads in every variant.
+own_tsan='^(san_verbs_thread\.|fuzz_thread\.|xrc_thread\.|san_verbs\.(ThreadMode|ProviderTls))'
+# Debian programs between processes with the provider preloaded: the pingpongs of label sanitize,
+# every RDMA CM pair (label cm: rdmacm-utils, perftest -R, rsockets, UCX's rdmacm, their error
+# paths), and ibv_rc_pingpong under wire faults and injected errors.
+debian='^(san\.|cm\.|wire\.rc_pingpong|inject\.rc_pingpong)'
+run() { ctest --output-on-failure --no-tests=error --timeout 600 -j2 "$@"; }
 for k in "${kinds[@]}"; do
   dir=$(dir_of "$k")
   skip='^$'
@@ -46,11 +62,13 @@ for k in "${kinds[@]}"; do
     # That test runs under ASan only (and unsanitized); san_verbs.*ForkTest, one thread at the
     # fork, runs here.
     thread) export TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1
+            own=$own_tsan
             skip='^san_verbs_thread\..*ForkTest' ;;
     *) export ASAN_OPTIONS=detect_leaks=1:verify_asan_link_order=0:abort_on_error=0
-       export LSAN_OPTIONS=suppressions=$supp:print_suppressions=0 ;;
+       export LSAN_OPTIONS=suppressions=$supp:print_suppressions=0
+       own=$own_asan ;;
   esac
   echo "== sanitizer $k"
-  (cd "$dir" && ctest --output-on-failure --no-tests=error --timeout 600 -j2 -L unit &&
-     ctest --output-on-failure --no-tests=error --timeout 600 -j2 -R '^san' -E "$skip")
+  (cd "$dir" && run -L unit && run -R "$own" -E "$skip" &&
+     ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 run -R "$debian")
 done

@@ -1,11 +1,14 @@
 # ---- the sanitizer subset (EMU_SANITIZE builds only; ci/sanitize.sh, README "Sanitizers"),
 # besides the unit tests. ----
 
-# The cross-process verbs tests in a binary of their own, so that a sanitizer build compiles three
-# test files rather than emu_verbs_tests' two dozen: two processes of the project's own binary
-# over one segment (and emu-ctl's census after a fork), plain and with the engine on a thread.
+# The verbs tests a sanitizer run takes, in a binary of their own, so that a sanitizer build
+# compiles these rather than emu_verbs_tests' two dozen: two processes of the project's own binary
+# over one segment (and emu-ctl's census after a fork), registered memory shared between them,
+# SRQs (XRC SRQs included), UD, and the thread modes (threads posting to one QP or to QPs of a
+# thread domain); plain and with the engine on a thread.
 add_executable(emu_san_verbs_tests verbs/test_cross_process.cpp verbs/test_fork.cpp
-               verbs/test_shared_mr.cpp)
+               verbs/test_shared_mr.cpp verbs/test_srq.cpp verbs/test_xrc_rdma.cpp
+               verbs/test_ud.cpp verbs/test_thread_modes.cpp)
 target_link_libraries(emu_san_verbs_tests PRIVATE emu_test_support)
 target_compile_definitions(emu_san_verbs_tests PRIVATE EMU_CTL="$<TARGET_FILE:emu-ctl>")
 add_dependencies(emu_san_verbs_tests emu-ctl)

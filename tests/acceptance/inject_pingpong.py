@@ -20,7 +20,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pair import start_listening  # noqa: E402
+from pair import sanitizer_report, start_listening  # noqa: E402
 
 
 def env_for(name, rules):
@@ -66,6 +66,9 @@ def status_case(a):
         if re.search(r"^rdmaemu race:", cli.stdout, re.M):
             print("FAIL client: the device reported a race")
             ok = False
+        if sanitizer_report(cli.stdout):
+            print(f"FAIL client: a sanitizer report ({sanitizer_report(cli.stdout)})")
+            ok = False
         out = ctl(a, env, "inject")
         print("--- emu-ctl inject\n" + out)
         if "fired 0 1" not in out.splitlines():
@@ -79,7 +82,11 @@ def status_case(a):
         if srv is not None:
             if srv.poll() is None:
                 srv.kill()  # it waits for a peer that failed: ending it is the test's part
-            print("--- server\n" + srv.communicate()[0])
+            sout = srv.communicate()[0]
+            print("--- server\n" + sout)
+            if sanitizer_report(sout):
+                print(f"FAIL server: a sanitizer report ({sanitizer_report(sout)})")
+                ok = False
         ctl(a, env, "persist", env["EMU_FABRIC"], "off")
         with contextlib.suppress(OSError):
             os.unlink(segment_of(env))
@@ -96,6 +103,9 @@ def verb_case(a):
         print("--- server\n" + srv.stdout)
         if srv.returncode != 1 or "Couldn't register MR" not in srv.stdout:
             print("FAIL server: exit", srv.returncode, "or no failed ibv_reg_mr")
+            ok = False
+        if sanitizer_report(srv.stdout):
+            print(f"FAIL server: a sanitizer report ({sanitizer_report(srv.stdout)})")
             ok = False
         census = json.loads(ctl(a, env, "census", "--json"))
         if census["objects"] or census["dead_owned"]:

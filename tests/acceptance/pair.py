@@ -49,10 +49,26 @@ def start_listening(argv, env, port, deadline=30):
     return srv
 
 
+# What a sanitizer prints on a report (the sanitizer builds preload the instrumented provider into
+# these programs). A report fails a process whatever its exit code: ASan's is 1, which some tests
+# expect of a program that fails on purpose, and a killed program's is not looked at.
+SANITIZER_REPORTS = ("ERROR: AddressSanitizer", "runtime error:", "WARNING: ThreadSanitizer",
+                     "ERROR: LeakSanitizer")
+
+
+def sanitizer_report(text):
+    """The first sanitizer report's marker in a process's output, or None."""
+    return next((m for m in SANITIZER_REPORTS if m in text), None)
+
+
 def check(label, text, rc, args_rc, patterns, absent):
     ok = True
     if rc != args_rc:
         print(f"FAIL {label}: exit code {rc}, expected {args_rc}")
+        ok = False
+    report = sanitizer_report(text)
+    if report:
+        print(f"FAIL {label}: a sanitizer report ({report})")
         ok = False
     for p in patterns:
         if not re.search(p, text, re.M):

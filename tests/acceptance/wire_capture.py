@@ -19,7 +19,7 @@ import subprocess
 import sys
 
 sys.path.insert(0, os.path.dirname(__file__))
-from pair import start_listening  # noqa: E402
+from pair import sanitizer_report, start_listening  # noqa: E402
 
 
 def tshark(capture, *args):
@@ -88,6 +88,9 @@ def main():
                 ok = False
             if re.search(r"invalid data in page", out):
                 print(f"FAIL {who}: --chk found invalid data")
+                ok = False
+            if sanitizer_report(out):
+                print(f"FAIL {who}: a sanitizer report ({sanitizer_report(out)})")
                 ok = False
             peer = "client" if who == "server" else "server"
             if (done[peer] and

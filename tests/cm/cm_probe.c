@@ -9,6 +9,12 @@
  *     (poll(), then rdma_get_cm_event until EAGAIN stops) and prints what the REJECTED event says;
  *     then connects again, checks the QP attributes rdma_init_qp_attr gives for RTR and RTS,
  *     completes with rdma_establish, disconnects and waits for time-wait.
+ *   cm_probe fail ADDR PORT: what rping -c does up to the first event that is not the one hoped
+ *     for (address and route resolved, a QP made on the id, connect), on one thread, and prints it:
+ *     the error paths (an address nobody has, nobody listening, a listener that never answers or
+ *     dies) without rping, whose CM thread calls exit() while its main thread returns, which a
+ *     sanitizer runtime's exit handlers do not survive (docs/architecture.md, "Exit"). Then the
+ *     QP, the id and the channel go.
  * Exit status 0 when every step gave what the kernel's CM gives. */
 #include <arpa/inet.h>
 #include <errno.h>
@@ -155,13 +161,56 @@ static int client(struct sockaddr_in* sin) {
   return 0;
 }
 
+/* The next event, printed; 1 if it is `hoped` (the caller goes on), 0 if it is another (printed
+ * as the outcome), -1 if none came. */
+static int step(struct rdma_event_channel* ch, enum rdma_cm_event_type hoped) {
+  struct rdma_cm_event* ev = next_event(ch, 0);
+  if (!ev) return -1;
+  printf("event %s status %d\n", rdma_event_str(ev->event), ev->status);
+  int got = ev->event == hoped;
+  rdma_ack_cm_event(ev);
+  return got;
+}
+
+static int failing_client(struct sockaddr_in* sin) {
+  struct rdma_event_channel* ch = rdma_create_event_channel();
+  struct rdma_cm_id* id;
+  CHECK(ch, "rdma_create_event_channel");
+  CHECK(rdma_create_id(ch, &id, NULL, RDMA_PS_TCP) == 0, "rdma_create_id");
+  CHECK(rdma_resolve_addr(id, NULL, (struct sockaddr*)sin, 2000) == 0, "rdma_resolve_addr");
+  int got = step(ch, RDMA_CM_EVENT_ADDR_RESOLVED);
+  int made_qp = 0;
+  if (got == 1) {
+    CHECK(rdma_resolve_route(id, 2000) == 0, "rdma_resolve_route");
+    got = step(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
+  }
+  if (got == 1) {
+    struct ibv_qp_init_attr qa = {.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
+                                          .max_recv_sge = 1},
+                                  .qp_type = IBV_QPT_RC};
+    CHECK(rdma_create_qp(id, NULL, &qa) == 0, "rdma_create_qp");
+    made_qp = 1;
+    struct rdma_conn_param param = {.responder_resources = 1, .initiator_depth = 1,
+                                    .retry_count = 7, .rnr_retry_count = 7};
+    CHECK(rdma_connect(id, &param) == 0, "rdma_connect");
+    got = step(ch, RDMA_CM_EVENT_ESTABLISHED);
+  }
+  CHECK(got == 0, "an error event");
+  if (made_qp) rdma_destroy_qp(id);
+  CHECK(rdma_destroy_id(id) == 0, "rdma_destroy_id");
+  rdma_destroy_event_channel(ch);
+  printf("probe done\n");
+  return 0;
+}
+
 int main(int argc, char** argv) {
   if (argc != 4) {
-    fprintf(stderr, "usage: cm_probe server|client ADDR PORT\n");
+    fprintf(stderr, "usage: cm_probe server|client|fail ADDR PORT\n");
     return 2;
   }
   struct sockaddr_in sin = {.sin_family = AF_INET, .sin_port = htons(atoi(argv[3]))};
   if (inet_pton(AF_INET, argv[2], &sin.sin_addr) != 1) return 2;
   setvbuf(stdout, NULL, _IOLBF, 0);
+  if (strcmp(argv[1], "fail") == 0) return failing_client(&sin);
   return strcmp(argv[1], "server") == 0 ? server(&sin) : client(&sin);
 }
