@@ -1,5 +1,5 @@
 #!/bin/bash
-# Benchmark (not a test): emu0 against the anchors of shared/brief/perf-anchors.md, measured side by
+# Benchmark (not a test): emu0 against its anchors (docs/perf.md), measured side by
 # side in one run (A B A B ...), median ratio per pair. Writes a table to stdout; docs/perf.md keeps
 # the latest one. Usage: bench/run.sh [rounds=3]
 set -euo pipefail
@@ -31,7 +31,7 @@ declare -A R
 # The other column: registered private pages left where they are (system calls, staging).
 SH=EMU_SHARED_MR=0
 # Each emu0 figure is divided by an anchor measured just before it: this VM's speed moves within
-# seconds (shared/brief/perf-anchors.md), and a default-mode rate run alone takes several.
+# seconds (docs/perf.md), and a default-mode rate run alone takes several.
 for r in $(seq "$rounds"); do
   b=$(ucx_tag_lat); a=$(emu_send_lat ""); R[lat]+="$(ratio "$a" "$b") "
   b2=$(ucx_tag_lat); c=$(emu_send_lat $SH); R[lat_sh]+="$(ratio "$c" "$b2") "

@@ -49,10 +49,17 @@ own_tsan='^(san_verbs_thread\.|fuzz_thread\.|xrc_thread\.|san_verbs\.(ThreadMode
 # every RDMA CM pair (label cm: rdmacm-utils, perftest -R, rsockets, UCX's rdmacm, their error
 # paths), and ibv_rc_pingpong under wire faults and injected errors.
 debian='^(san\.|cm\.|wire\.rc_pingpong|inject\.rc_pingpong)'
+# Left out of each run, with the reason (tests/cm/CMakeLists.txt has the rest): rping's error
+# paths exit from two threads at once (its CM thread calls exit() while main returns), which the
+# sanitizer runtimes' exit handlers do not survive (docs/architecture.md, "Exit"); the cm.probe_*
+# tests take those paths from one thread instead.
+debian_skip='^cm\.(unknown_address|nobody_listening|no_answer|listener_killed_with_pending)$'
 run() { ctest --output-on-failure --no-tests=error --timeout 600 -j2 "$@"; }
-for k in "${kinds[@]}"; do
+# Each kind in a subshell of its own: its variables do not reach the next.
+for k in "${kinds[@]}"; do (
   dir=$(dir_of "$k")
   skip='^$'
+  dskip=$debian_skip
   case "$k" in
     # TSan cannot follow a child that starts threads after a multi-threaded fork (it dies, and
     # die_after_fork=0 may hang): san_verbs_thread runs with EMU_ENGINE=thread
@@ -61,7 +68,19 @@ for k in "${kinds[@]}"; do
     # (ProgressThread::get, emu/device/progress.cpp).
     # That test runs under ASan only (and unsanitized); san_verbs.*ForkTest, one thread at the
     # fork, runs here.
-    thread) export TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1
+    # Under TSan a posting thread racing the device thread runs about a thousand times slower
+    # than plain (sched_yield loops, every atomic a call into the runtime): the fuzzers take the
+    # first tenth of their seeds' steps, the XRC kill test 20 of its 200 iterations (FUZZ_PERCENT,
+    # tests/fuzz/fuzz_rng.h; EMU_XRC_KILL_ITERATIONS, tests/verbs/test_xrc_kill.cpp). The plain
+    # suite and ASan run them whole.
+    # UCX under the TSan runtime: its memory hooks do not see munmap (the runtime's interceptors
+    # call the system directly), so its registration cache keeps registrations of freed memory
+    # and a reused address names the freed pages, as it would on hardware; with UCX registering
+    # each buffer instead (UCX_IB_REG_METHODS=direct) both processes crash inside UCX under TSan
+    # and pass without it. The UCX pairs run under ASan.
+    thread) export TSAN_OPTIONS=halt_on_error=0:second_deadlock_stack=1:suppressions=$PWD/ci/tsan.supp
+            export FUZZ_PERCENT=10 EMU_XRC_KILL_ITERATIONS=20
+            dskip="${debian_skip%)\$}|ucx_rdmacm_ib|ucx_rdmacm_eth)\$"
             own=$own_tsan
             skip='^san_verbs_thread\..*ForkTest' ;;
     *) export ASAN_OPTIONS=detect_leaks=1:verify_asan_link_order=0:abort_on_error=0
@@ -69,6 +88,8 @@ for k in "${kinds[@]}"; do
        own=$own_asan ;;
   esac
   echo "== sanitizer $k"
-  (cd "$dir" && run -L unit && run -R "$own" -E "$skip" &&
-     ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 run -R "$debian")
-done
+  cd "$dir"
+  run -L unit
+  run -R "$own" -E "$skip"
+  ASAN_OPTIONS=detect_leaks=0:verify_asan_link_order=0 run -R "$debian" -E "$dskip"
+) done

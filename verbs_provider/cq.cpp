@@ -278,6 +278,10 @@ inline void clear_wc(ibv_wc* wc) {
       if (c.emu_flags & (kCqeFlagStaged | kCqeFlagWantStaging)) [[unlikely]]
         placed = staged_recv(cq, qp, idx, c, wc->byte_len);
       if (op_own & kCqeInlineScatter32) {
+        // The peer's QPN and LID were set at RTR, before any message could arrive. What orders
+        // that for this thread runs through the peer's process; the acquire of the state the
+        // modify published orders it within this one (and lets TSan see it).
+        (void)qp->shm->qp_state.load(std::memory_order_acquire);
         placed = scatter_to_wqe(qp, idx, reinterpret_cast<const uint8_t*>(&c), wc->byte_len);
         wc->src_qp =
             qp->shm->dest_qpn;  // bytes 0..31 held the payload; a connected QP knows its peer

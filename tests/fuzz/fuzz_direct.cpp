@@ -273,7 +273,7 @@ class DirectFuzz {
 // FUZZ_ITERS steps from FUZZ_SEED (defaults: 500000 from seed 1); the checker runs after every
 // thousand steps and at the end, with the objects live and after they are gone.
 TEST(FuzzDirect, GarbageWqesDoorbellsAndBlueFlameGiveErrorsNotCrashes) {
-  uint64_t seed = fuzz::env_or("FUZZ_SEED", 1), iters = fuzz::env_or("FUZZ_ITERS", 500000);
+  uint64_t seed = fuzz::env_or("FUZZ_SEED", 1), iters = fuzz::iters(500000);
   Segment* seg = nullptr;
   Outcomes out;
   {

@@ -1,6 +1,8 @@
 // The fuzz targets' seeded generator: splitmix64, so a seed names one run exactly (docs/
 // reliability.md "Bad input": why a generator of our own rather than libFuzzer). FUZZ_SEED and
-// FUZZ_ITERS override a target's defaults (bench/fuzz.sh runs longer campaigns).
+// FUZZ_ITERS override a target's defaults (bench/fuzz.sh runs longer campaigns); FUZZ_PERCENT
+// (default 100) scales every target's default step count instead: the sanitizer runs take the
+// first steps of the same seeds (ci/sanitize.sh).
 #pragma once
 #include <cstdint>
 #include <cstdlib>
@@ -47,6 +49,12 @@ class Rng {
 inline uint64_t env_or(const char* name, uint64_t dflt) {
   const char* v = std::getenv(name);
   return v && *v ? std::strtoull(v, nullptr, 0) : dflt;
+}
+
+// A target's step count: FUZZ_ITERS, or its default scaled by FUZZ_PERCENT (at least one step).
+inline uint64_t iters(uint64_t dflt) {
+  uint64_t scaled = dflt * env_or("FUZZ_PERCENT", 100) / 100;
+  return env_or("FUZZ_ITERS", scaled ? scaled : 1);
 }
 
 }  // namespace fuzz

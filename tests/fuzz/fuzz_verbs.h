@@ -41,6 +41,5 @@ inline void expect_segment_clean() {
 }
 
 inline uint64_t seed() { return env_or("FUZZ_SEED", 1); }
-inline uint64_t iters(uint64_t dflt) { return env_or("FUZZ_ITERS", dflt); }
 
 }  // namespace fuzz

@@ -338,10 +338,12 @@ TEST_F(Post, ResetWhileTheDeviceFailsAWrEndsInReset) {
   wr[kWrs - 1].wr.rdma.rkey ^= 0x5a5a00;
   ibv_qp_attr reset{};
   reset.qp_state = IBV_QPS_RESET;
-  for (int round = 0; round < 4000 && !HasFailure(); ++round) {
+  const uint64_t rounds = fuzz::iters(4000);
+  for (uint64_t round = 0; round < rounds && !HasFailure(); ++round) {
     ibv_send_wr* bad = nullptr;
     ASSERT_EQ(ibv_post_send(a, wr, &bad), 0);
-    for (int spin = 0; spin < round % 32; ++spin) sched_yield();  // varies where the reset lands
+    for (uint64_t spin = 0; spin < round % 32; ++spin)
+      sched_yield();  // varies where the reset lands
     ASSERT_EQ(ibv_modify_qp(a, &reset, IBV_QP_STATE), 0);
     ASSERT_EQ(vt::qp_state(a), IBV_QPS_RESET) << "round " << round;
     connect();

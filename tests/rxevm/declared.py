@@ -1,7 +1,7 @@
 """Where soft-RoCE (rdma_rxe, Linux 6.1) and emu0 are known to answer differently in the comparison
 suite, each with its reason and the specification's answer (the InfiniBand Architecture
-Specification, vol. 1, and ibv_poll_cq(3)/ibv_query_qp(3); shared/brief/semantics.md lists these as
-rxe's known departures, where mlx5 gives the specification's answer). emu0 follows the specification.
+Specification, vol. 1, and ibv_poll_cq(3)/ibv_query_qp(3); these are rxe's known departures, where
+mlx5 gives the specification's answer). emu0 follows the specification.
 tests/rxevm/rxe_compare.py fails on any difference not listed here, and on a row that no longer
 occurs (so the table stays true). docs/comparison.md shows it.
 
