@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "page_move.h"
-#include "provider.h"
+#include "verbs/provider.h"
 #include "shared_backing.h"
 
 namespace emu::prov {

@@ -7,7 +7,7 @@
 
 #include <cstring>
 
-#include "cm_state.h"
+#include "state.h"
 #include "emu/config.h"
 
 namespace emu::prov::cm {

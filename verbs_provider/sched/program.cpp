@@ -14,7 +14,7 @@
 
 #include "emu/config.h"
 #include "emudv.h"
-#include "sched_libc.h"
+#include "libc.h"
 
 namespace {
 

@@ -3,7 +3,7 @@
 // inherited, and the process-local locks a fork must not copy while another thread holds them.
 #include <pthread.h>
 
-#include "cm_state.h"
+#include "cm/state.h"
 #include "provider.h"
 
 namespace emu::prov {

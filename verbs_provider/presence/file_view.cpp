@@ -18,7 +18,7 @@
 #include <ctime>
 #include <functional>
 
-#include "cm_cdev.h"
+#include "cm/cdev.h"
 
 extern "C" int __open_2(const char*, int);
 extern "C" int __open64_2(const char*, int);

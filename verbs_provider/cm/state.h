@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "cm_wire.h"
+#include "wire.h"
 
 namespace emu::prov::cm {
 
