@@ -1,9 +1,9 @@
 // fork() and the provider (docs/architecture.md, "Fork"). The segment gives a child of fork() a
 // process record of its own (emu/segment.h); here the provider's side: which objects a child
-// inherited, and the process-local locks a fork must not copy while another thread holds them.
+// inherited. (The CM's lock, which a fork must not copy while another thread holds it, has its own
+// hooks beside it: cm/events.cpp.)
 #include <pthread.h>
 
-#include "cm/state.h"
 #include "provider.h"
 
 namespace emu::prov {
@@ -12,16 +12,11 @@ uint32_t g_fork_generation = 0;
 
 namespace {
 
-// No other thread of the parent holds the CM's lock in the child's copy of it (a thread blocked in
-// GET_EVENT waits without it, so taking it here does not wait for an event).
-void prepare() { cm::cm_mutex().lock(); }
-void parent() { cm::cm_mutex().unlock(); }
 void child() {
-  cm::cm_mutex().unlock();
   ++g_fork_generation;  // what exists now was made before the fork: the parent's
 }
 
-[[maybe_unused]] const int g_hooks = pthread_atfork(prepare, parent, child);
+[[maybe_unused]] const int g_hooks = pthread_atfork(nullptr, nullptr, child);
 
 }  // namespace
 
