@@ -11,9 +11,9 @@
 #include <random>
 
 #include "addr.h"
+#include "emu/kill_point.h"
 #include "knobs.h"
 #include "rendezvous.h"
-#include "emu/kill_point.h"
 
 namespace emu::prov::cm {
 namespace {

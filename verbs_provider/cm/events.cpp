@@ -8,8 +8,8 @@
 
 #include <cstring>
 
-#include "state.h"
 #include "emu/config.h"
+#include "state.h"
 
 namespace emu::prov::cm {
 

@@ -14,10 +14,10 @@
 #include <utility>
 
 #include "addr.h"
-#include "knobs.h"
-#include "rendezvous.h"
 #include "emu/config.h"
 #include "emu/kill_point.h"
+#include "knobs.h"
+#include "rendezvous.h"
 
 namespace emu::prov::cm {
 namespace {
