@@ -65,55 +65,62 @@ for room in "${!arrows[@]}"; do
     complain "$prog: room $room is on a cycle of the arrow table (${room} -> ${arrows[$room]})"
 done
 
-declare -A used=()
-for f in $(grep -E '\.(h|cpp)$' <<<"$files"); do
-  dir=$(dirname "$f")
+# The room of a file of the provider ("" elsewhere); a file outside the rooms, or in a room the
+# table does not know, is an error of its own.
+room_of() {
   room=""
-  if [[ $f == verbs_provider/* ]]; then
-    room=${f#verbs_provider/}
-    room=${room%%/*}
-    if [[ $dir == verbs_provider ]]; then
-      complain "$f: a file of the provider outside its rooms (verbs_provider/<room>/)"
-      continue
-    elif [ -z "${arrows[$room]+x}" ]; then
-      complain "$f: room verbs_provider/$room/ is not in $prog's arrow table"
-      continue
-    fi
+  [[ $1 == verbs_provider/* ]] || return 0
+  room=${1#verbs_provider/}
+  room=${room%%/*}
+}
+sources=$(grep -E '\.(h|cpp)$' <<<"$files" || true)
+for f in $sources; do
+  room_of "$f"
+  if [[ $(dirname "$f") == verbs_provider ]]; then
+    complain "$f: a file of the provider outside its rooms (verbs_provider/<room>/)"
+  elif [[ -n $room && -z ${arrows[$room]+x} ]]; then
+    complain "$f: room verbs_provider/$room/ is not in $prog's arrow table"
   fi
-  while IFS=: read -r line kind name; do
-    ok=0
-    why="is not a public \"emu/<name>.h\" (emu/include/emu/), a file of $dir/ or a system header"
-    if [ "$kind" = '"' ]; then
-      if [[ $name =~ ^emu/[A-Za-z0-9_]+\.h$ && -f emu/include/$name ]]; then ok=1
-      elif [[ $name != */* && -f $dir/$name ]]; then ok=1
-      # stress/'s subfolders (stress/race/) build on stress/'s own headers.
-      elif [[ $name != */* && $dir == stress/* && -f stress/$name ]]; then ok=1
-      # The Python harness's module builds on emu-race's core (stress/race/) and stress/.
-      elif [[ $name != */* && $dir == pyharness/* && ( -f stress/$name || -f stress/race/$name ) ]]; then ok=1
-      elif [[ $dir != emu/* && $name == "${provider_public##*/}" ]]; then ok=1
-      # Another room of the provider, along an arrow.
-      elif [[ -n $room && $name =~ ^([a-z_]+)/[A-Za-z0-9_]+\.h$ && -f verbs_provider/$name ]]; then
-        to=${BASH_REMATCH[1]}
-        if [ "$to" = "$room" ]; then
-          why="is a header of the including file's own room: include it as \"${name#*/}\""
-        elif [[ " ${arrows[$room]} " == *" $to "* ]]; then
-          ok=1
-          used[$room:$to]=1
-        else
-          why="goes the wrong way: $room -> $to is not an arrow of $prog's table"
-          why+=" ($room -> ${arrows[$room]:-nothing})"
-        fi
-      fi
-    elif [[ ! -e emu/$name && ( $name != emu/* || -f emu/include/$name ) ]]; then
-      ok=1
-    fi
-    if [ $ok = 0 ]; then
-      close='"' && [ "$kind" = '<' ] && close='>'
-      complain "$f:$line: #include $kind$name$close $why"
-    fi
-  done < <(grep -nE '^[[:space:]]*#[[:space:]]*include' "$f" |
-           sed -E 's/^([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*(["<])([^">]+)[">].*/\1:\2:\3/')
 done
+
+# Every include of every file, read by one grep (a process per file is slow on a busy machine).
+declare -A used=()
+# shellcheck disable=SC2086  # one word per file
+while IFS=: read -r f line kind name; do
+  dir=${f%/*}
+  room_of "$f"
+  ok=0
+  why="is not a public \"emu/<name>.h\" (emu/include/emu/), a file of $dir/ or a system header"
+  if [ "$kind" = '"' ]; then
+    if [[ $name =~ ^emu/[A-Za-z0-9_]+\.h$ && -f emu/include/$name ]]; then ok=1
+    elif [[ $name != */* && -f $dir/$name ]]; then ok=1
+    # stress/'s subfolders (stress/race/) build on stress/'s own headers.
+    elif [[ $name != */* && $dir == stress/* && -f stress/$name ]]; then ok=1
+    # The Python harness's module builds on emu-race's core (stress/race/) and stress/.
+    elif [[ $name != */* && $dir == pyharness/* && ( -f stress/$name || -f stress/race/$name ) ]]; then ok=1
+    elif [[ $dir != emu/* && $name == "${provider_public##*/}" ]]; then ok=1
+    # Another room of the provider, along an arrow.
+    elif [[ -n $room && $name =~ ^([a-z_]+)/[A-Za-z0-9_]+\.h$ && -f verbs_provider/$name ]]; then
+      to=${BASH_REMATCH[1]}
+      if [ "$to" = "$room" ]; then
+        why="is a header of the including file's own room: include it as \"${name#*/}\""
+      elif [[ " ${arrows[$room]:-} " == *" $to "* ]]; then
+        ok=1
+        used[$room:$to]=1
+      else
+        why="goes the wrong way: $room -> $to is not an arrow of $prog's table"
+        why+=" ($room -> ${arrows[$room]:-nothing})"
+      fi
+    fi
+  elif [[ ! -e emu/$name && ( $name != emu/* || -f emu/include/$name ) ]]; then
+    ok=1
+  fi
+  if [ $ok = 0 ]; then
+    close='"' && [ "$kind" = '<' ] && close='>'
+    complain "$f:$line: #include $kind$name$close $why"
+  fi
+done < <([ -z "$sources" ] || grep -nHE '^[[:space:]]*#[[:space:]]*include' $sources |
+         sed -E 's/^([^:]+):([0-9]+):[[:space:]]*#[[:space:]]*include[[:space:]]*(["<])([^">]+)[">].*/\1:\2:\3:\4/')
 
 # An arrow no include uses would let a wrong-way include in unnoticed: the table says what is.
 for room in "${!arrows[@]}"; do
