@@ -56,7 +56,7 @@ bool check_kill_at(const char* v, std::string*) {
   KillTarget t;
   return parse_kill_at(v, &t);
 }
-// As ib_port_has_addr (verbs_provider/cm_addr.cpp) reads it: emuD:P=A.B.C.D, comma-separated.
+// As ib_port_has_addr (verbs_provider/cm/addr.cpp) reads it: emuD:P=A.B.C.D, comma-separated.
 bool check_cm_ib_addrs(const char* v, std::string* why) {
   std::string list(v);
   for (size_t at = 0; at <= list.size();) {

@@ -99,7 +99,8 @@ bool map_file(Segment* seg, const MrSlot& mr, uint64_t* origin) {
 
 uint64_t shared_window(Segment* seg, const MrSlot& mr, uint64_t va, uint64_t len, bool own) {
   uint64_t share_len = mr.share_len;
-  std::atomic_thread_fence(std::memory_order_acquire);  // share_len is stored last (shared_mr.cpp)
+  std::atomic_thread_fence(
+      std::memory_order_acquire);  // share_len is stored last (verbs_provider/memory/shared_mr.cpp)
   if (share_len == 0 || (mr.owner == seg->self() && !own)) return 0;
   if (va < mr.share_va || len > share_len || va - mr.share_va > share_len - len) return 0;
   uint64_t origin;

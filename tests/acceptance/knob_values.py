@@ -55,7 +55,7 @@ BAD = {
     "EMU_XRC_POLICY": ["sometimes"],
     "EMU_XRC_TGT_LIFETIME": ["forever"],
 }
-# Refused before the program's main (verbs_provider/sched_program.cpp), so no verb runs.
+# Refused before the program's main (verbs_provider/sched/program.cpp), so no verb runs.
 BEFORE_MAIN = {"EMU_SCHEDULE"}
 
 

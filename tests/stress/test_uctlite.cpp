@@ -115,7 +115,7 @@ INSTANTIATE_TEST_SUITE_P(Apis, UctliteTest, ::testing::Values(Api::verbs, Api::d
 
 // A WQE that wraps the end of the send ring goes to the BlueFlame buffer in two emudv_bf_copy
 // calls, as emudv.h prescribes. They are one write: the device must neither report a torn
-// BlueFlame WQE nor execute anything but the WQE (the fix in verbs_provider/emudv.cpp: before
+// BlueFlame WQE nor execute anything but the WQE (the fix in verbs_provider/verbs/emudv.cpp: before
 // it, each call started a write of its own and the device saw the thread tear its own WQE).
 TEST(UctliteDirect, RingWrappingBlueFlameWqeIsOneWrite) {
   const EmudvFns* dv = emudv_fns();

@@ -115,7 +115,8 @@ TEST(Dma, ScatterLongerThanGatherEndsWithTheMessage) {
 
 namespace {
 
-// What the provider's handler does first (verbs_provider/page_move.cpp), installed for the test.
+// What the provider's handler does first (verbs_provider/memory/page_move.cpp), installed for the
+// test.
 struct RecoveringHandler {
   struct sigaction old_segv {
   }, old_bus{};

@@ -157,8 +157,9 @@ TEST(Segment, DeadProcessObjectsAreSweptAtTheNextAttach) {
   EXPECT_EQ(h->procs[slot].state.load(), kProcFree);
 }
 
-// A sweeper killed part way (xrc.cpp sweeps inside open_xrcd and open_qp, so a process killed
-// there dies mid-sweep) leaves the record it was releasing marked dead: the next sweep finishes it.
+// A sweeper killed part way (verbs_provider/verbs/xrc.cpp sweeps inside open_xrcd and open_qp, so a
+// process killed there dies mid-sweep) leaves the record it was releasing marked dead: the next
+// sweep finishes it.
 TEST(Segment, ASweepLeftHalfDoneByItsDeadSweeperIsFinished) {
   Segment* s = Segment::get();
   Header* h = s->hdr();

@@ -220,8 +220,8 @@ TEST_F(ErrnoConnected, InlineLongerThanMax) {
   EXPECT_EQ(dst.p[cap.max_inline_data], 0);
 }
 
-// ibv_post_send's opcodes come from a table (post.cpp, wr_kind): what is not in it, or not
-// carried by RC, is EINVAL, and nothing of the post runs.
+// ibv_post_send's opcodes come from a table (verbs_provider/verbs/post.cpp, wr_kind): what is not
+// in it, or not carried by RC, is EINVAL, and nothing of the post runs.
 TEST_F(ErrnoConnected, PostSendOpcodesNotCarriedAreEinval) {
   ibv_sge sg = src.sge(0, 8);
   for (int op : {int{IBV_WR_TSO}, int{IBV_WR_DRIVER1}, int{IBV_WR_ATOMIC_WRITE}, 12, 1000, -1}) {

@@ -1,4 +1,4 @@
-// Context import (verbs_provider/import.cpp): a context imported from a duplicate of an emu
+// Context import (verbs_provider/verbs/import.cpp): a context imported from a duplicate of an emu
 // context's command fd finds that context's PD, MR and device-memory block by handle, and RDMA
 // between a QP of the imported context and one of the original lands in the shared MR (as
 // pyverbs' test_imported_rc_ex_rdma_write does). Unimport frees the handle, never the object.

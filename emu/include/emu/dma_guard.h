@@ -4,11 +4,11 @@
 // with memcpy through the program's own addresses (same process) or a shared mapping, and a
 // missing page would end the process with SIGSEGV (or SIGBUS: a file truncated under a mapping).
 // Such copies run guarded instead: the thread records where to resume (a setjmp, no system
-// call), and the process's SIGSEGV/SIGBUS handler (the provider's, verbs_provider/page_move.cpp)
-// asks dma_fault_recover first, which resumes there when the fault is in a guarded copy of its
-// own thread. The copy then reports the fault and the device uses the MR's pages another way or
-// completes with the error hardware gives (docs/architecture.md, "Registered memory a program
-// unmapped").
+// call), and the process's SIGSEGV/SIGBUS handler (the provider's,
+// verbs_provider/memory/page_move.cpp) asks dma_fault_recover first, which resumes there when the
+// fault is in a guarded copy of its own thread. The copy then reports the fault and the device uses
+// the MR's pages another way or completes with the error hardware gives (docs/architecture.md,
+// "Registered memory a program unmapped").
 #pragma once
 #include <signal.h>
 

@@ -1,7 +1,7 @@
 // Raw packet QPs' steering, the device's side: what a frame carries (its headers as a FrameKey),
 // whether a flow rule takes it, the Toeplitz hash of receive-side scaling, and the life of the
 // rules and RSS tables in the segment (emu/raw_layout.h). No verbs types: the verbs edge
-// (verbs_provider/flow.cpp, wq.cpp) translates ibv_flow_spec_* and rx_hash_conf into these.
+// (verbs_provider/raw/flow.cpp, wq.cpp) translates ibv_flow_spec_* and rx_hash_conf into these.
 #pragma once
 #include <cstdint>
 

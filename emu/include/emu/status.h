@@ -1,5 +1,6 @@
 // The status type used inside the device model. The verbs edge maps it to an errno per verb (the
-// same status means different errnos to different verbs, e.g. verbs_provider/xrc.cpp's errno_of).
+// same status means different errnos to different verbs, e.g. verbs_provider/verbs/xrc.cpp's
+// errno_of).
 #pragma once
 
 namespace emu {

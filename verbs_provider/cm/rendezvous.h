@@ -8,7 +8,7 @@
 
 #include <cstdint>
 
-#include "cm_wire.h"
+#include "wire.h"
 
 namespace emu::prov::cm {
 

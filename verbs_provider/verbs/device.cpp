@@ -54,7 +54,7 @@ void init_devices() {
     d.dev.transport_type = IBV_TRANSPORT_IB;
     std::snprintf(d.dev.name, sizeof d.dev.name, "%s", h->devices[i].name);
     std::snprintf(d.dev.dev_name, sizeof d.dev.dev_name, "uverbs-%s", h->devices[i].name);
-    // Where the kernel's sysfs has them; the file view (sysfs_view.h) answers both.
+    // Where the kernel's sysfs has them; the file view (presence/sysfs_view.h) answers both.
     // Formatted from the segment's name, not from d.dev's own fields: a source inside the
     // destination object is what -Wrestrict (sanitizer builds) rightly refuses.
     std::snprintf(d.dev.dev_path, sizeof d.dev.dev_path, "/sys/class/infiniband_verbs/uverbs-%s",
@@ -235,7 +235,7 @@ int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
   full.tm_caps.flags = IBV_TM_CAP_RC;
   full.tm_caps.max_ops = Limits::max_tm_ops;
   full.tm_caps.max_sge = 1;
-  // Receive-side scaling over raw packet QPs, where there is an Ethernet port (wq.cpp).
+  // Receive-side scaling over raw packet QPs, where there is an Ethernet port (raw/wq.cpp).
   if (device_has_ethernet(to_ctx(ctx)->dev)) {
     full.rss_caps.supported_qpts = 1u << IBV_QPT_RAW_PACKET;
     full.rss_caps.max_rwq_indirection_tables = kMaxRssQps;

@@ -1,8 +1,8 @@
-// The RDMA CM character device of emu fabrics (cm_cdev.h): a channel is an epoll set, so that
+// The RDMA CM character device of emu fabrics (cdev.h): a channel is an epoll set, so that
 // poll/epoll/select and O_NONBLOCK on it behave natively, and the commands librdmacm write()s on
-// it are served here (cm_commands.cpp) instead of by the kernel's ucma. close() of a channel
+// it are served here (commands.cpp) instead of by the kernel's ucma. close() of a channel
 // destroys its ids, as closing the kernel's file does.
-#include "cm_cdev.h"
+#include "cdev.h"
 
 #include <dlfcn.h>
 #include <fcntl.h>
@@ -15,10 +15,10 @@
 #include <cstring>
 #include <vector>
 
-#include "cm_commands.h"
-#include "cm_peer.h"
-#include "cm_state.h"
-#include "provider.h"
+#include "commands.h"
+#include "peer.h"
+#include "state.h"
+#include "verbs/provider.h"
 
 namespace emu::prov {
 namespace {

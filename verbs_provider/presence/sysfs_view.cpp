@@ -13,7 +13,7 @@
 #include <deque>
 
 #include "emu/port.h"
-#include "provider.h"
+#include "verbs/provider.h"
 
 namespace emu::prov::view {
 namespace {

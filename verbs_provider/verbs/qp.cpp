@@ -277,7 +277,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
                                   IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_XRCD | kRss;
   if (attr->comp_mask & ~kKnownMask) return fail_null<ibv_qp>(EOPNOTSUPP);
-  // An RSS QP receives on the WQs of its indirection table (wq.cpp).
+  // An RSS QP receives on the WQs of its indirection table (raw/wq.cpp).
   if (attr->comp_mask & kRss) return create_rss_qp(context, attr);
   // An XRC TGT QP has no PD, CQs or queues: a handle to a QP of the domain (xrc.cpp).
   if (attr->qp_type == IBV_QPT_XRC_RECV) return create_tgt_qp(context, attr);

@@ -1,4 +1,4 @@
-// GET_EVENT: the next event of a channel (cm_peer.cpp turns peers' messages and timers into
+// GET_EVENT: the next event of a channel (peer.cpp turns peers' messages and timers into
 // events first).
 #pragma once
 #include <rdma/rdma_user_cm.h>

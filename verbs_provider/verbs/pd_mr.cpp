@@ -55,8 +55,8 @@ ibv_mr* reg_mr(ibv_pd* pd, void* addr, size_t length, uint64_t iova, unsigned ac
   // On-demand paging is what this device does anyway: the engine reads and writes a process's
   // memory through its page tables (process_vm_readv/writev or a shared mapping), never pinning
   // it, so a page not yet present is faulted in by the copy. ON_DEMAND only keeps the pages from
-  // moving into the registration file (EMU_SHARED_MR, shared_mr.cpp), and allows the implicit MR:
-  // addr NULL and length SIZE_MAX, the whole address space, as the kernel takes it.
+  // moving into the registration file (EMU_SHARED_MR, memory/shared_mr.cpp), and allows the
+  // implicit MR: addr NULL and length SIZE_MAX, the whole address space, as the kernel takes it.
   bool odp = access & IBV_ACCESS_ON_DEMAND;
   bool implicit = odp && !addr && length == SIZE_MAX;
   // A device-memory MR may be empty (mlx5 takes one); host memory has to have a byte.

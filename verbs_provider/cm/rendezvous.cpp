@@ -1,4 +1,4 @@
-#include "cm_rendezvous.h"
+#include "rendezvous.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>
@@ -11,7 +11,7 @@
 #include <random>
 #include <string>
 
-#include "cm_addr.h"
+#include "addr.h"
 #include "emu/config.h"
 
 namespace emu::prov::cm {

@@ -20,7 +20,7 @@ Fn libc_next(std::atomic<Fn>& slot, const char* name, const char* version = null
   return f;
 }
 
-// The program-wide run's end: the report (stderr, EMU_SCHEDULE_OUT), once (sched_program.cpp).
+// The program-wide run's end: the report (stderr, EMU_SCHEDULE_OUT), once (program.cpp).
 void finish_program_run();
 
 }  // namespace emu_sched

@@ -1,7 +1,7 @@
 // The ucma commands librdmacm writes on a channel fd (rdma/rdma_user_cm.h), one handler each,
 // with the kernel's errors (ucma.c, cma.c). Responses go through the user pointer in the command,
 // as the kernel's copy_to_user does.
-#include "cm_commands.h"
+#include "commands.h"
 
 #include <fcntl.h>
 #include <sys/epoll.h>
@@ -10,10 +10,10 @@
 #include <cstring>
 #include <random>
 
-#include "cm_addr.h"
-#include "cm_knobs.h"
-#include "cm_rendezvous.h"
+#include "addr.h"
 #include "emu/kill_point.h"
+#include "knobs.h"
+#include "rendezvous.h"
 
 namespace emu::prov::cm {
 namespace {

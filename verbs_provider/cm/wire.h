@@ -1,4 +1,4 @@
-// The CM messages two emulated processes exchange over their rendezvous socket (cm_rendezvous.h),
+// The CM messages two emulated processes exchange over their rendezvous socket (rendezvous.h),
 // named after the IB CM MADs they stand for. One message is one SOCK_SEQPACKET record: the
 // socket keeps the boundaries, and its closing stands for the peer's ids being destroyed (a DREQ
 // when connected, a REJ while the connection is being set up), as the kernel sends when a process

@@ -18,7 +18,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "provider.h"
+#include "verbs/provider.h"
 
 namespace emu::prov {
 namespace {

@@ -1,4 +1,4 @@
-#include "cm_addr.h"
+#include "addr.h"
 
 #include <arpa/inet.h>
 #include <endian.h>
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <string>
 
-#include "provider.h"
+#include "verbs/provider.h"
 
 namespace emu::prov::cm {
 namespace {

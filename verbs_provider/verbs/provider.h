@@ -129,7 +129,7 @@ struct EmuPd {
   bool is_parent() const { return parent != nullptr; }
 };
 
-// The pages an MR covers, and the shared file it named if any (shared_mr.cpp).
+// The pages an MR covers, and the shared file it named if any (memory/shared_mr.cpp).
 struct MrCover {
   uint64_t lo = 0, hi = 0;  // page-aligned
   uint64_t file_uid = 0;    // a file found behind a shared mapping, 0 if none
@@ -315,8 +315,8 @@ struct EmuQp {
   // The ownership checker (lockless QPs only), one word per lock it stands for.
   OwnerWord sq_owner;
   OwnerWord rq_owner;
-  // Raw packet QPs (flow.cpp, wq.cpp): flow rules steering to it (a QP with rules is busy, as the
-  // kernel counts them in its use count), and an RSS QP's RssSlot (1 + index) and table.
+  // Raw packet QPs (raw/flow.cpp, wq.cpp): flow rules steering to it (a QP with rules is busy, as
+  // the kernel counts them in its use count), and an RSS QP's RssSlot (1 + index) and table.
   std::atomic<uint32_t> flows{0};
   uint32_t rss_slot = 0;
   struct EmuIndTable* ind_table = nullptr;
@@ -505,7 +505,8 @@ int emu_close_xrcd(ibv_xrcd* xrcd);
 ibv_qp* emu_open_qp(ibv_context* context, ibv_qp_open_attr* attr);
 ibv_qp* create_tgt_qp(ibv_context* context, ibv_qp_init_attr_ex* attr);
 int destroy_tgt_qp_handle(EmuQp* qp);
-// Raw packet QPs: flow steering (flow.cpp), receive WQs, indirection tables and RSS QPs (wq.cpp).
+// Raw packet QPs: flow steering (raw/flow.cpp), receive WQs, indirection tables and RSS QPs
+// (raw/wq.cpp).
 bool device_has_ethernet(uint32_t dev);
 bool port_is_ethernet(uint32_t dev, uint32_t port);
 ibv_flow* emu_create_flow(ibv_qp* qp, ibv_flow_attr* attr);
@@ -550,13 +551,14 @@ void install_wr_ops(EmuQp* qp);
 void qp_progress(EmuQp* qp);
 void cq_progress(EmuCq* cq);
 int port_attr_fill(uint32_t dev, uint8_t port, ibv_port_attr* attr);
-// What ibv_query_device answers for device `dev` (also the file view's source, sysfs_view.cpp).
+// What ibv_query_device answers for device `dev` (also the file view's source,
+// presence/sysfs_view.cpp).
 void device_attr_fill(uint32_t dev, ibv_device_attr* attr);
 // Records that an MR covers [addr, addr + len) and, unless it is an ODP MR, makes its pages
 // reachable by other processes' engines without a system call where it can: pages in a shared file
 // mapping as they are, private anonymous pages by moving them into the registration file
-// (EMU_SHARED_MR); ms's share fields say which (shared_mr.cpp). What it returns is handed back
-// when the MR goes (or changes pages), after no engine uses it any more.
+// (EMU_SHARED_MR); ms's share fields say which (memory/shared_mr.cpp). What it returns is handed
+// back when the MR goes (or changes pages), after no engine uses it any more.
 MrCover share_pages(void* addr, size_t len, bool odp, MrSlot& ms);
 void unshare_pages(const MrCover& cover);
 // The name of an emu context's cmd_fd (a memfd: no kernel stands behind emu contexts).

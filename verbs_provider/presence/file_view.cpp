@@ -1,7 +1,7 @@
 // Opens and stats of the file view (file_view.h). A file of the view opens as an in-memory copy
 // of its contents (a memfd written at open: nothing on disk, nothing left behind, and the values
 // are the segment's at that moment, as a sysfs attribute is rendered at open).
-// /dev/infiniband/rdma_cm opens through the RDMA CM emulation (cm_cdev.h); its descriptors stat as
+// /dev/infiniband/rdma_cm opens through the RDMA CM emulation (cm/cdev.h); its descriptors stat as
 // the character device.
 #include "file_view.h"
 
@@ -18,7 +18,7 @@
 #include <ctime>
 #include <functional>
 
-#include "cm_cdev.h"
+#include "cm/cdev.h"
 
 extern "C" int __open_2(const char*, int);
 extern "C" int __open64_2(const char*, int);

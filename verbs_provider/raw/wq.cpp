@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "emu/raw.h"
-#include "provider.h"
+#include "verbs/provider.h"
 
 using namespace emu;
 using namespace emu::prov;

@@ -6,7 +6,7 @@
 #include <mutex>
 
 #include "emu/raw.h"
-#include "provider.h"
+#include "verbs/provider.h"
 
 using namespace emu;
 using namespace emu::prov;

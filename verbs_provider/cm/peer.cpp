@@ -1,7 +1,7 @@
 // What arrives from other processes — a connection on a listener, CM messages, a peer's socket
 // closing — and the timers, turned into the events the kernel's CM reports for them (cma.c's
 // cma_ib_handler and cma_req_handler), and GET_EVENT, which hands the events out.
-#include "cm_peer.h"
+#include "peer.h"
 
 #include <poll.h>
 #include <sys/epoll.h>
@@ -13,11 +13,11 @@
 #include <random>
 #include <utility>
 
-#include "cm_addr.h"
-#include "cm_knobs.h"
-#include "cm_rendezvous.h"
+#include "addr.h"
 #include "emu/config.h"
 #include "emu/kill_point.h"
+#include "knobs.h"
+#include "rendezvous.h"
 
 namespace emu::prov::cm {
 namespace {

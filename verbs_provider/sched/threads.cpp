@@ -16,7 +16,7 @@
 #include <unordered_map>
 
 #include "emu/sched_program.h"
-#include "sched_libc.h"
+#include "libc.h"
 
 namespace {
 

@@ -1,6 +1,6 @@
 // The RDMA CM character device of emu fabrics: what /dev/infiniband/rdma_cm opens to under emu-run.
-// The file-view interposer (file_view.cpp) routes an open of that path here; the RDMA CM emulation
-// (cm_cdev.cpp) implements it.
+// The file-view interposer (presence/file_view.cpp) routes an open of that path here; the RDMA CM
+// emulation (cdev.cpp) implements it.
 #pragma once
 
 namespace emu::prov {

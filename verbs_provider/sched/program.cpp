@@ -2,8 +2,6 @@
 // ends it when main returns or an actor calls exit(); then it writes what happened to stderr and,
 // as JSON, to the file EMU_SCHEDULE_OUT names: strategy, seed, steps, decisions, the schedule, the
 // trace hash, the device's race events in the run, and the command that replays it.
-#include "emu/sched_program.h"
-
 #include <unistd.h>
 
 #include <cinttypes>
@@ -13,8 +11,9 @@
 #include <vector>
 
 #include "emu/config.h"
+#include "emu/sched_program.h"
 #include "emudv.h"
-#include "sched_libc.h"
+#include "libc.h"
 
 namespace {
 

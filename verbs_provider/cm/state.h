@@ -14,7 +14,7 @@
 #include <mutex>
 #include <vector>
 
-#include "cm_wire.h"
+#include "wire.h"
 
 namespace emu::prov::cm {
 
@@ -107,7 +107,7 @@ std::map<int, Channel>& channels();  // by epfd
 Ctx* find_ctx(uint32_t id);
 uint32_t next_id();
 
-// Event queue and epoll membership (cm_events.cpp). Caller holds cm_mutex().
+// Event queue and epoll membership (events.cpp). Caller holds cm_mutex().
 void push_event(Ctx& c, uint32_t event, int32_t status);
 Event& push_event_ref(Ctx& c, uint32_t event, int32_t status);
 void watch(Ctx& c, int fd, Source s);

@@ -10,7 +10,7 @@
 
 #include <cstdint>
 
-#include "cm_state.h"
+#include "state.h"
 
 namespace emu::prov::cm {
 

@@ -1,5 +1,6 @@
 // The ids' registry, each channel's event queue, and the epoll set that makes a channel's fd
 // readable when an event is queued or a peer's socket or a timer needs attention.
+#include <pthread.h>
 #include <sys/epoll.h>
 #include <sys/eventfd.h>
 #include <sys/timerfd.h>
@@ -7,8 +8,8 @@
 
 #include <cstring>
 
-#include "cm_state.h"
 #include "emu/config.h"
+#include "state.h"
 
 namespace emu::prov::cm {
 
@@ -16,6 +17,18 @@ std::mutex& cm_mutex() {
   static std::mutex mu;
   return mu;
 }
+
+namespace {
+
+// No other thread of the parent holds the lock in the child's copy of it (a thread blocked in
+// GET_EVENT waits without it, so taking it here does not wait for an event). Here rather than in
+// verbs/fork.cpp, so that the verbs room needs nothing of the CM's.
+void prepare_fork() { cm_mutex().lock(); }
+void after_fork() { cm_mutex().unlock(); }
+
+[[maybe_unused]] const int g_fork_hooks = pthread_atfork(prepare_fork, after_fork, after_fork);
+
+}  // namespace
 
 std::map<uint32_t, Ctx>& ctxs() {
   static auto* m = new std::map<uint32_t, Ctx>;  // never destroyed: close() may run at exit

@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "page_move.h"
-#include "provider.h"
 #include "shared_backing.h"
+#include "verbs/provider.h"
 
 namespace emu::prov {
 

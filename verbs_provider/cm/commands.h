@@ -1,4 +1,4 @@
-// One ucma command written on a channel fd (all but GET_EVENT, which cm_cdev.cpp hands to
+// One ucma command written on a channel fd (all but GET_EVENT, which cdev.cpp hands to
 // get_event because it waits). Caller holds cm_mutex(); `buf` is the whole write, header first,
 // with at least hdr.in bytes after the header.
 #pragma once
@@ -6,7 +6,7 @@
 
 #include <cstdint>
 
-#include "cm_state.h"
+#include "state.h"
 
 namespace emu::prov::cm {
 
