@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): two builds of emu0 against each other, alternating A B A B ... in one
 # run (server core 0, client core 1), the median of the per-round ratios B / A. For judging a
 # change to the post / doorbell / engine / poll path on a machine whose speed moves within seconds.

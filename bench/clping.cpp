@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // bench/clping: the vCPU placement of a benchmark round, as the round trip of one cache line
 // bounced between two processes on two cores (this VM's host re-places its vCPUs: the same pair
 // of cores is 120–160 ns apart for a while, 450–520 ns at other times; perf-anchors.md). The parent

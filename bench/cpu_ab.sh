@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): the CPU cost of the post / engine / poll path, two builds of emu0 A/B in
 # one process each (no second core, so the VM's cross-core placement does not enter): each round
 # runs A then B pinned to core 1 and takes the CPU time each used (perf stat task-clock: time

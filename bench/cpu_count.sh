@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): instructions per message of bench/cpu/send_stream under valgrind's
 # callgrind, a deterministic count the VM's load and placement do not move. The tool runs twice
 # (ROUNDS and 2 x ROUNDS rounds) and the difference is divided by the extra messages, so set-up

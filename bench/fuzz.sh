@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark-length fuzz campaign (not a test): the fuzz targets of tests/fuzz/ over seeds 1..N,
 # ITERS steps each (ctest's label fuzz runs seed 1 with the defaults), each binary on fabrics of
 # its own (test_main appends the pid), removed afterwards. Stops at the first failing seed and

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 # Helpers the benchmark scripts share (sourced, not run): a server/client pair pinned to cores 0
 # and 1, started on a condition (the server's TCP port listening), and the statistics of a run.
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 /* bench/mpi_pingpong: MPI latency and bandwidth between two ranks, every message data-checked, for
  * bench/sizes.sh (Open MPI's UCX PML over emu0 against the same program over shared memory).
  * Latency: a ping-pong of 8 B, each round trip timed; the one-way median, average and p99.

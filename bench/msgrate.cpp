@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // bench/msgrate: the small-message rate of a verbs device, from a harness whose own clock does not
 // dominate (perftest's ib_write_bw reads the clock for every message: ~40% of its client here).
 // The client posts lists of `batch` WRs, all unsignaled but the last, and reads the clock once per

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test) of one-sided traffic between two emu-run perftest processes, A/B
 # alternating (A B A B ..., server core 0, client core 1), each line the median of the per-round
 # ratios B/A. Two parts:

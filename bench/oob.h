@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The out-of-band channel of bench/msgrate: one TCP connection between the two processes, as
 // ibv_rc_pingpong has, carrying fixed-size records (QP addresses, then the end-of-run counts).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Benchmark (not a test): what ibv_reg_mr and ibv_dereg_mr cost on emu0 for one buffer size, the
 // buffer's pages resident (written before the first registration). bench/regcost.sh runs it with
 // and without EMU_SHARED_MR, alternating, for the cost of moving pages into the registration file

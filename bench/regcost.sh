@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): ibv_reg_mr + ibv_dereg_mr of a resident private buffer on emu0, pages
 # moved into the registration file (EMU_SHARED_MR=1, the default) against left where they are
 # (EMU_SHARED_MR=0), alternating in each round, for each size; the median of the per-round ratios.

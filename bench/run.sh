@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): emu0 against its anchors (docs/perf.md), measured side by
 # side in one run (A B A B ...), median ratio per pair. Writes a table to stdout; docs/perf.md keeps
 # the latest one. Usage: bench/run.sh [rounds=3]

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): create+destroy cost per object (PD, CQ, MR, QP) as a function of live
 # objects and of attached processes, and attach/detach cost with 1..64 processes attached. Each
 # round runs build/bin/emu-scale (bench/scale_tool.cpp, verbs only) once per process count, the

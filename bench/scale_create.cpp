@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Create+destroy cost per object with many objects live (issue 18 item 3): for each live count
 // (argv, e.g. 100 1000 10000), that many RC QPs are made on one shared CQ, then `cycles`
 // create+destroy pairs of a QP, of a CQ and of an MR are timed; one line per count and kind:

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): create+destroy cost per QP, CQ and MR with 100, 1,000 and 10,000 QPs
 # live (issue 18 item 3), build A (default /work/main/build/bin: fixed tables, at most 4,094 QPs)
 # against build B (this tree's: chunked tables), alternated A B A B ..., pinned to core 1. Prints

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-scale: one round of the scale benchmark (bench/scale.sh runs the rounds and the ratios).
 // Verbs only, so that it measures whatever tables the device has. Run under emu-run:
 //

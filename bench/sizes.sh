@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test), issue 18 items 2 and 4: emu0 across sizes against UCX's shared-memory
 # transports, in one run of alternating rounds. In every round each emu0 figure is taken right
 # after its anchor (A B A B ...); a measure's ratio is the median of its per-round ratios. Each

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): receive staging on (the default) against off (EMU_STAGING=0), same
 # build, alternating A B A B ... within each round; server pinned to core 0, client to core 1.
 # Prints, per measure, the median of the per-round ratios (on/off) and the medians themselves.

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): UCX over emu0 against perftest over emu0 in the same run, alternating
 # (A B A B ...), the median of the per-round ratios: UCP tag_lat 8 B average over ib_send_lat 8 B
 # average (and median over typical), ib_write_bw 64 KiB over UCP tag_bw 64 KiB. Both sides are

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark (not a test): the cost of the packet wire's switch when it is off. Runs the same
 # perftest pairs with build A (default: /work/main/build, without the wire) and build B (this
 # tree's build) side by side (A B A B ...), and with B under EMU_FAULTS (no fault firing) and

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Benchmark-length campaign (not a test): the RC sweeps of tests/verbs/test_wire_faults.cpp over
 # many seeds — every signaled WR completes exactly once with the right data, or the QP fails
 # with RETRY_EXC_ERR and flushes the rest — on a fabric of its own, removed afterwards.

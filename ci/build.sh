@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Configures and builds into ${BUILD_DIR:-build}, warnings as errors (EMU_WERROR; -DEMU_WERROR=OFF
 # among the arguments to allow them). Extra arguments go to cmake's configure step.
 set -euo pipefail

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # The layers' includes. The provider (verbs_provider/), stress/, tools/ and pyharness/ see the
 # device model only through its public face, and that face includes nothing private. Each "..."
 # include of a file there must name a public "emu/<name>.h" (a file of emu/include/emu/), a file

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Installs what is missing, builds, and runs the main job: emu0 listed, an unmodified
 # ibv_rc_pingpong between two processes, then the headline: the seed's case (two threads sharing
 # one SINGLE-mode endpoint, ucx#2464) found by the deterministic scheduler, its shrunk

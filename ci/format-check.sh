@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Fails if any tracked *.h / *.cpp differs from what clang-format makes of it with the project's
 # .clang-format (fix: clang-format -i FILE...). Runs before the build in ci/test.sh: it is fast.
 set -euo pipefail
@@ -16,3 +17,24 @@ if ! out=$(clang-format --style=file --dry-run --Werror $files 2>&1); then
   exit 1
 fi
 echo "ci/format-check.sh: $n files clang-formatted"
+# Every source file names its licence (LICENSE) in an SPDX line near its top.
+sources=$(git ls-files '*.h' '*.cpp' '*.c' '*.py' '*.pyi' '*.sh' '*.cmake' '*CMakeLists.txt' \
+          2>/dev/null || true)
+# shellcheck disable=SC2086  # one word per file
+unlicensed=$(for f in $sources; do
+               head -3 "$f" | grep -q 'SPDX-License-Identifier: BSD-2-Clause' || echo "$f"
+             done)
+if [ -n "$unlicensed" ]; then
+  sed 's/^/  /' <<<"$unlicensed" >&2
+  echo "ci/format-check.sh: files without '# SPDX-License-Identifier: BSD-2-Clause' (or //) in" \
+       "their first three lines" >&2
+  exit 1
+fi
+# The team's briefs outside the repository are not part of the product: nothing may point there.
+brief_dir='shared/''brief'
+if refs=$(git grep -nE "\.\./shared/|$brief_dir" -- . 2>/dev/null); then
+  echo "$refs" >&2
+  echo "ci/format-check.sh: references to the briefs outside the repository ($brief_dir)" >&2
+  exit 1
+fi
+echo "ci/format-check.sh: every source file licensed, no reference outside the repository"

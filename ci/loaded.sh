@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # The whole suite under load: `ctest -j2` several times in a row (5 by default) beside a CPU hog,
 # one busy process for the whole time, so that every test shares the 2 cores with a neighbour and
 # the hog. Prints each run's count of tests and its time; stops with a failure at the first run

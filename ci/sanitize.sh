@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # The sanitizer subset (README "Sanitizers"): ASan+UBSan with LeakSanitizer, and TSan, over the
 # unit tests, the cross-process verbs tests and unmodified Debian programs with the instrumented
 # provider preloaded. ci/sanitize.sh [address,undefined|thread]... (both by default). The two

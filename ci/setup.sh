@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Installs what the build and the tests need, from Debian 12's repositories, if it is missing.
 # Works from a bare debian:12 (no compiler, no cmake) as root, non-interactively.
 set -euo pipefail

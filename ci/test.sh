@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # Installs what is missing, checks the format and the layers' includes (fast, so first), builds
 # with warnings as errors, and runs every test (unit, verbs-level, acceptance with the unmodified
 # Debian binaries), then the sanitizer subset. Exits non-zero on any failure.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-stress: many threads posting self-checking RDMA WRITEs or SENDs through uctlite, in one
 // process, over loopback RC QP pairs; reports rates, what arrived corrupted, completions that came
 // twice or never, and the race events the device recorded meanwhile (docs/stress.md).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 #include "emudv_link.h"
 
 #include <dlfcn.h>

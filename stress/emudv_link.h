@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The direct-access API of emulated devices (verbs_provider/include/emudv.h), looked up at run time
 // in libemu_verbs.so, which emu-run preloads. Looked up rather than linked so that the same binary
 // runs over a real device without the emulator (api = verbs): linking the provider would load the

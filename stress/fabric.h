@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-stress's verbs objects, all in one process: an initiator context whose RC QPs post, and a
 // target context on the same device whose RC QPs (one per initiator QP, connected by loopback
 // through the port's LID or GID) receive. Targets have a context of their own so that they take

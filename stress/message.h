@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Self-checking messages. Every byte is a function of (thread, seq, length): an 8-byte header
 // naming them, a pattern derived from them, and (from 16 bytes on) a checksum of everything before
 // it in the last 4 bytes. So whoever holds a message can name the message it claims to be and

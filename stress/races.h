@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device's race events that belong to this run: those recorded on the fabric after the run
 // started (emudv_races_recorded) by this process's threads. Read while the run goes on, since the
 // device keeps only its last 1024 events; what was overwritten before it was read counts as lost.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-stress's report: the text for people (stdout) and the JSON summary (--json; fields in
 // docs/stress.md).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Posting, completions and the drain of an emu-stress run (verification: verify.cpp).
 //
 // Completions of one QP are polled by one thread at a time (PairState::poll_mu) in every thread

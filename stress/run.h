@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // One emu-stress run: the lanes, the posting threads, the receiver (SEND), the completion and
 // corruption accounting, and the drain. The layout of memory is fixed before the fabric exists
 // (Run's constructor), the rest once it does (attach).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The parts of uctlite common to both APIs: names, the locks, the worker and its registers.
 #include <sched.h>
 

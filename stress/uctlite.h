@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // uctlite: a small UCT-style posting library. An endpoint (Ep) is one connected RC QP and the CQ
 // its sends complete into; a Worker owns the endpoints of one device context and what UCT keeps
 // per worker: the worker lock (thread mode) and the doorbell registers its QPs share.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Endpoints that post as UCX's rc_mlx5 transport does, through emudv.h: WQE into the ring at the
 // software producer index, the index moves on, doorbell record, then the register write the MMIO
 // mode chooses; completions read straight from the CQ ring by the owner bit.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What the endpoint implementations share inside the library.
 #pragma once
 

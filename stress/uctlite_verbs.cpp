@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Endpoints over plain verbs: ibv_post_send and ibv_poll_cq, on any device. The provider does its
 // own locking (or none, under a thread domain); the worker lock is the only thing added.
 #include <cerrno>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What arrived, against what was sent. A message names itself in its header; a buffer whose header
 // names a message that was posted and has the length that message has is compared with that
 // message, otherwise with the message expected there (an RDMA WRITE slot's owner). A SEND buffer

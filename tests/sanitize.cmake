@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 # ---- the sanitizer subset (EMU_SANITIZE builds only; ci/sanitize.sh, README "Sanitizers"),
 # besides the unit tests. ----
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """A campaign of seeds, run here or as a Slurm job array, merged into one machine's totals.
 
   campaign.py local --shards N [--jobs J] --dir DIR -- RUN...

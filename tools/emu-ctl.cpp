@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-ctl: controls of the emulated devices from outside any verbs program. It attaches to the
 // fabric the programs use (EMU_FABRIC, EMU_SHM_DIR) as one more process and acts through the C++
 // control API (emu/control.h), so a test or harness can do the same without this tool.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-run CMD ARGS...: runs CMD with the emulated devices visible (preloads libemu_verbs.so, found
 // beside this executable or in ../lib; under EMU_SCHEDULE libemu_sched.so too).
 #include <unistd.h>

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # docs/knobs.md's table is generated from the knob table in emu/control/config.cpp: this checks
 # that the lines between the two markers are exactly `emu-ctl knobs --markdown` (names, defaults
 # and text), or with --write puts that output there.

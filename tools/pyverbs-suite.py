@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """rdma-core's own pyverbs suite against an emu device, one test per process.
 
   tools/pyverbs-suite.py EMU_RUN [--dev emu0] [-j 2] [--match SUBSTR] [--json FILE]

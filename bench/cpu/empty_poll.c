@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // bench/cpu/empty_poll: ns per empty ibv_poll_cq on emu0, four CQs polled in turn (as UCX's
 // rc_verbs + ud_verbs progress does). One process, no peer: the poll path's own CPU cost.
 #include <infiniband/verbs.h>

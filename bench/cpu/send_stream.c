@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // bench/cpu/send_stream [ROUNDS]: ns per message of a SEND 8 B stream between two RC QPs of one
 // process on emu0 (lists of B = 32, the last signaled; receives re-posted per list): the post /
 // engine / poll path's CPU cost without a second core. Built with -DB=1 it is one lone signaled

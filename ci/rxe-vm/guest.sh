@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # The soft-RoCE VM's command runner, inside the host's root (init chroots here). Makes rxe0 on a
 # dummy netdev that reaches nothing, then runs each command of the io directory (cmd.N) with its
 # own timeout, output in out.N and exit status in rc.N. "@@rxevm" lines are for rxe_vm.py.

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """The VM's initramfs: busybox-static, the init script and the kernel modules, as a newc cpio
 archive (written here: no cpio tool needed). Userspace beyond that is the host's own, over 9p."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Debian 12's own kernel for the soft-RoCE VM: fetched with `apt-get download` into a cache
 directory (never installed on the host), unpacked with `dpkg-deb -x`, indexed with `depmod -b`, and
 the modules rdma_rxe and the VM's plumbing need, in load order, from that modules.dep."""

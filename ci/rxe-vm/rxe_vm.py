@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """Runs commands on soft-RoCE (rdma_rxe, device rxe0) in a VM booting Debian 12's own kernel.
 
   rxe_vm.py [options] [--] 'COMMAND' ['COMMAND' ...]

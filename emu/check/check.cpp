@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The segment consistency checker (emu/check.h): what every table slot, ring reference and shared
 // count must satisfy, checked slot by slot, then every heap block matched to exactly one owner.
 #include "emu/check.h"

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The checker's one way to record a problem: a printf-formatted line (emu/check.h).
 #pragma once
 #include <cstdarg>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Error injection rules: their text form, their place in the segment, and the decisions the engine
 // (a send WR) and the provider (a creation verb) ask of them.
 #include "emu/inject.h"

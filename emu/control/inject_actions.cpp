@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Error injection's actions on live objects: an async event with the state change hardware makes
 // with it, a QP to ERR, a CQ armed to overrun. Run by any attached process (emu-ctl, a harness, a
 // test): events reach the owner through its pipe (emu/notify.h), state changes go through this

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 #include "emu/kill_point.h"
 
 #include <signal.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What the fault and injection rule tables have in common (EMU_FAULTS, EMU_INJECT): texts of parts
 // split by a separator with blanks around them ignored and KEY=VALUE settings, and a table in the
 // segment that rare writers change under a seqlock.

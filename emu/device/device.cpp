@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The public entry points (emu/device.h) over this process's engine.
 #include "emu/device.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 #include "device/doorbell.h"
 
 #include <sched.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device's side of doorbells: what it receives from a register write (an 8-byte doorbell, or
 // BlueFlame chunks drained by a flush), what it reads of the send doorbell record and the ring, and
 // the race detectors that run on each (docs/doorbells.md). Always on: each check is a few loads on

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device engine: what a NIC does with what the driver wrote. It has no thread of its own;
 // whoever runs it (the posting thread, a poller, the device thread, a scheduler) calls its entry
 // points, and it behaves the same in any attached process.

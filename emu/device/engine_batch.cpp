@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A run of plain RDMA WRITEs, or of RDMA READs, executed with one DMA call (one process_vm_writev
 // or process_vm_readv for private target memory). A device thread that falls behind a fast poster,
 // or a program that posts a list in one call, leaves many WQEs at once; copying them one system

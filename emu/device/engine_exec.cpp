@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Executing one WQE (step_execute): parse it, then one handler per opcode family, each doing the
 // requester's and the responder's part of one message. The target process does nothing: its
 // memory is written by the engine running in the initiator.

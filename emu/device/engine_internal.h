@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Helpers shared by the engine's files: doorbell-record reads, key translation as a NIC does it,
 // and the responder lookup. Internal to emu/.
 #pragma once

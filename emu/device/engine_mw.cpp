@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Memory windows: binds and invalidations execute in the send queue's order like any WQE, but
 // touch only the window's slot (no wire). A bound window is an MrSlot whose addr/length/iova/
 // access are the window's, inside an MR named by key; translate_key serves its remote accesses.

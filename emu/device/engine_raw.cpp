@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Raw packet QPs on the device: a SEND is one whole Ethernet frame gathered from its SGEs. The NIC
 // is an L2 port on the fabric's wire: the frame reaches every Ethernet port whose MAC is its
 // destination (every port for a multicast or broadcast one) and, as a NIC loops back to itself,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The responder's receive side: taking receive WQEs from a QP's own receive queue or from the
 // shared receive queue it is attached to, and UD delivery (address vectors, Q_Keys, the GRH,
 // multicast). Both run in whichever process's engine executes the sender's WQE.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Tag matching on SRQs (ibv_create_srq_ex(3) IBV_SRQT_TM, ibv_post_srq_ops(3)), the device's
 // part: the tag list (emu/layout.h TmListHead, TmTag) changed by list operations and consumed by
 // incoming messages whose tag matching header (TmHeader) names a posted tag. Both run under the

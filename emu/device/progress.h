@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // EMU_ENGINE=thread: a per-process device thread that runs the engine asynchronously to the
 // posting threads, as a NIC runs beside the CPU. Doorbells are queued to it; it sleeps on a futex
 // when idle (no spinning: two busy pollers already fill a two-core machine), so a doorbell costs a

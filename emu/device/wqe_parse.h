@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device's one reading of a send WQE: control segment, then the segments its transport and
 // opcode put there (XRC, address vector, remote address, atomic), then the local gather list
 // translated through the MR table. Used by the one-at-a-time path and the write batch alike, so a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // QPs' lives (emu/objects.h): send/receive QPs and XRC TGT QPs, their rings, their reset.
 #include "emu/barriers.h"
 #include "emu/device.h"  // reset_race_state

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The lives of contexts, PDs, MRs, CQs and SRQs (emu/objects.h).
 #include <cstring>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 #include "ports/link_layer.h"
 
 #include <endian.h>

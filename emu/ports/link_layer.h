@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What a port is on each link layer: an InfiniBand port (LID, GID 0 = subnet prefix + port GUID)
 // or a RoCE port bound to a network interface (no LID, GIDs from the interface's addresses), and
 // the GID lookup that routing by GID needs.

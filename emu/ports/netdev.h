@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A network interface as a RoCE port sees it: read from the kernel with libnl-route (rtnetlink),
 // as soft-RoCE learns its netdev's MAC, MTU and addresses.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Raw packet steering (emu/raw.h): frame parsing, rule matching, the RSS hash, and the rules' and
 // tables' slots.
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What scenario code calls: points, waits, the mutex, fail; and the names of point kinds.
 #include <cstdio>
 #include <cstdlib>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Preemption-bounded exhaustive search (CHESS-style, depth first) and seeded campaigns.
 #include <algorithm>
 

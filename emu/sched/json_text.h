@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Text pieces shared by the trace writer and the campaign totals (private to emu/sched).
 #pragma once
 #include <charconv>

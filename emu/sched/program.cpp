@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The one program-wide run of a process (emu/sched_program.h).
 #include <cstdlib>
 #include <memory>

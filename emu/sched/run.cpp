@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A scheduled run: real OS threads, one baton (a futex word per actor), one mover at a time.
 #include "sched/run.h"
 

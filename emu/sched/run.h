@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // One scheduled run's state (private to emu/sched): the actors' threads, their batons and
 // positions, and the result being built. Every member is read and written only by the thread that
 // holds the baton (an actor, or the runner before the first hand-over and after the run is over):

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The schedule's text form (emu/schedule.h).
 #include "emu/schedule.h"
 

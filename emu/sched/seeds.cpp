@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Seeds, shards and campaign totals (emu/seeds.h).
 #include "emu/seeds.h"
 

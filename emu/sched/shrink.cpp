@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Shrinking a failing schedule (emu/shrink.h).
 #include "emu/shrink.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The strategies: replay, uniform random walk, PCT (Burckhardt et al., ASPLOS 2010).
 #include <algorithm>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The trace-event JSON writer and the trace hash (emu/sched_trace.h).
 #include <algorithm>
 #include <fstream>

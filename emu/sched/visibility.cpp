@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The store buffers of emu/visibility.h: entries, drains, drain actors, the device's view.
 #include "emu/visibility.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device's DMA: moving bytes between registered memory of any two attached processes.
 // A process's own memory is copied directly; another's through process_vm_readv/writev, which is
 // what lets one-sided operations complete without the target process running.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 #include "shm/segment_file.h"
 
 #include <dirent.h>

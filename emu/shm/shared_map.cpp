@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 #include "shm/shared_map.h"
 
 #include <fcntl.h>

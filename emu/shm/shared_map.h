@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The engine's side of shared registered memory: another process's registered pages, mapped here
 // once (from the file or memfd its owner keeps open) so the device copies into them with memcpy, as
 // a NIC writes host memory without the host's CPU.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The segment's allocator: a buddy allocator whose state is a free bitmap per order and an order
 // byte per block, all in the segment. Every step of an allocation or a free is one store, ordered
 // so that a process SIGKILLed between any two of them leaves at most a leaked block, never a block

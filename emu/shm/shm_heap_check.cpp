@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The heap's half of the segment checker (emu/check.h): the buddy allocator's bitmaps and order
 // bytes must describe each block once. A block in no state is a leak (a death between two of the
 // allocator's stores); a block in two states would be handed out twice.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The receive staging area's slot map (emu/staging.h).
 #include "emu/staging.h"
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Fault rules: their text form, their place in the segment, and the decision per packet.
 #include "emu/faults.h"
 

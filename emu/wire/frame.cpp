@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Frames of the capture: RoCE v2 and InfiniBand packets with their ICRC (IBTA 7.8.1 and Annex
 // A17: the CRC covers every field that does not change on the way, the changing ones taken as
 // all ones; RoCE v2 stands eight bytes of ones for the LRH it does not have).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // One packet as bytes on a link: RoCE v2 (Ethernet / IPv4 or IPv6 / UDP 4791) on Ethernet ports,
 // LRH [/ GRH] on InfiniBand ports, then BTH, the extended headers its opcode has, the payload with
 // its pad, and the ICRC (and the VCRC on InfiniBand). Used by the capture (emu/wire/pcap.h).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The packet view of a message, as the IBTA has it: a message of len bytes is npk packets of the
 // path MTU, each with a PSN (the first the requester's sq_psn) and a BTH opcode (FIRST, MIDDLE,
 // LAST or ONLY of its operation); responders answer with ACKs, NAKs, READ responses and atomic

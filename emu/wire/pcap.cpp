@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The pcapng writer (pcapng: section header 0x0a0d0d0a, interface description 1, enhanced packet
 // 6; options end with code 0; every block is padded to 4 bytes and ends with its length again).
 #include "wire/pcap.h"

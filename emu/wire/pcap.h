@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // EMU_PCAP: the packets this process's engines put on the wire, appended to a pcapng file that
 // several processes share. The file starts with a section header and two interfaces, made once by
 // whoever comes first (written aside, then linked into place: nobody appends before it is whole);

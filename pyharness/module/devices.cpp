@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The verbs devices this process sees (the preloaded provider lists the emulated ones after the
 // real ones) with their attributes and ports, and the device's race log.
 #include "devices.h"

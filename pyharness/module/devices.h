@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Devices, ports and the device's race log, as the module returns them.
 #pragma once
 #include <cstdint>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Errors cross into Python as rdmaemu.VerbsError, a subclass of OSError whose errno is the
 // verb's (e.errno, e.strerror), so a test compares errnos as it would in C.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // RDMA netlink is its own netlink family (NETLINK_RDMA), not generic netlink: a request is a bare
 // nlmsghdr of type RDMA_NL_GET_TYPE(RDMA_NL_NLDEV, command) followed by attributes, and every
 // resource dump (RES_QP_GET, ...) needs the device's index, so the device list is dumped first

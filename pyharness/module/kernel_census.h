@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The census of a real RDMA device (rxe0, mlx5_0, ...), from the kernel's resource tracking: what
 // `rdma resource show` prints, read over NETLINK_RDMA with libnl-3. The same facts the emulated
 // census gives per object (kind, number, QP/SRQ type, QP state, the process that made it), so

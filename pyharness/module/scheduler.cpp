@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 #include "scheduler.h"
 
 #include <pybind11/stl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The scheduler from Python: the rig (opened once per process on emu0), the built-in scenarios and
 // step scenarios, campaigns (random, pct, dfs, delays) with shrinking, replays, Perfetto traces.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-player: a process that runs verbs steps on command for the Python harness (players.py). It
 // reads one command per line on stdin and answers each with one line on stdout:
 //   ok [key=value ...]      the step's values (handles, qpn, lid, completions)

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A player's verbs objects, each under a small integer handle that its replies name, and the verbs
 // steps over them. Every step returns 0 or the errno of the verb that failed (and fills `out` with
 // the step's values as key=value words).

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """rdmaemu: the Python harness of the RDMA NIC emulator (docs/pyharness.md).
 
 Run Python through build/bin/emu-python, which preloads the emulated provider and the scheduler's

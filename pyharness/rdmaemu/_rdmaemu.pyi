@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Type stubs of the C++ module (pyharness/module/): devices, race log, scheduler."""
 from typing import Dict, List, Optional, Sequence, Tuple, Union
 

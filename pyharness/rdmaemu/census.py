@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """The census: what objects live, per process and type. On emu0 the fabric's, taken as `emu-ctl
 census --json` takes it: in a short-lived process that attaches (which sweeps dead processes
 first), so this process's own mapping is never attached a second time. On a real device the

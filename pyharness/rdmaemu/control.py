@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """The fabric's controls from outside the verbs API, through emu-ctl (docs/architecture.md,
 "Ports and the control tool")."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Players: processes started by the harness that run verbs steps on command (build/bin/emu-player
 under emu-run for an emulated device, directly for a real one), so that a scenario across several
 processes reads as plain Python. Every step waits for its reply for at most `timeout` seconds; a

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Thread-safety scenarios written in Python: actors, each a list of steps, over the race rig's QP
 pairs on emu0 (17 loopback RC pairs; 0 and 16 share a doorbell register), handed to the
 deterministic scheduler. The steps run in C++ inside the actors' threads (no Python and no GIL

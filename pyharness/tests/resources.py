@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Player resources in the style of rdma-core's tests/base.py: a base (a player with its device
 open, a PD, an MR and a CQ) and, on top of it, the RC, UD and XRC roles."""
 import os

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """pytest -n 2 gives the same results as pytest -n 0: runs the suite both ways (each with its own
 junit XML under OUTDIR) and compares every test's outcome. Usage: same_results.py TESTS OUTDIR"""
 import os

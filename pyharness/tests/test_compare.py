@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Comparable runs: the XRC lifetime scenarios recorded under `kernel` and under `xrcd` differ in
 exactly the rows of docs/xrc.md where the two policies disagree, and two runs under one policy do
 not differ at all."""

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """The module's first face: devices and ports, port down/up, wire faults, the race log, errors
 with errno."""
 import errno

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Players on their own: every object kind and QP type created and destroyed with the census
 following, RC traffic between two players, UD to RTS, and a SIGKILLed player's objects released.
 The census is emu0's fabric's or, on a real device, the kernel's (RDMA netlink): the same

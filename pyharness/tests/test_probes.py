@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Verbs probes for the comparison with real devices (docs/comparison.md): error paths and queries
 where devices may answer differently. Each asserts what every device must do (the error is seen)
 and, on an emulated device, the specification's exact answer; with --record the streams keep each

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """The scheduler from Python: every built-in emu-race scenario (buggy ones found with their
 signature and replayed to the same trace hash, fixed ones passing a fixed budget), and the seed's
 thread-safety case written in Python (two threads through one SINGLE-mode endpoint) reproduced

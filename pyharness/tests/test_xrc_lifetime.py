@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """docs/xrc.md as Python: each row with three players (creator, opener, sender), normal exits and
 SIGKILL, under each policy, the census checked after every step (so before the next one)."""
 import errno

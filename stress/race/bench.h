@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-race bench: the measurement protocol of concurrency-testing.md over the built-in scenarios.
 // Every buggy scenario x strategy x master seed: schedules to the first failure (median, p95) and
 // the hit rate with its Wilson 95% interval beside PCT's bound; the fixed scenarios' failures over

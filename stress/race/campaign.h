@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // One campaign of a scenario (random walk, PCT or bounded exhaustive search) over the rig, and
 // what a failure turns into: the shrunk schedule, a report a person reads, the Perfetto trace.
 // A benchmark is a loop over (scenario, strategy, master seed) calling run_campaign.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-race: the known posting races as scenarios, found by a seeded search, replayed exactly,
 // shrunk and drawn. Runs under emu-run (the provider is the device).
 //   emu-race list

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The verbs objects every emu-race scenario runs over, built once per process and reset before each
 // scheduled run (a fabric per run would cost more than the run): 17 loopback RC pairs on emu0 (QP
 // 16 rings the register of QP 0, EMU_UARS being 16), the device as an actor, the race collector,

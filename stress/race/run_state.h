@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // One scheduled run's shared state over the rig, for the scenarios that post messages: the
 // messages (each an inline RDMA WRITE of `len` bytes of one fill byte into a target slot of its
 // own), the uctlite worker and endpoints, the ledger, and the final check that runs the oracles in

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu-race's scenarios: a known posting bug (or its fix) as a function from the rig to the actors
 // of one scheduled run. Adding a scenario is one entry in the table of scenarios.cpp plus its
 // actors:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The built-in scenarios: each known posting bug, named after its report, and its fix, over the
 // messages and oracles of run_state.h.
 #include <memory>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A scenario given as data rather than code (what the Python harness hands over): a uctlite worker
 // over some rig pairs in a thread mode and MMIO mode, a memory profile, and actors that are each a
 // list of steps. Each step runs inside the actor's thread over the run's state of run_state.h, so

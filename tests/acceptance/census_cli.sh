@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # emu-ctl census, text and JSON, on a fabric a verbs program used and left (kept by
 # EMU_FABRIC_PERSIST=1): the JSON parses, the sweep at emu-ctl's attach has released the finished
 # program's objects, the text has its sections. Then `emu-ctl persist off` lets the segment go, and

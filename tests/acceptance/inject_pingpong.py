@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """Error injection (EMU_INJECT) seen by an unmodified Debian program, ibv_rc_pingpong, under
 emu-run between two processes.
   inject_pingpong.py --emu-run PATH --emu-ctl PATH --port P

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """The SIGKILL sweep (issue 16 item 3; docs/reliability.md, "Process death").
 
   kill_sweep.py --emu-run PATH --emu-ctl PATH --kills N --seed S [--kinds rc,cm]

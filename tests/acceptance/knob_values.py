@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """Malformed knobs fail loudly (docs/knobs.md): for every knob of docs/knobs.md's table, each
 malformed value below makes `emu-run ibv_devinfo` print a message naming the knob, the value and
 what the knob allows, and fail its first verb: ibv_get_device_list returns NULL with errno EINVAL

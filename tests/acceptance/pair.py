@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """Runs unmodified verbs programs on emu devices, through emu-run, and checks what they say.
 
   pair.py --emu-run PATH --name NAME [--port P] --server "CMD" --client "CMD" [checks]

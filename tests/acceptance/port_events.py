@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """The unmodified Debian ibv_asyncwatch sees a port taken down and up with emu-ctl.
 
   port_events.py --emu-run PATH --emu-ctl PATH [--dev emu0] [--port 1] [--timeout S]

@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # A real RDMA device (rxe, mlx5), where the machine has one, stays listed and usable beside emu0.
 # Exit 77 (skip, with the reason) where there is none: this test never stands in for an emu0 test.
 emu_run=$1

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """emu-stress under EMU_SCHEDULE: the SINGLE-mode race reproduced by a fixed seed, every time.
 
   sched_stress.py --emu-run PATH --emu-stress PATH --case NAME

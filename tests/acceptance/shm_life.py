@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """The segment's life in a 64 MiB tmpfs (issue 16 item 7): fabrics used one after another each work
 (ibv_devinfo and an ibv_rc_pingpong pair), and the tmpfs is empty after the last process of each
 has exited, or was SIGKILLed and the next process (of another fabric) has attached.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """emu-stress acceptance cases: racy posting modes show their races, the locked modes none.
 
   stress.py --emu-run PATH --emu-stress PATH --case NAME

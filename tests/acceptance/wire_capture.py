@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """The packet wire between two unmodified Debian programs (ibv_rc_pingpong --chk) under emu-run:
 wire faults by seed (EMU_FAULTS), RC recovery, and the pcapng capture (EMU_PCAP) read by tshark.
 

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """Runs unmodified librdmacm programs between processes on emu devices and checks what they say.
 
   cm_pair.py --emu-run PATH --emu-ctl PATH --name NAME [--port P [--ps HEX]]

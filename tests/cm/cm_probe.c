@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 /* A librdmacm program for what rdmacm-utils never do on purpose: reject with private data, an
  * address in use, a connection without QPs through disconnect and time-wait, and the event channel
  * driven the ways programs do besides blocking reads.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """The pyverbs suite's comparison with its expected results (tools/pyverbs-suite.py --expect), on
 results made up from the expected file, so that it costs no run of the suite:
 

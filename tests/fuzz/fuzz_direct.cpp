@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Garbage through the direct API (issue 16 item 5): what a program that writes WQEs, doorbell
 // records and BlueFlame buffers itself (emudv.h, stress/uctlite_direct.cpp) can hand the device.
 // Random WQEs in the ring (opcodes, segment counts, keys, addresses and lengths, the QP number),

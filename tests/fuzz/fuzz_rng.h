@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The fuzz targets' seeded generator: splitmix64, so a seed names one run exactly (docs/
 // reliability.md "Bad input": why a generator of our own rather than libFuzzer). FUZZ_SEED and
 // FUZZ_ITERS override a target's defaults (bench/fuzz.sh runs longer campaigns); FUZZ_PERCENT

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What the verbs fuzz targets share: the seeded generator, the errnos each verb's man page allows,
 // and the end of every run (the segment checker and the race log, through emu-ctl).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Verb fuzz targets, object verbs (issue 16 item 5): random attribute structs for every create
 // verb and random attr_mask/attribute pairs for ibv_modify_qp in every state. Each call must
 // succeed (and then honour what was asked) or fail with an errno its man page allows, and a failed

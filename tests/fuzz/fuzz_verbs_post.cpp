@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Verb fuzz targets, the post path (issue 16 item 5): random ibv_send_wr lists (opcodes, SGE
 // counts, lengths, lkeys and rkeys, inline sizes, flags, chains longer than the queue, a chain
 // that links back to its head) through ibv_post_send and the same WRs through the ibv_wr_* API,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 /* accept.mpi_exchange: two MPI ranks exchange messages of growing size over Open MPI's UCX PML
  * (emu0 underneath) and check every byte they receive. Each byte depends on the sender, the round
  * and its offset, so a message delivered to the wrong buffer, twice, short or stale fails. Sizes

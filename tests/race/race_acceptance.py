@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """emu-race's acceptance (issue 12), one check per ctest test; fixed seeds and budgets, no timing.
 
   buggy NAME SEED BUDGET SIG[,SIG..] [MAX_PREEMPTIONS]

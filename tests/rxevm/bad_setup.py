@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """Bad set-ups of the soft-RoCE VM get a clear message and a failing exit status, never a hang or a
 silent skip (a skip, 77, only where EMU_RXEVM_OPTIONAL=1 declares the machine unable):
 

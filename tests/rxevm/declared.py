@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """Where soft-RoCE (rdma_rxe, Linux 6.1) and emu0 are known to answer differently in the comparison
 suite, each with its reason and the specification's answer (the InfiniBand Architecture
 Specification, vol. 1, and ibv_poll_cq(3)/ibv_query_qp(3); these are rxe's known departures, where

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """The comparison suite (issue 17, docs/comparison.md): the harness's player scenarios and probes,
 run here on emu0 as RoCE (EMU_LINK_LAYER=eth) and on soft-RoCE (rxe0) in the VM of ci/rxe-vm,
 their recorded streams compared record by record. Every difference must be a row of declared.py;

@@ -1,3 +1,4 @@
+# SPDX-License-Identifier: BSD-2-Clause
 """A one-node Slurm cluster of its own: munged, slurmctld and slurmd on localhost, every file
 (munge key, slurm.conf, state, spool, logs, sockets) under one temporary directory, no systemd,
 no cgroups. `with OneNodeSlurm() as env:` gives the environment a Slurm client needs (SLURM_CONF);

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """The Slurm campaign test (issue 16 item 8): one emu-race campaign run three ways — all its
 seeds in one process, three shards here, three tasks of a Slurm job array with the merge job
 after them on a one-node cluster this test starts and stops — merges to the same totals; and a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What the scheduled post-path tests share: a loopback pair on emu0, one uctlite direct endpoint,
 // the device as an actor, the race log, and inline WRITEs of 'a' + n into slot n of the target.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The scheduler over the real post path and the device: uctlite's direct endpoints on emu0, the
 // device as an actor. Linked with the provider (its copy of the scheduler is the one its points
 // call). Each run builds its own loopback pair, so runs share nothing.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The visibility model (emu/visibility.h) over the real post path: one poster, two inline WRITEs
 // through a uctlite direct endpoint, the device as an actor, and store buffers of a profile. The
 // poster that leaves out the barrier between the WQE and the doorbell record is the mutant: under

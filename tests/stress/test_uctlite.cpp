@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // uctlite and emu-stress's message format, one thread at a time (the concurrent runs are the
 // acceptance tests in tests/acceptance/stress.py). Runs under emu-run, on emu0.
 #include <gtest/gtest.h>

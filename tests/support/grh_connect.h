@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Connecting RC QPs with a global route header in the address vector (destination GID, source
 // GID index), on any port: what RoCE requires and InfiniBand allows.
 #pragma once

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """Runs a gtest binary on the tests its --gtest_filter names and passes only if exactly those ran
 and passed: a filter that matches nothing (a test renamed) passes with "0 tests" in gtest 1.12,
 which has no --gtest_fail_if_no_test_selected.

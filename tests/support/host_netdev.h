@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A host interface's addresses read with getifaddrs, as the tests' independent view of what a
 // RoCE port bound to it must list (the emulator reads them over rtnetlink with libnl instead).
 #pragma once

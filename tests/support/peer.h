@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A second process for a test. The test binary re-executes itself (/proc/self/exe) with
 // EMU_TEST_PEER=<role> in its environment; a static initializer in the file that owns the role
 // (a PeerRole) sees the variable, runs the peer and _exits before GoogleTest starts (it ignores

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The main of every test binary: a fabric of its own for this process, then GoogleTest.
 //
 // ctest runs every test as a separate process, two at a time: a test that goes wrong (or forges

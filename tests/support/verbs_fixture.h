@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Helpers for the verbs-level tests: a normal libibverbs program that finds the emulated device
 // emu0 (the provider is LD_PRELOADed by the test driver) and builds RC QPs on it.
 #pragma once

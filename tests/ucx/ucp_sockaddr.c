@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 /* UCP's client-server connection (ucp_listener_create / ucp_ep_create with a socket address)
  * through a connection manager, and checked data both ways over the endpoint it made:
  *

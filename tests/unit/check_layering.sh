@@ -1,4 +1,5 @@
 #!/bin/bash
+# SPDX-License-Identifier: BSD-2-Clause
 # ci/check-layering.sh on copies of the tree: it passes on the tree as it is, and fails, naming
 # the file, line and header, on one planted wrong-way include of the provider's rooms, on a
 # private provider header included from stress/, and on an arrow table with a cycle.

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# SPDX-License-Identifier: BSD-2-Clause
 """Runs the unit test that writes a scheduled run's trace, then reads the file as JSON the way
 Perfetto's trace-event importer does: every event on a named track, one track per actor (the
 device included), slices with ts/dur, instants thread-scoped. Usage: check_trace_json.py <emu_unit_tests>"""

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A device driven by hand for unit tests: a PD, a CQ and two connected RC QPs laid out in the
 // segment as a driver would, with helpers to post WQEs, receives and to poll the CQ.
 #pragma once

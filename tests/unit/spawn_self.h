@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Runs this test binary again as a probe: a process of its own that attaches (or dies) as a test
 // needs, selected by EMU_UNIT_PROBE in its environment (a constructor of the test file acts on it
 // before GoogleTest starts).

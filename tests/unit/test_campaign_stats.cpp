@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The benchmark's statistics: Wilson intervals, quantiles with misses, the PCT bound.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The census (emu/census.h) and the XRC lifetime model (emu/xrc.h) on forged process records: what
 // it reports for live and dead owners, domains, TGT QPs and their holders, and what a dead
 // process's release leaves under each policy.

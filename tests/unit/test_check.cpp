@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The segment checker (emu/check.h) on a rig's segment: consistent as made, and each kind of
 // damage it exists to find is found (then undone, so the rig retires its objects normally).
 #include <gtest/gtest.h>

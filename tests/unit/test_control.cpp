@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The control API (emu/control.h): port state changes, the port events they send to the contexts
 // of the device, and what a port that is down does to the responder lookup.
 #include <fcntl.h>

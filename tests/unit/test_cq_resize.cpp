@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // resize_cq (emu/objects/cq_resize.cpp): the consumer grows and shrinks a CQ's ring while three
 // producer threads keep completing into it through the engine's write_cqe; every CQE arrives
 // exactly once and in each producer's order, and no resize overruns the CQ. A shrink below the

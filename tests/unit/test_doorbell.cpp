@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device's race detectors fed crafted sequences: BlueFlame chunk tags, doorbell-record values
 // and ring stores, each with the legal sequences it must pass; then the same through the engine,
 // checking what the device executes and what it logs.

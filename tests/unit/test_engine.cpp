@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The engine driven directly: rings and objects laid out by hand in the segment, as a driver would,
 // then the engine's steps observed through the CQ ring and the target memory.
 #include <gtest/gtest.h>

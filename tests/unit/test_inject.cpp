@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Error injection rules (emu/inject.h): the text form and its errors, and the decisions — the Nth
 // match acts, the same rules acting on the same sequence act on the same WR every time, a verb
 // rule fails only its verb.

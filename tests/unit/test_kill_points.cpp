@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Process death at a chosen point (emu/kill_point.h) and the sweep's heap audit that reclaims
 // what a death leaks (Segment::audit_heap; ShmHeap::audit alone: test_shm_heap.cpp):
 // docs/reliability.md, "Process death".

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Link layers in the device model: EMU_LINK_LAYER / EMU_ROCE_NETDEV parsing, the GID table a RoCE
 // port builds from an interface, the interface as libnl reads it (against getifaddrs), and
 // path_reaches, the routing rule of both link layers.

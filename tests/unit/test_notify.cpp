@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Interrupt delivery: event records reach the owner's pipe, from the owner itself and from another
 // process (through /proc/<pid>/fd), and a held lock of a dead process is taken over.
 #include <fcntl.h>

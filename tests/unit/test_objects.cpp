@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Every slot kind made and retired through emu/objects.h gives back exactly the heap it took, and
 // a context's release (the sweep's path) frees the rings of what was made on it.
 #include <gtest/gtest.h>

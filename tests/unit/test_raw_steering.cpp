@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Raw packet steering's pure parts (emu/raw.h): the Toeplitz hash against Microsoft's published
 // verification vectors (the key rdma-core's RSS test uses), frame parsing and rule matching.
 #include <gtest/gtest.h>

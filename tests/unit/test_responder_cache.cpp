@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The requester's cached responder (engine_detail::responder_of): after each change that makes a
 // responder unreachable, the cached lookup gives what a fresh connected_responder gives. Path
 // changes are seen through Header::route_gen (device_routes_changed), everything else per message.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The deterministic scheduler on toy scenarios: a lost update found by every strategy and its
 // locked counterpart clean, exact replay, deadlock reports, determinism of seeds.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The program-wide run (emu/sched_program.h) without libemu_sched.so: the test's thread is actor 0
 // and starts its threads by hand as pthread_create's interposer would.
 #include <gtest/gtest.h>

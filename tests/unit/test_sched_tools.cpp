@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The scheduler's tools over data: shrinking against a synthetic runner, the Perfetto trace JSON
 // and the trace hash, seeds and shards merging to one machine's totals.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The schedule's text form: what a person copies into a replay command must come back the same.
 #include <gtest/gtest.h>
 

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The segment's buddy heap (emu/shm/shm_heap.h): blocks are aligned and zeroed, what is freed
 // merges back to the initial free space, exhaustion gives 0, and bad frees change nothing.
 #include <gtest/gtest.h>

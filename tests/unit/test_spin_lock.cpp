@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // emu::SpinLock (the provider's ModeLock): two threads never hold it at once. They take it in turns
 // many times from a common start; each checks, inside, that it is alone, and adds to a counter
 // that only the lock protects.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The packet wire's pure parts: fault rules (text, decision), the packet view, frames and the
 // capture file's header.
 #include <gtest/gtest.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device model keeps its own copies of the mlx5 layouts; they must match the public header.
 #include <gtest/gtest.h>
 #include <infiniband/mlx5dv.h>

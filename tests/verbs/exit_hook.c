@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 /* Linked by the test program, this library is initialized before the preloaded provider and so
  * finalized after it (the dynamic loader finalizes in reverse order of initialization): its
  * destructor runs the callback the test program set, so that verbs run

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // accept.private_libibverbs: loads private_ibverbs_module.so (argv[1]) as UCX loads its transport
 // modules, with RTLD_LOCAL, and runs its check on emu0. This program is not linked with
 // libibverbs, so the only copy in the process is the module's private one.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 /* The verbs side of accept.private_libibverbs: a module that, like UCX's and Open MPI's transport
  * modules, is linked with libibverbs and loaded by dlopen without RTLD_GLOBAL, so libibverbs is
  * outside the scope the preloaded provider's RTLD_NEXT lookups search. It takes a QP on an SRQ to

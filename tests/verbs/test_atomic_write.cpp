@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // RDMA ATOMIC WRITE through the ibv_wr_* API: 8 bytes placed at once with the remote-write right;
 // a misaligned address is an invalid request, a key without remote write an access error.
 #include <cstring>

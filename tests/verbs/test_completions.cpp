@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Two RC QPs of this process connected to each other through emu0: every opcode, the ways of
 // posting and polling, and the error completions.
 #include <poll.h>

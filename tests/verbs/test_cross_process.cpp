@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Tests with a second process (peer.h: the test binary re-executes itself as the peer).
 #include <arpa/inet.h>
 #include <fcntl.h>

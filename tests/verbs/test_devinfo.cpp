@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What the unmodified ibv_devinfo prints about emu0 agrees with ibv_query_device / ibv_query_port
 // in this process (ibv_devinfo runs as a child and inherits the preload).
 #include <cinttypes>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Device memory: blocks up to max_dm_size, host copies in 4-byte units, zero-based MRs on a block
 // that RDMA reaches, and a block kept while an MR is on it.
 #include <cstring>

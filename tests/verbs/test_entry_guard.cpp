@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Entry points that libibverbs routes through its private ops or the kernel (verbs_provider/verbs/
 // entry_guard.cpp): on emu objects they answer as a provider without the feature does, and never
 // crash (pyverbs' test_query_data_in_order and test_shared_pd crashed the process before).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The errnos of the verbs edge, one test each, and that a refused call changed nothing.
 #include <cerrno>
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Async events of connected QPs: IBV_EVENT_COMM_EST when the first packet reaches a QP still in
 // RTR, and that destroying after the ack does not wait. (SRQ limit and last-WQE events are in
 // test_srq.cpp.)

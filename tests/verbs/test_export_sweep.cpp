@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The export sweep (issue 14 item 2): every function libibverbs.so.1 exports (read from the ELF
 // file of the library this process loaded, sweep/elf_exports.cpp) has an entry in the case table
 // (sweep/cases_*.cpp), and so does every verbs_context operation reachable through verbs.h's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // fork(): a child of fork() is a process of its own on the fabric (docs/architecture.md, "Fork").
 // The parent makes its objects, forks, and the child makes its own on a context of its own; the
 // two then run RC traffic with each other. A buffer at the same address in both (static, so the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Context import (verbs_provider/verbs/import.cpp): a context imported from a duplicate of an emu
 // context's command fd finds that context's PD, MR and device-memory block by handle, and RDMA
 // between a QP of the imported context and one of the original lands in the shared MR (as

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Error injection on demand (docs/reliability.md, "Error injection"), seen by a verbs program: a
 // chosen WR completes with a chosen status and the rest of its queue flushes; async events come
 // with the state change hardware makes with them; a CQ armed to overrun fails at its next CQE; the

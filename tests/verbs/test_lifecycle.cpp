@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Completions of a QP that was reset or destroyed before they were polled: they name nothing the
 // user still has, so a poll never returns them (mlx5 cleans them out of the CQ).
 #include <poll.h>

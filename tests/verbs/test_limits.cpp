@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Device limits as ibv_query_device reports them are the limits the device enforces: up to the
 // limit works, one past it gets the errno the man pages document.
 #include <cerrno>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The default link layer: InfiniBand ports as they were before RoCE ports existed (LID, an SM,
 // one GID of subnet prefix + port GUID in a table of 4), and a GRH on InfiniBand, which is
 // optional but must name a GID of the destination port.

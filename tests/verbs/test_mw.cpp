@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Memory windows: type 1 bound with ibv_bind_mw, type 2 with IBV_WR_BIND_MW; remote access through
 // a window sees only its range and rights; LOCAL_INV and SEND_WITH_INV free a type 2 window; a bad
 // bind completes with MW_BIND_ERR.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // On-demand paging: the device reads and writes a process's memory through its page tables, so an
 // ODP MR over pages never touched, and the implicit MR over the whole address space, take RDMA
 // like any MR; ibv_advise_mr checks its ranges as the kernel does.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Port down and up through the control API (emu/control.h), seen by a verbs program: the port's
 // state in ibv_query_port, IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE from ibv_get_async_event,
 // and RC traffic on a port that is down stalling as on a pulled cable (retries exhausted, or

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // 64 processes attached to one device at once (issue 18 item 3). Each member process opens emu0,
 // makes a PD, a CQ with a completion channel, an RC QP and an MR; members 2k and 2k+1 connect their
 // QPs and each sends the other one data-checked message, waiting on completion events (64 busy

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Raw packet QPs, flow steering and RSS on emu0's RoCE ports (this binary's emu0: port 1
 // InfiniBand, ports 2 and 3 Ethernet; test_roce.cpp sets them up). Frames cross between two real
 // processes: a peer sends, this process's rules decide which of its QPs and WQs receive.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // ibv_rereg_mr: an MR takes new rights, a new PD or new pages under the same keys, and RDMA sees
 // exactly the new registration.
 #include <cstring>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // ibv_resize_cq (emu/objects/cq_resize.cpp): a CQ grows and shrinks with completions unpolled and
 // while another process's engine completes receives into it; no completion is lost, doubled or
 // reordered, a shrink below the unpolled ones is EINVAL, and cqe reports the new size.

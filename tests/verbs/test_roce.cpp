@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // RoCE ports: emu0 with an InfiniBand port 1, a RoCE port 2 on the default interface and a RoCE
 // port 3 on lo (this binary sets EMU_PORTS, EMU_LINK_LAYER and EMU_ROCE_NETDEV before the
 // provider reads them). The GID tables are checked against the interfaces' addresses as

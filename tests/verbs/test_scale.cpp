@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Many QPs in one process (issue 18 item 3): the object tables grow in chunks as slots are handed
 // out (docs/architecture.md, "Object tables"). N RC QPs are made, connected in pairs to each other
 // (loopback in this process), each pair carries one data-checked SEND, then every QP is destroyed:

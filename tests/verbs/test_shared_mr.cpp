@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Registered private memory moved into the registration file while an MR covers it, and back when
 // none does (verbs_provider/memory/shared_mr.cpp, page_move.cpp; docs/architecture.md, "Registered
 // memory shared for real"): the program's addresses, bytes and concurrent stores are kept, a child

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Shared receive queues through emu0: limits, posting, several QPs (here and in another process)
 // receiving from one SRQ, WQE reuse when completions come back out of order, destroy while in use,
 // and the limit and last-WQE events.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Receive staging (docs/architecture.md, "Staging of two-sided payloads"): SENDs from another
 // process wait in the receive CQ's staging area and the receiver's poll places them. Every size
 // lands byte for byte, split over two SGEs, through a plain RQ, an SRQ and a UD QP with a GRH; a

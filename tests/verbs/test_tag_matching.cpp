@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Tag matching SRQs through emu0 (ibv_create_srq_ex IBV_SRQT_TM, ibv_post_srq_ops, the extended
 // CQ's tm_info): a sender in another process sends tagged messages (ibv_tmh, ibv_rvh of
 // infiniband/tm_types.h) to a QP of this process on a TM SRQ; eager messages matched and

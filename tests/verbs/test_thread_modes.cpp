@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Thread modes of the provider's post path (docs/architecture.md, "Thread modes"): thread domains
 // and parent domains (their lifetimes and errnos, the dedicated doorbell registers), the ownership
 // checker of lockless QPs, EMU_SINGLE_THREADED (in a peer process, since the provider reads its

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // UC QPs through emu0: SEND and RDMA WRITE without acknowledgements. What the responder cannot take
 // is dropped; the requester, which completes once the message is sent, never learns of it.
 #include <arpa/inet.h>

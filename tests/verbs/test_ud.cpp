@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // UD QPs through emu0: datagrams addressed by address handles, the 40-byte GRH area at the head of
 // every receive, Q_Keys, the one-packet limit, what a UD QP refuses, and multicast groups (with a
 // receiver in a second process).

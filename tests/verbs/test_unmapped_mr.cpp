@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Registered memory the program unmapped before deregistering it (issue 29 item 9;
 // docs/architecture.md, "Registered memory a program unmapped"). Hardware keeps an MR's pages
 // pinned until ibv_dereg_mr and goes on writing and reading them; the program that unmapped its

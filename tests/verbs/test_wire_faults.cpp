@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The packet wire under faults (docs/reliability.md), seen by a verbs program: RC delivers every
 // signaled WR exactly once with the right data whatever is lost, duplicated, reordered, delayed or
 // corrupted, or fails with RETRY_EXC_ERR once retry_cnt is spent; the same seed gives the same

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Runs of RDMA WRITEs posted in one call: the device may execute a run with one copy, and must give
 // exactly what one-at-a-time execution gives — every byte, the completions of the signaled WRs, and
 // an error at the first bad WR with the ones before it done and the ones after it flushed.

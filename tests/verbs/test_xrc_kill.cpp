@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The XRC kill test (issue 4): creator, opener and sender players run a scenario of every XRC
 // lifetime step while one or two of them are SIGKILLed at a random step (between two steps, or
 // right after a command was sent, so inside a verb). Then: every survivor still answers (each

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The rows of docs/xrc.md: what happens to XRC domains and TGT QPs when processes create, open,
 // destroy, close, exit and die, under each lifetime policy. Three processes (xrc_players.h): the
 // creator makes the domain and the TGT QP; the opener opens the domain, owns the XRC SRQ the

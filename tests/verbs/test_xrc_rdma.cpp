@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // RDMA and atomics over XRC (one process): the request names an XRC SRQ, whose PD guards the
 // responder's memory (a TGT QP has no PD); a key of another PD is a remote access error.
 #include <fcntl.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 /* Verbs after the provider's static destructors ran (exit_hook.c says how): deregistering memory
  * whose pages moved into the registration file moves them back with their bytes, a second
  * registration and device list work, and the objects go. Prints "PASS ..." and exits 0, or says

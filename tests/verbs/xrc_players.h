@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Multi-process XRC scenarios (docs/xrc.md). A Player is a process of the test binary re-executed
 // in role "xrc-player" (peer.h) that runs one verbs step per command it reads; the parent can also
 // SIGKILL it at any point. A census is taken by a short-lived process in role "xrc-census": it

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // IP addressing of emu ports for the RDMA CM: which port owns an address, and what the kernel's
 // address and route resolution would report for it (GIDs, path record, address vector, the QP
 // attributes of INIT_QP_ATTR).

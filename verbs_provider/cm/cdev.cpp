@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The RDMA CM character device of emu fabrics (cdev.h): a channel is an epoll set, so that
 // poll/epoll/select and O_NONBLOCK on it behave natively, and the commands librdmacm write()s on
 // it are served here (commands.cpp) instead of by the kernel's ucma. close() of a channel

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The RDMA CM character device of emu fabrics: what /dev/infiniband/rdma_cm opens to under emu-run.
 // The file-view interposer (presence/file_view.cpp) routes an open of that path here; the RDMA CM
 // emulation (cdev.cpp) implements it.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The ucma commands librdmacm writes on a channel fd (rdma/rdma_user_cm.h), one handler each,
 // with the kernel's errors (ucma.c, cma.c). Responses go through the user pointer in the command,
 // as the kernel's copy_to_user does.

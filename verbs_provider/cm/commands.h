@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // One ucma command written on a channel fd (all but GET_EVENT, which cdev.cpp hands to
 // get_event because it waits). Caller holds cm_mutex(); `buf` is the whole write, header first,
 // with at least hdr.in bytes after the header.

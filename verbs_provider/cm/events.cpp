@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The ids' registry, each channel's event queue, and the epoll set that makes a channel's fd
 // readable when an event is queued or a peer's socket or a timer needs attention.
 #include <pthread.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The RDMA CM emulation's knobs (documented in emu/control/config.cpp's table), read once.
 #pragma once
 #include <cstdint>

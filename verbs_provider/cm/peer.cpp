@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What arrives from other processes — a connection on a listener, CM messages, a peer's socket
 // closing — and the timers, turned into the events the kernel's CM reports for them (cma.c's
 // cma_ib_handler and cma_req_handler), and GET_EVENT, which hands the events out.

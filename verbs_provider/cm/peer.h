@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // GET_EVENT: the next event of a channel (peer.cpp turns peers' messages and timers into
 // events first).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // How CM ids of different processes find each other: a bound id reserves an abstract Unix socket
 // named after user, fabric, port space, IP address and port; LISTEN makes it listen; CONNECT
 // connects a SOCK_SEQPACKET socket to it. Abstract names vanish with the last process holding

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The RDMA CM emulation's process-local state: event channels (what /dev/infiniband/rdma_cm opens
 // to) and the CM ids made on them, as the kernel's ucma keeps its ucma_file and ucma_context.
 // Everything here is guarded by one mutex (cm_mutex()): CM traffic is connection setup, not the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The CM messages two emulated processes exchange over their rendezvous socket (rendezvous.h),
 // named after the IB CM MADs they stand for. One message is one SOCK_SEQPACKET record: the
 // socket keeps the boundaries, and its closing stands for the peer's ids being destroyed (a DREQ

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 /* Direct access to emulated devices' queues, as infiniband/mlx5dv.h gives it for mlx5: code that
  * builds WQEs, stores doorbell records and rings doorbells by itself (as UCX's rc_mlx5 transport
  * does) gets the rings, doorbell records, the doorbell register and its BlueFlame buffers of an

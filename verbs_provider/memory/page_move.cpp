@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Moving registered pages into the registration file and back (page_move.h). Other threads of the
 // program go on storing into those pages while a move runs; copying first and mapping after would
 // lose a store made in between (the copy has the old byte, the new mapping replaces the page that

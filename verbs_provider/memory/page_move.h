@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Moving registered pages between private anonymous memory and the process's registration file
 // (page_move.cpp); shared_mr.cpp decides which pages move and when (docs/architecture.md,
 // "Registered memory shared for real"). The program keeps its addresses and bytes throughout.

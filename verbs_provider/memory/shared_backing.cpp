@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Memory that is already shared: a region inside one MAP_SHARED, read-write mapping of a file
 // (POSIX shm in /dev/shm, a memfd, a tmpfs or disk file, SysV shm, MAP_SHARED|MAP_ANONYMOUS). Such
 // pages need no re-backing for an engine in another process to map them: it is enough to keep an fd

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Finding the file behind a shared mapping, so that a registration over it can be reached by
 // engines in other processes without re-backing anything (shared_backing.cpp).
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Registered memory made reachable without a system call per message (docs/architecture.md,
 // "Registered memory shared for real"). An engine in another process copies into an MR with
 // memcpy through a mapping of the same pages, which needs the pages to be a file it can map:

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Opens and stats of the file view (file_view.h). A file of the view opens as an in-memory copy
 // of its contents (a memfd written at open: nothing on disk, nothing left behind, and the values
 // are the segment's at that moment, as a sysfs attribute is rendered at open).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The libc path functions that show the file view (sysfs_view.h) to an unmodified program: opens
 // and stats here (file_view.cpp), directory streams, links and realpath in file_view_dirs.cpp.
 // Each interposer first asks view::may_be_view_path (a prefix compare) and otherwise calls libc's

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Directory streams, links and realpath of the file view (file_view.h). A directory of the view
 // lists the host's entries (when the host has it: /sys/class/infiniband with a real device) and
 // then ours, taken as one snapshot at opendir. Streams of the view come from a fixed pool, so that

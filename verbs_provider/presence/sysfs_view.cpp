@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The view's tree (sysfs_view.h): which entries exist, where links point, and what files say. The
 // device's directories mirror a real one's: /sys/class/infiniband/<dev> links to the device under
 // its bus device (here /sys/devices/virtual/rdmaemu/<dev>), whose net/ holds the RoCE netdevs.

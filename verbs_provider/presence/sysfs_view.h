@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The file-system view of emu devices: the /dev/infiniband nodes and the /sys entries that real
 // stacks (UCX, librdmacm, libibverbs, pyverbs) read about a device, answered from the segment with
 // the values ibv_query_device/port/gid give. Nothing is created on disk; file_view.cpp routes the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Flow steering (ibv_create_flow(3)) on raw packet QPs: each rule's specs become one masked key
 // (emu/raw.h) in the segment, so the engine of whichever process sends a frame steers it here.
 #include <atomic>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Receive-side scaling on raw packet QPs: receive work queues (ibv_create_wq(3)), indirection
 // tables of them (ibv_create_rwq_ind_table(3)) and the RSS QP made over one with rx_hash_conf
 // (ibv_create_qp_ex(3)). A WQ is a raw packet QP slot used only for its receive queue and CQ, so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // libemu_sched.so: the libc function an interposed one stands in front of.
 #pragma once
 #include <dlfcn.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // libemu_sched.so: EMU_SCHEDULE starts a program-wide run (emu/sched_program.h) before main and
 // ends it when main returns or an actor calls exit(); then it writes what happened to stderr and,
 // as JSON, to the file EMU_SCHEDULE_OUT names: strategy, seed, steps, decisions, the schedule, the

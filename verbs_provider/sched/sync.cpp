@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // libemu_sched.so: a program's own synchronisation inside a scheduled run (emu/sched.h). An actor
 // that blocks in the kernel on a mutex another parked actor holds, or spins on a flag another
 // actor must set, would stop the run: the baton lets only one actor move. Interposed here, a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // libemu_sched.so in a program-wide run (EMU_SCHEDULE, emu/sched_program.h): the program's threads
 // are actors, and nothing an actor does while it holds the baton may block in the kernel or read
 // the wall clock. A thread an actor creates joins the run in its creator's step and parks until

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Address handles (the address vector a UD WQE carries, built once at ibv_create_ah) and
 // multicast group membership of UD QPs.
 #include <cerrno>

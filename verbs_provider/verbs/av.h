@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Address vectors as the port they leave from accepts them: ibv_modify_qp's AV (RC/UC) and
 // ibv_create_ah both check an ibv_ah_attr here.
 #pragma once

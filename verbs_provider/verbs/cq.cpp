@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Completion queues, completion channels and completion events.
 #include <fcntl.h>
 #include <poll.h>

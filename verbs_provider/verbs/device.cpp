@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Device discovery, open/close, and the device and port queries.
 #include <fcntl.h>
 #include <sys/mman.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Device memory (ibv_alloc_dm): memory "on the device" that the host reaches with
 // ibv_memcpy_to_dm / ibv_memcpy_from_dm and that MRs made with ibv_reg_dm_mr let QPs use, zero
 // based. An emu device's memory is memory the device reaches, so a device-memory block is a block

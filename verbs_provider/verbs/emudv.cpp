@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The direct-access API (emudv.h): an emulated QP's and CQ's queues and doorbell register, and
 // MMIO that goes through the same recorded helpers as the provider's own post path (emu/mmio.h).
 #include "emudv.h"

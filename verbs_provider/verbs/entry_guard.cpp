@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Entry points of libibverbs that reach the provider through libibverbs' private ops table (or the
 // kernel) and that emu objects cannot take there: an emu context has no private part, so these are
 // answered here for emu objects, as a provider without the feature answers, and go to libibverbs

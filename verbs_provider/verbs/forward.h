@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Calls into the real libibverbs for objects that are not ours, by symbol name and version, so an
 // unmodified program keeps using real devices (rxe, mlx5) next to the emulated ones.
 #pragma once

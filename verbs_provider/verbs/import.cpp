@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Context import (ibv_import_device, ibv_import_pd/mr/dm, ibv_unimport_*) for emu contexts. In the
 // kernel a duplicate of a context's command fd names the same uverbs file, so a context imported
 // from it sees the same objects by handle. Here a handle is the object's slot in the segment (a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Memory windows (ibv_alloc_mw, ibv_bind_mw, IBV_WR_BIND_MW / LOCAL_INV / SEND_WITH_INV): a window
 // is a key slot of the MR table, bound and invalidated by WQEs the device executes in the send
 // queue's order (emu/device/engine_mw.cpp); the engine's key check serves its remote accesses.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Protection domains and memory regions.
 #include <sys/mman.h>
 

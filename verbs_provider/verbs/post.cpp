@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The post path: WQEs into the rings, the doorbell record, then the doorbell (8-byte write or
 // BlueFlame copy) — the same order of stores a hardware driver makes.
 #include <cerrno>

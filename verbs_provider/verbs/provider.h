@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The emulated devices' verbs objects as this process sees them. Each wraps the public libibverbs
 // struct (first member, so the pointer libibverbs hands back converts both ways) and refers to its
 // shared state in the segment by table index.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Queue pairs: create, modify (the IBTA state machine with ibv_modify_qp(3)'s attribute rules),
 // query, destroy.
 #include <cerrno>

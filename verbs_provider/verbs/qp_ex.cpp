@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The ibv_wr_* API (ibv_qp_ex): the same WQE builder as ibv_post_send, driven one call per field.
 // Between ibv_wr_start and ibv_wr_complete/abort the QP's send lock is held, as in mlx5 (a
 // lockless QP: its send owner word, taken by ibv_wr_start).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Shared receive queues: create, modify (limit arming), query, destroy, post. The ring is mlx5's:
 // WQEs linked by their next segments; the driver posts at the free list's head and returns
 // completed WQEs to its tail; the device takes them in list order (emu/device/engine_recv.cpp).

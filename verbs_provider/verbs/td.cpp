@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Thread modes: thread domains (ibv_alloc_td), parent domains (ibv_alloc_parent_domain) and the
 // ownership checker of the queues that run without locks (a thread domain's, or every queue under
 // EMU_SINGLE_THREADED).

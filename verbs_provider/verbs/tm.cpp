@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Tag matching SRQs, the driver's part: the tag indexes it hands out, ibv_post_srq_ops(3) (each
 // operation executed by the device at once: device_tm_op) and the tag matching completions as
 // work completions (mlx5's opcodes and flags: IBV_WC_TM_ADD / DEL / SYNC / RECV / NO_TAG,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // XRC: domains (ibv_open_xrcd / ibv_close_xrcd), TGT QP handles (ibv_create_qp_ex of an
 // IBV_QPT_XRC_RECV QP, ibv_open_qp, ibv_destroy_qp of either). The shared state and its lifetime
 // rules are in emu/xrc.{h,cpp}; here are the kernel's errnos and this process's handle objects.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Every ordering point between the driver (post path) and the device engine, named for its use.
 // Mirrors the vocabulary of rdma-core's udma_barrier.h so a reader of mlx5 code recognises each
 // one; a later deterministic scheduler hooks exactly these helpers (roadmap 1).

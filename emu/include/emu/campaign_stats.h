@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What a benchmark of a race search reports over many master seeds (concurrency-testing.md's
 // measurement protocol): schedules to the first failure (median, p95), the hit rate with its
 // Wilson 95% interval, and the PCT bound to compare with. Pure functions, unit-tested.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The census: every live object of the fabric with the process that owns it (alive or dead), XRC
 // domains with their inode and use counts, TGT QPs with their handles and the processes holding
 // them, and orphaned TGT QPs (creator gone) — in the spirit of `rdma resource show`. A C++ API for

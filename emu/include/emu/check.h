@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The segment consistency checker: walks every table, ring reference, the heap's bitmaps and order
 // bytes, the process records and the shared locks, and names every place where the segment breaks
 // an invariant the device model keeps. The fuzz targets run it after every run (`emu-ctl check`):

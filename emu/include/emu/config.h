@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Runtime knobs. Every one is an EMU_* environment variable; the table in emu/control/config.cpp
 // is the single place that names them, with their defaults and documentation (docs/knobs.md's
 // table is its output, `emu-ctl knobs --markdown`, and the test docs.knobs_table compares them).

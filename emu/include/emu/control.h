@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Emulator controls: what an operator (emu-ctl), a test or a harness does to the device from
 // outside the verbs API. Every control acts on the shared segment, so it may run in any attached
 // process, including one that has no device open.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device as a driver reaches it: the entry points a doorbell, a receive post, a QP state change
 // or a poll have into the NIC. The NIC itself (emu/device/: the engine and its steps) is private
 // to emu/; these calls run its steps on this process's engine, in this thread or on the device

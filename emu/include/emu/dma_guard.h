@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Copies that survive a program's memory mistakes. A program may munmap a buffer it registered
 // and never deregistered; on hardware the MR keeps its pinned pages and the device goes on
 // writing them, so the program's mistake costs it nothing but the data. Here the device copies

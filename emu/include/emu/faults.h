@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Wire faults by seed: the rules every engine of a fabric applies to the packets it puts on the
 // wire (docs/reliability.md). The rules live in the segment, so a running fabric can be changed
 // from any attached process (emu-ctl faults, a harness, a test).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Error injection on demand (docs/reliability.md, "Error injection"): rules in the segment that
 // complete a chosen send WR with a chosen status or fail the Nth creation verb with an errno, and
 // actions on live objects — an async event with the state change hardware makes with it, a QP

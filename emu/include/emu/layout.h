@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The shared segment's layout: one Header per user and fabric, holding every device, port, attached
 // process and object table. Everything here is plain data reachable from any process that maps the
 // segment at any address: references are table indices or segment offsets, never pointers.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The driver's stores that the device records, with the writing thread: BlueFlame chunks, the flush
 // that drains them to the device, the 8-byte doorbell, and the send ring's WQE and doorbell-record
 // stores. The provider's post path and the direct-access API (emudv.h) both go through these, so

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Interrupt delivery: completion events to a CQ's channel and async events to a context, wherever
 // the owning process is. Records are written to a pipe the owner reads; from another process the
 // pipe is reached through /proc/<pid>/fd. Slow path only (one system call per event).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // One owner for each shared object's life: every slot kind (context, PD, MR, CQ, SRQ, QP, XRC TGT
 // QP) is made and retired here, with the rings it owns. The verbs provider keeps only its
 // process-local side (its objects, locks, lists, the errnos); the sweep of dead processes and the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A port's link state as every process sees it. The state byte in PortState is written by the
 // control API (emu/control.h) while engines and port queries in other processes read it, so every
 // access goes through these atomic accessors rather than the plain field.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device's log of race events (RaceEvent in layout.h): a ring in the segment that any process
 // appends to, with per-device counts by kind. Read by the census (emu-ctl census --json) and by
 // tests; EMU_RACE_LOG=1 also prints each event to stderr as the device records it.

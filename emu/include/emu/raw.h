@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Raw packet QPs' steering, the device's side: what a frame carries (its headers as a FrameKey),
 // whether a flow rule takes it, the Toeplitz hash of receive-side scaling, and the life of the
 // rules and RSS tables in the segment (emu/raw_layout.h). No verbs types: the verbs edge

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Raw packet steering's shared state: the flow rules of every raw packet QP on the fabric and the
 // receive-side scaling (RSS) of the QPs made with a hash over an indirection table. Plain data in
 // the segment (layout.h embeds it in the Header) so that whichever process's engine sends a frame

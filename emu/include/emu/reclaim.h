@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Safe reclamation of shared objects that engines in any process may be using (see EngineSlot in
 // layout.h). Every engine entry point opens an EngineSection; destroy paths call
 // wait_for_engines() after making the object unfindable and before freeing what it owned.

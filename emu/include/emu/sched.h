@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The deterministic scheduler: a scenario's actors are real OS threads that pass one baton, so
 // exactly one of them runs between two scheduling points. At each point the scheduler picks the
 // next actor with a Strategy; a run is a function of the scenario and the strategy's choices only

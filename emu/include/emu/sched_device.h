@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The device as an actor of a scheduled run. While one is installed, the doorbells and kicks that
 // the run's actors give the device are queued here instead of running the engine in the poster's
 // thread; the device actor takes them one at a time, and the engine's steps are its scheduling

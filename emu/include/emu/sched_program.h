@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A program-wide scheduled run (EMU_SCHEDULE): the threads of an unmodified program are the actors
 // of one run, which starts before main and ends when main returns. libemu_sched.so drives it from
 // the program's own thread operations (pthread_create adds an actor in its creator's step,

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A scheduled run as a picture and as a fingerprint. The picture is the Chrome / Perfetto
 // trace-event JSON format (open it at ui.perfetto.dev): one track per actor, the device being an
 // actor like the threads, each scheduling point a 1 us slice at ts = its step, race events as

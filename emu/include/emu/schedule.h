@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A schedule: the choices a scheduled run made, in order, at the decision points where more than
 // one actor could move (a point with one runnable actor is forced and not recorded). Replaying a
 // schedule makes the same choices; where it runs out, or names an actor that cannot move, the

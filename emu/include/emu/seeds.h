@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A campaign's seeds and shards. One master seed names a whole campaign of B runs; run i's seed is
 // a function of the master seed and i only, so a run is the same run whichever machine or shard
 // does it, and shard results add up to exactly what one machine running all B runs reports.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The per-process view of the shared segment: maps it, checks its layout version, registers this
 // process, allocates rings, and owns the object tables' slot allocation.
 #pragma once

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A lock that lives in the shared segment and survives the death of its holder: the owner's process
 // slot is stored in the word, and a waiter that finds the owner dead takes the lock over.
 // Used only off the fast path (object tables, responder receive queue, atomics).

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Shrinking a failing schedule: the smallest schedule we can find that still fails with the same
 // signature, so a person reads a few switches instead of hundreds. It needs only a way to run a
 // schedule (the replay), so it is tested with synthetic runners and used with the real scheduler.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Copies of a few bytes without a call into libc. A memcpy of a length the compiler cannot see is
 // a call that spends ~20 instructions choosing its method before a byte moves: as much again as
 // the rest of the work for a 2- or 8-byte inline payload, which the post and the engine copy for

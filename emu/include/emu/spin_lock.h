@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // A spin lock for one process's threads (the provider's ModeLock: mlx5's spinlock around a queue,
 // a CQ or a shared register). Inline, a load and an exchange to take, a store to drop:
 // pthread_spin_lock and unlock were two calls per lock on the post and poll paths, which take four

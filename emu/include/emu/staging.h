@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The receive staging area of a CQ (docs/architecture.md, "Staging of two-sided payloads"): a
 // heap block of the segment where a sender's engine leaves a SEND's payload for the receiver's
 // poll to copy into the buffers of the receive WQE it consumed. It is made of 1 KiB slots; a

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The status type used inside the device model. The verbs edge maps it to an errno per verb (the
 // same status means different errnos to different verbs, e.g. verbs_provider/verbs/xrc.cpp's
 // errno_of).

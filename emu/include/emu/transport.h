@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // What each transport may post: the WQE opcodes a QP type carries. The one table behind the
 // driver's post check (EINVAL, as mlx5 refuses them), its ibv_qp_ex ops selection (EOPNOTSUPP) and
 // the device's check of every WQE it fetches (a local QP operation error).

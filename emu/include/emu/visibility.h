@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // When the driver's stores reach the device: the visibility model of a scheduled run.
 //
 // A real CPU does not make a store visible to the NIC the moment it executes: it sits in the

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The packet-level wire's shared state: the fault rules every engine of a fabric obeys, and per QP
 // the progress of the message its send queue has on the wire. Plain data in the segment (layout.h
 // embeds both in the Header); the rules' API is emu/faults.h, the wire itself emu/wire/.

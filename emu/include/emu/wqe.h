@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Wire-visible layouts of the queues the driver and the device share: send WQE segments, receive
 // segments and CQE64. Offsets follow the public infiniband/mlx5dv.h (checked by a unit test against
 // that header); the device model itself stays free of verbs types. Multi-byte fields are

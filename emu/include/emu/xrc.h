@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // XRC domains and TGT QP lifetimes, kept in the shared segment so that they survive any one
 // process (docs/xrc.md). Free of verbs types: the provider maps Status to the kernel's errnos.
 //

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Sweep cases of the device family: the list, names, GUID and index, sysfs reads, open/close, and
 // the queries of device, port, GID and P_Key (good and out-of-range arguments).
 #include <unistd.h>

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Sweep cases for the verbs_context operations an application reaches through inline functions of
 // verbs.h (no exported symbol to enumerate, so this list is typed): each works on emu0 or fails
 // with the errno the inline wrapper or the man page gives (EOPNOTSUPP for what emu0 does not do).

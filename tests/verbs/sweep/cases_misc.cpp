@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Sweep cases that touch no device or only ask about one: strings, rates, fork support, the
 // kernel-struct copies, context import, ECE and data placement order.
 #include <infiniband/sa.h>

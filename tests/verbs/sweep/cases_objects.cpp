@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Sweep cases of the object families: PD, MR, CQ and completion channel, QP, SRQ, AH, multicast,
 // async events. Bad arguments: out-of-range attributes, unknown flags, objects of another context,
 // objects still in use.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Sweep entries for libibverbs' provider ABI (IBVERBS_PRIVATE_34): the ibv_cmd_* marshallers,
 // ioctl helpers and driver registration that a provider built against this exact rdma-core
 // calls with its own driver structures (verbs_context private part, driver-sized command

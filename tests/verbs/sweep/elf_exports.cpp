@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // Reads the exported functions of a loaded library from its file: section headers locate .dynsym
 // (with its string table), .gnu.version (one version index per symbol) and .gnu.version_d (the
 // version names the library defines). Only defined, global or weak STT_FUNC symbols count.

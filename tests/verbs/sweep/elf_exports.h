@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The functions a loaded shared library exports, read from that library's own ELF file (.dynsym,
 // .gnu.version, .gnu.version_d): the export sweep's ground truth, so a symbol a newer library adds
 // shows up without anyone typing its name.

@@ -1,3 +1,4 @@
+// SPDX-License-Identifier: BSD-2-Clause
 // The export sweep's case table (tests/verbs/test_export_sweep.cpp): for every function that
 // libibverbs.so.1 exports, and every verbs_context operation an application reaches through an
 // inline function of verbs.h, either calls on emu objects with good and bad arguments and the
