@@ -1,6 +1,7 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-2-Clause
-# Benchmark-length SIGKILL sweep (not a test; docs/reliability.md, "Process death"): ibv_rc_pingpong
+# Benchmark-length SIGKILL sweep (not a test; docs/design/reliability.md, "Process death"):
+# ibv_rc_pingpong
 # and rping pairs each with one side killed at an EMU_KILL_AT point drawn from the seed, then the
 # XRC three-process scenario (XrcKill.RandomKills), reporting kills, misses, hangs, objects owned
 # by the dead and leaked heap blocks. Every process is bounded by a deadline; each pair has a

@@ -38,7 +38,8 @@ for p in "${pids[@]}"; do wait "$p"; done
 # end), UBSan's only with halt_on_error; the pair scripts also fail a process whose output holds a
 # report, whatever its exit code (tests/acceptance/pair.py). LeakSanitizer is on for the project's
 # own binaries (unit, verbs, fuzz, XRC, wire tests, emu-ctl); the Debian programs' leaks are
-# theirs, so they run with it off (docs/architecture.md, "Sanitizers"). The instrumented provider
+# theirs, so they run with it off (docs/design/sanitizers-and-ci.md, "Sanitizers"). The
+# instrumented provider
 # is preloaded into uninstrumented programs, hence verify_asan_link_order=0 (the runtime is
 # preloaded first, ahead of it).
 export UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
@@ -56,7 +57,8 @@ own_tsan='^(san_verbs_thread\.|fuzz_thread\.|xrc_thread\.|san_verbs\.(ThreadMode
 debian='^(san\.|cm\.|wire\.rc_pingpong|inject\.rc_pingpong)'
 # Left out of each run, with the reason (tests/cm/CMakeLists.txt has the rest): rping's error
 # paths exit from two threads at once (its CM thread calls exit() while main returns), which the
-# sanitizer runtimes' exit handlers do not survive (docs/architecture.md, "Exit"); the cm.probe_*
+# sanitizer runtimes' exit handlers do not survive (docs/design/verbs-provider.md, "Exit"); the
+# cm.probe_*
 # tests take those paths from one thread instead.
 debian_skip='^cm\.(unknown_address|nobody_listening|no_answer|listener_killed_with_pending)$'
 run() { ctest --output-on-failure --no-tests=error --timeout 600 -j2 "$@"; }

@@ -13,7 +13,7 @@ PKGS=(build-essential cmake g++ python3 procps
       qemu-system-x86 busybox-static kmod iproute2 ibverbs-providers
       # reads the wire captures (EMU_PCAP)
       tshark
-      # the Slurm campaign test's one-node cluster (docs/campaigns.md)
+      # the Slurm campaign test's one-node cluster (docs/guides/campaigns.md)
       slurm-wlm munge)
 missing=()
 for p in "${PKGS[@]}"; do

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // emu-stress: many threads posting self-checking RDMA WRITEs or SENDs through uctlite, in one
 // process, over loopback RC QP pairs; reports rates, what arrived corrupted, completions that came
-// twice or never, and the race events the device recorded meanwhile (docs/stress.md).
+// twice or never, and the race events the device recorded meanwhile (docs/guides/stress.md).
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // emu-stress's report: the text for people (stdout) and the JSON summary (--json; fields in
-// docs/stress.md).
+// docs/guides/stress.md).
 #pragma once
 
 #include <cstdio>

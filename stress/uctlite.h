@@ -10,7 +10,7 @@
 //                 index, the index moves on, the doorbell record is stored, then the register is
 //                 written as the MMIO mode says; the CQ is read directly (owner bit).
 //
-// MMIO modes (direct), as UCX chooses them by thread mode (docs/stress.md):
+// MMIO modes (direct), as UCX chooses them by thread mode (docs/guides/stress.md):
 //   bf_post     BlueFlame copy of the WQE and flush, no lock          (UCS_THREAD_MODE_SINGLE)
 //   bf_post_mt  BlueFlame copy and flush under the register's lock    (SERIALIZED)
 //   db_lock     8-byte doorbell under the register's lock             (no thread domain)

@@ -8,11 +8,11 @@
   campaign.py merge --shards N --dir DIR                        (DIR/totals.json from the shards)
 
 RUN is an emu-race campaign: `SCENARIO [--strategy S] [--seed S] [--budget B] [--bound B]`.
-Run i's seed depends only on the master seed and i (docs/architecture.md, "Schedules: shrinking,
+Run i's seed depends only on the master seed and i (docs/design/scheduler.md, "Schedules: shrinking,
 traces, shards"), so shard I of N (runs I, I+N, ...) finds the same outcome wherever it runs, and
 the merge of all N is what one process running every seed reports. Both modes run the same
 `shard` and `merge` steps; only who starts them differs. DIR must be shared by every node that
-runs a task. docs/campaigns.md shows the commands.
+runs a task. docs/guides/campaigns.md shows the commands.
 """
 import argparse
 import os

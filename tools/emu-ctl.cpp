@@ -78,7 +78,8 @@ const Command kCommands[] = {
      "problem and exits 1 if any. Run it on a quiet fabric (no object made or destroyed meanwhile)",
      cmd_check},
     {"heap", "[--reclaim]",
-     "the heap audit (docs/reliability.md, \"Process death\"): the segment heap's blocks that "
+     "the heap audit (docs/design/reliability.md, \"Process death\"): the segment heap's blocks "
+     "that "
      "are neither free nor named by an object — left by a process killed inside an allocation "
      "or a free, or by a sweeper killed part way — as `N leaked heap blocks (B bytes)`; "
      "--reclaim gives them back (the sweep of the dead does so too). Waits for objects being "
@@ -87,17 +88,18 @@ const Command kCommands[] = {
     {"races", "[--json] [--from N]",
      "the race events the devices recorded (torn BlueFlame WQEs, doorbell records going "
      "backwards or ahead, double and stale WQEs, lock-free QPs entered by two threads: "
-     "docs/doorbells.md), oldest first, each with its kind, device, QP, register, slot, writer "
+     "docs/design/doorbells-and-mmio.md), oldest first, each with its kind, device, QP, register, "
+     "slot, writer "
      "threads and what the device executed; --from N: events numbered N and later",
      cmd_races},
     {"faults", "[set RULES | clear]",
      "print the fabric's wire fault rules and what they did (packets dropped, duplicated, "
      "reordered, delayed, corrupted; retransmissions, NAKs, ACK timeouts), or replace the rules "
-     "(RULES as EMU_FAULTS: docs/reliability.md), or remove them",
+     "(RULES as EMU_FAULTS: docs/design/reliability.md), or remove them",
      cmd_faults},
     {"inject", "[set RULES | clear | event TYPE OBJ [PORT] | qp-error QPN | overrun CQ]",
      "print the fabric's error injection rules and how often each acted, replace them (RULES as "
-     "EMU_INJECT: docs/reliability.md) or remove them; or act now: raise async event TYPE "
+     "EMU_INJECT: docs/design/reliability.md) or remove them; or act now: raise async event TYPE "
      "(qp_fatal, cq_err, srq_limit_reached, port_err, device_fatal, ...) on OBJ (a QP number, a "
      "CQ or SRQ handle, a device name for port and device events, with PORT) with the state "
      "change hardware makes with it, move QP QPN to ERR (IBV_EVENT_QP_FATAL), or make CQ's next "

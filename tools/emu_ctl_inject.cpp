@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// emu-ctl inject: error injection on a running fabric (emu/inject.h, docs/reliability.md).
+// emu-ctl inject: error injection on a running fabric (emu/inject.h, docs/design/reliability.md).
 //   emu-ctl inject                      the rules and how often each acted
 //   emu-ctl inject set RULES | clear    replace the rules (EMU_INJECT's grammar) or remove them
 //   emu-ctl inject event TYPE OBJ [PORT]  an async event with its state change (OBJ: a QP number,

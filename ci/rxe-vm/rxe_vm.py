@@ -12,7 +12,7 @@ fetch failed): the reason is printed, and the tests that need the VM fail with i
 EMU_RXEVM_OPTIONAL=1 is set (a machine known not to run the VM) is that exit 77 instead, which the
 tests take as a skip with the reason. Exit 3: the VM was not up in time. Exit 124:
 the whole run took longer than --total-timeout. qemu dies with this process, on every path
-(PR_SET_PDEATHSIG), and is killed and reaped on every exit. See docs/comparison.md.
+(PR_SET_PDEATHSIG), and is killed and reaped on every exit. See docs/guides/comparison.md.
 """
 import argparse
 import ctypes

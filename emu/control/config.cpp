@@ -161,7 +161,8 @@ const KnobDoc kKnobs[] = {
         "EMU_SCHEDULE", "",
         "Unset: no scheduling. Set, `emu-run` also preloads libemu_sched.so and the program runs "
         "as "
-        "one deterministic scheduled run (docs/architecture.md, \"The scheduler\"): its threads "
+        "one deterministic scheduled run (docs/design/scheduler.md, \"The scheduler\"): its "
+        "threads "
         "are "
         "actors that move one at a time at the scheduling points, chosen by `pct:seed=S` (PCT; "
         "`,depth=1..3`, `,k=` the expected steps, default 2000), `random:seed=S` (a random walk) "
@@ -177,7 +178,8 @@ const KnobDoc kKnobs[] = {
          KnobKind::file),
     knob(
         "EMU_FAULTS", "",
-        "Wire fault rules for the fabric (docs/reliability.md): `seed=S;KIND[:KEY=VALUE,...];...` "
+        "Wire fault rules for the fabric (docs/design/reliability.md): "
+        "`seed=S;KIND[:KEY=VALUE,...];...` "
         "with KIND drop, dup, reorder, delay or corrupt and KEYs p (probability), nth (the Nth "
         "packet "
         "of a QP), times, qp, dev, op (send, write, read, atomic, ack, ud). Set in the segment by "
@@ -186,7 +188,7 @@ const KnobDoc kKnobs[] = {
         "fabric. While rules are set, messages travel as packets and RC recovers as the IBTA says.",
         KnobKind::grammar, 0, 0, kFaultsGrammar, check_faults),
     knob("EMU_INJECT", "",
-         "Error injection rules for the fabric (docs/reliability.md, \"Error injection\"): "
+         "Error injection rules for the fabric (docs/design/reliability.md, \"Error injection\"): "
          "`wc:status=S[,qp=N][,op=send|write|read|atomic][,nth=K]` completes the Kth matching send "
          "WR "
          "with ibv_wc_status S (vendor_err 0xe1) and its QP goes to ERR; "
@@ -207,7 +209,8 @@ const KnobDoc kKnobs[] = {
          "it is created when missing (remove it before a run for a fresh capture).",
          KnobKind::file),
     knob("EMU_KILL_AT", "",
-         "Process death at a chosen point (docs/reliability.md, \"Process death\"): `POINT[:N]` "
+         "Process death at a chosen point (docs/design/reliability.md, \"Process death\"): "
+         "`POINT[:N]` "
          "SIGKILLs the process the Nth time (default 1) it passes POINT: doorbell, qp_lock, "
          "cq_lock, "
          "srq_lock, bf_copy, heap_alloc, heap_grow, slot_create, slot_destroy, engine_lock, "
@@ -252,7 +255,8 @@ const KnobDoc kKnobs[] = {
     knob("EMU_STAGING", "256K",
          "Size of the receive staging area a CQ takes from the segment the first time a SEND of "
          "more "
-         "than 32 bytes comes to it from another process (docs/architecture.md, \"Staging of "
+         "than 32 bytes comes to it from another process (docs/design/registered-memory.md, "
+         "\"Staging of "
          "two-sided "
          "payloads\"): the sender's engine leaves the payload there and the receiver's poll copies "
          "it "
@@ -311,7 +315,7 @@ const KnobDoc kKnobs[] = {
          "QP lives while any process holds a handle to it), `xrcd` (the 2011 proposal 2a: it lives "
          "until destroyed explicitly or until its domain goes; processes exiting do not take it), "
          "`creator` (2b: the creator chooses per QP with EMU_XRC_TGT_LIFETIME). Another word set "
-         "after the program started fails ibv_open_xrcd with EINVAL. See docs/xrc.md.",
+         "after the program started fails ibv_open_xrcd with EINVAL. See docs/design/xrc.md.",
          KnobKind::word, 0, 0, "kernel|xrcd|creator"),
     knob("EMU_XRC_TGT_LIFETIME", "process",
          "Under EMU_XRC_POLICY=creator, what a TGT QP created now is bound to: `process` (the "
@@ -666,8 +670,8 @@ bool xrc_tgt_dies_with_xrcd_now(bool* dies_with_xrcd) {
 }
 
 const Config& config() {
-  // Never destroyed (docs/architecture.md, "Exit"): read by verbs on any thread, also while
-  // another thread's exit() runs the static destructors.
+  // Never destroyed (docs/design/verbs-provider.md, "Exit"): read by verbs on any thread, also
+  // while another thread's exit() runs the static destructors.
   static const Config& c = *new Config(config_from_env());
   return c;
 }

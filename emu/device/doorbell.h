@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // The device's side of doorbells: what it receives from a register write (an 8-byte doorbell, or
 // BlueFlame chunks drained by a flush), what it reads of the send doorbell record and the ring, and
-// the race detectors that run on each (docs/doorbells.md). Always on: each check is a few loads on
-// lines the device reads anyway.
+// the race detectors that run on each (docs/design/doorbells-and-mmio.md). Always on: each check is
+// a few loads on lines the device reads anyway.
 //
 // The detectors are pure functions over what the device recorded, so unit tests feed them crafted
 // sequences; the intake and fetch hooks below apply them to the segment and log race events.

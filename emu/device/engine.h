@@ -278,8 +278,8 @@ class Engine {
   void tm_rndv_finish(QpSlot& qp, uint32_t ref);
   void tm_send_fin(QpSlot& qp, const QpSlot* r, const TmTag& t);
 
-  // The packet wire (engine_wire.cpp, docs/reliability.md): on while fault rules are set or this
-  // process writes a capture (EMU_PCAP); off, a message is one DMA and this is one test.
+  // The packet wire (engine_wire.cpp, docs/design/reliability.md): on while fault rules are set or
+  // this process writes a capture (EMU_PCAP); off, a message is one DMA and this is one test.
   bool wire_on() const {
     return pcap_ != nullptr || h_->faults.nrules.load(std::memory_order_relaxed) != 0;
   }

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Error injection at the engine (docs/reliability.md, "Error injection"): a send WR a wc rule
-// names completes with the rule's status instead of executing, as if the NIC had found that error
-// there, and the send queue stops as after any error completion.
+// Error injection at the engine (docs/design/reliability.md, "Error injection"): a send WR a wc
+// rule names completes with the rule's status instead of executing, as if the NIC had found that
+// error there, and the send queue stops as after any error completion.
 #include "device/engine.h"
 #include "emu/inject.h"
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Receive staging (docs/architecture.md, "Staging of two-sided payloads"): a payload for a
-// receiver in another process goes into its receive CQ's staging area, in the segment, with a
+// Receive staging (docs/design/registered-memory.md, "Staging of two-sided payloads"): a payload
+// for a receiver in another process goes into its receive CQ's staging area, in the segment, with a
 // memcpy when the sender is this process; the receiver's poll moves it into the buffers of the
 // receive WQE it consumed. A NIC does the same thing: the bytes land in its memory first.
 #include <cstring>

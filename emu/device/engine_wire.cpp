@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The packet wire (docs/reliability.md): while fault rules are set or this process writes a
+// The packet wire (docs/design/reliability.md): while fault rules are set or this process writes a
 // capture, a connected QP's message goes as packets. Its packets are sent in rounds; each packet's
 // fate (delivered, dropped, duplicated, reordered, delayed, corrupted) is a pure function of the
 // fault rules, the connection, its PSN and the round; the responder takes packets in PSN order and

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Resizing a CQ while engines in any process complete into it (docs/architecture.md, "Resizing a
+// Resizing a CQ while engines in any process complete into it (docs/design/engine.md, "Resizing a
 // CQ"). Producers reserve a CQE index with a fetch-add on pi and read the ring they write into
 // from one word (CqSlot::ring), inside an engine section. The resizer never stops them: it
 // publishes a new word, waits until every section that may have read the old word has closed

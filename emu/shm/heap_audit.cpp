@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The heap audit (docs/reliability.md, "Process death"): every block of the segment's heap is
-// free, or is (inside) a block some object names; what is neither was leaked by a process killed
+// The heap audit (docs/design/reliability.md, "Process death"): every block of the segment's heap
+// is free, or is (inside) a block some object names; what is neither was leaked by a process killed
 // inside an allocation or a free, or by a sweeper killed while it released a dead process's
 // rings, and is given back.
 #include <fcntl.h>

@@ -43,7 +43,7 @@ std::atomic<Segment*> g_segment_ready{nullptr};  // g_segment, once attached
 std::atomic<Header*> g_header{nullptr};
 std::once_flag g_once;
 // A child made by fork() that used the segment before is not its parent: Segment::get() gives it a
-// process record of its own on its first call (docs/architecture.md, "Fork").
+// process record of its own on its first call (docs/design/verbs-provider.md, "Fork").
 std::atomic<bool> g_rejoining{false};
 
 // The allocator's lock (shm/shm_heap.h). Between processes: flock on the segment file, which the
@@ -313,7 +313,7 @@ Segment* Segment::rejoin_after_fork() {
 const std::string& Segment::last_error() { return attach_error(); }
 
 // Built on first use and never destroyed: an attach may run in a constructor before this file's
-// globals are initialized, and the text is read at exit (docs/architecture.md, "Exit").
+// globals are initialized, and the text is read at exit (docs/design/verbs-provider.md, "Exit").
 std::string& attach_error() {
   static auto* text = new std::string;
   return *text;
@@ -537,7 +537,7 @@ int Segment::sweep_dead() {
     if (clean_exit && !owns_context_or_pd(hdr_, i)) {
       // Nothing of it can be in any table (every object hangs off a context or a PD, and closing
       // a context released them): the scans of every table are skipped, which in a fresh mapping
-      // fault in the whole header (docs/architecture.md, "64 processes on one device").
+      // fault in the whole header (docs/design/segment-and-heap.md, "64 processes on one device").
       reset_engine_slots(this, i);
     } else if (release_proc_objects(i) != 0 || !clean_exit) {
       audit = true;

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The segment file on its tmpfs (docs/architecture.md, "The segment's life and size"): linked
-// once laid out, so a creator that dies first leaves nothing; its pages reserved as the fabric
-// grows, so a full tmpfs is a failed allocation and never a bus error; one lock ordering the
+// The segment file on its tmpfs (docs/design/segment-and-heap.md, "The segment's life and size"):
+// linked once laid out, so a creator that dies first leaves nothing; its pages reserved as the
+// fabric grows, so a full tmpfs is a failed allocation and never a bus error; one lock ordering the
 // attaches, detaches and removals of a fabric.
 #pragma once
 #include <cstdint>

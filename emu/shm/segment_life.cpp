@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The segment's life (docs/architecture.md, "The segment's life and size"): made whole under no
-// name and linked only then, attached under the life lock with a check that the file mapped is
-// still the one linked, its pages reserved as it grows, removed by its last process unless kept.
+// The segment's life (docs/design/segment-and-heap.md, "The segment's life and size"): made whole
+// under no name and linked only then, attached under the life lock with a check that the file
+// mapped is still the one linked, its pages reserved as it grows, removed by its last process
+// unless kept.
 #include <fcntl.h>
 #include <sys/mman.h>
 #include <sys/prctl.h>

@@ -14,8 +14,8 @@ namespace emu {
 // that range is not reachable that way (no shared backing, outside it, or the owner is gone).
 // An MR of this process has none unless `own`: the engine copies through the program's own
 // addresses, and maps the MR's file only after such a copy faulted (the program unmapped the
-// buffer; the MR still holds its pages, docs/architecture.md "Registered memory a program
-// unmapped"). Caller is inside an EngineSection.
+// buffer; the MR still holds its pages, docs/design/registered-memory.md "Registered memory a
+// program unmapped"). Caller is inside an EngineSection.
 uint64_t shared_window(Segment* seg, const MrSlot& mr, uint64_t va, uint64_t len, bool own = false);
 
 }  // namespace emu

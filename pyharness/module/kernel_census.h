@@ -2,7 +2,8 @@
 // The census of a real RDMA device (rxe0, mlx5_0, ...), from the kernel's resource tracking: what
 // `rdma resource show` prints, read over NETLINK_RDMA with libnl-3. The same facts the emulated
 // census gives per object (kind, number, QP/SRQ type, QP state, the process that made it), so
-// that a lifetime scenario asserts one census on emu0 and on a real device (docs/pyharness.md).
+// that a lifetime scenario asserts one census on emu0 and on a real device
+// (docs/guides/pyharness.md).
 #pragma once
 #include <cstdint>
 #include <string>

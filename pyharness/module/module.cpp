@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// rdmaemu._rdmaemu: the C++ half of the Python harness (docs/pyharness.md). It links
+// rdmaemu._rdmaemu: the C++ half of the Python harness (docs/guides/pyharness.md). It links
 // libemu_verbs.so, whose exported scheduler (EMU_SCHED_1.0) is the one the provider's points
 // call, and never the static emu library: one copy of the model per process.
 #include <pybind11/pybind11.h>

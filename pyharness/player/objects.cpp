@@ -66,7 +66,7 @@ int to_init(ibv_qp* qp) {
 }
 
 // The QP's state as ibv_query_qp reports it in qp_state (which rxe keeps true; its cur_qp_state
-// is not: docs/comparison.md).
+// is not: docs/guides/comparison.md).
 int state_of(ibv_qp* qp, ibv_qp_state* state) {
   ibv_qp_attr a{};
   ibv_qp_init_attr init{};

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""rdmaemu: the Python harness of the RDMA NIC emulator (docs/pyharness.md).
+"""rdmaemu: the Python harness of the RDMA NIC emulator (docs/guides/pyharness.md).
 
 Run Python through build/bin/emu-python, which preloads the emulated provider and the scheduler's
 libc interposer and puts this package on the path:
@@ -7,9 +7,9 @@ libc interposer and puts this package on the path:
     devices(), race_events()          what this process sees (the C++ module)
     census(), port(), set_port()      the fabric from outside (emu-ctl); census(device=) on a
                                       real device: the kernel's RDMA netlink
-    set_faults(), clear_faults(), faults()   wire faults by seed (docs/reliability.md)
+    set_faults(), clear_faults(), faults()   wire faults by seed (docs/design/reliability.md)
     set_inject(), inject(), inject_event(), inject_qp_error(), inject_cq_overrun()   error
-                                      injection on demand (docs/reliability.md)
+                                      injection on demand (docs/design/reliability.md)
     Scenario, post, poll, run(), replay(), builtin()   the deterministic scheduler
     Player                            a process that runs verbs steps on command
 """

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Comparable runs (docs/pyharness.md): a run directory holds one JSON file per scenario, its
+"""Comparable runs (docs/guides/pyharness.md): a run directory holds one JSON file per scenario, its
 stream of records in order (per step: the player, the step and its errno; per completion: status
 and immediate; the census after each step, with processes named by role). `python -m
 rdmaemu.compare RUN_A RUN_B` prints every scenario whose streams differ, with the first record

@@ -1,5 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""The fabric's controls from outside the verbs API, through emu-ctl (docs/architecture.md,
+"""The fabric's controls from outside the verbs API, through emu-ctl (docs/design/wire.md,
 "Ports and the control tool")."""
 import os
 import subprocess
@@ -27,7 +27,8 @@ def port_state(dev: str, port: int, fabric: str = None, timeout: float = 30) -> 
 
 
 def set_faults(rules: str, fabric: str = None, timeout: float = 30) -> None:
-    """Replaces the fabric's wire fault rules (the EMU_FAULTS grammar, docs/reliability.md) and
+    """Replaces the fabric's wire fault rules (the EMU_FAULTS grammar, docs/design/reliability.md)
+    and
     zeroes their counters."""
     _ctl(["faults", "set", rules], fabric, timeout)
 
@@ -49,7 +50,7 @@ def faults(fabric: str = None, timeout: float = 30) -> dict:
 
 
 def set_inject(rules: str, fabric: str = None, timeout: float = 30) -> None:
-    """Replaces the fabric's error injection rules (EMU_INJECT's grammar, docs/reliability.md
+    """Replaces the fabric's error injection rules (EMU_INJECT's grammar, docs/design/reliability.md
     "Error injection"): `wc:status=...` completes a chosen send WR with a chosen status,
     `fail:verb=...,errno=...` fails the Nth creation verb. Their counts start at zero."""
     _ctl(["inject", "set", rules], fabric, timeout)

@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""The harness's pytest conventions (docs/pyharness.md): --device (emu0 by default), one fabric per
+"""The harness's pytest conventions (docs/guides/pyharness.md): --device (emu0 by default), one
+fabric per
 test process for the in-process scheduler rig and one per test for players, the emu_only marker,
 and strictness about skips."""
 import itertools

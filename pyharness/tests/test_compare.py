@@ -1,6 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """Comparable runs: the XRC lifetime scenarios recorded under `kernel` and under `xrcd` differ in
-exactly the rows of docs/xrc.md where the two policies disagree, and two runs under one policy do
+exactly the rows of docs/design/xrc.md where the two policies disagree, and two runs under one
+policy do
 not differ at all."""
 import os
 import subprocess
@@ -13,7 +14,7 @@ from rdmaemu.compare import differences, load
 pytestmark = pytest.mark.emu_only
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-# docs/xrc.md's rows where kernel and 2a disagree, as the lifetime tests name them.
+# docs/design/xrc.md's rows where kernel and 2a disagree, as the lifetime tests name them.
 DISAGREE = {
     "test_creator_goes_with_no_other_handle[exit]",
     "test_creator_goes_with_no_other_handle[kill]",

@@ -1,7 +1,7 @@
 # SPDX-License-Identifier: BSD-2-Clause
 """Error injection from Python (rdmaemu.set_inject / inject / inject_qp_error, through emu-ctl),
 seen by a Player: the Nth creation verb fails with the chosen errno, and a QP moved to ERR from
-outside is in ERR with IBV_EVENT_QP_FATAL (docs/reliability.md, "Error injection")."""
+outside is in ERR with IBV_EVENT_QP_FATAL (docs/design/reliability.md, "Error injection")."""
 import errno
 import subprocess
 

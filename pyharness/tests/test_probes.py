@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""Verbs probes for the comparison with real devices (docs/comparison.md): error paths and queries
+"""Verbs probes for the comparison with real devices (docs/guides/comparison.md): error paths and
+queries
 where devices may answer differently. Each asserts what every device must do (the error is seen)
 and, on an emulated device, the specification's exact answer; with --record the streams keep each
 device's own answer, and the comparison with soft-RoCE declares every known departure."""

@@ -82,8 +82,8 @@ def test_a_scenario_under_the_weak_profile_runs():
 
 
 def test_the_example_of_docs_pyharness_runs(tmp_path, monkeypatch):
-    """docs/pyharness.md's scenario is run as written, so the example stays true."""
-    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "pyharness.md"
+    """docs/guides/pyharness.md's scenario is run as written, so the example stays true."""
+    doc = pathlib.Path(__file__).resolve().parents[2] / "docs" / "guides" / "pyharness.md"
     example = doc.read_text().split("```python\n")[1].split("```")[0]
     monkeypatch.chdir(tmp_path)
     exec(compile(example, str(doc), "exec"), {})

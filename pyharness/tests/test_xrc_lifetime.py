@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""docs/xrc.md as Python: each row with three players (creator, opener, sender), normal exits and
+"""docs/design/xrc.md as Python: each row with three players (creator, opener, sender), normal
+exits and
 SIGKILL, under each policy, the census checked after every step (so before the next one)."""
 import errno
 import os

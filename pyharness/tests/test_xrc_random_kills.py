@@ -1,5 +1,6 @@
 # SPDX-License-Identifier: BSD-2-Clause
-"""docs/xrc.md's random-kill row (XrcKill.RandomKills) as Python: creator, opener and sender run
+"""docs/design/xrc.md's random-kill row (XrcKill.RandomKills) as Python: creator, opener and sender
+run
 every XRC lifetime step while one or two of them are SIGKILLed at a step drawn from the seed,
 between two steps or inside one (the command sent, the SIGKILL on its heels). Any answer is
 acceptable from a step (a death may fail it); no answer from a survivor is not. Then the census

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-2-Clause
-"""Device presence (docs/architecture.md, "Device presence"): what unmodified programs read from
+"""Device presence (docs/design/rdma-cm-and-presence.md, "Device presence"): what unmodified
+programs read from
 /sys and /dev about emu devices agrees with what libibverbs answers, and the host's own files are
 untouched.
 

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-2-Clause
-"""The SIGKILL sweep (issue 16 item 3; docs/reliability.md, "Process death").
+"""The SIGKILL sweep (issue 16 item 3; docs/design/reliability.md, "Process death").
 
   kill_sweep.py --emu-run PATH --emu-ctl PATH --kills N --seed S [--kinds rc,cm]
                 [--min-per-kind M] [--xrc-test BINARY --xrc-iterations K] [--max-n M]

@@ -109,7 +109,8 @@ def main():
         k, _, v = kv.partition("=")
         env[k] = v
     env["EMU_FABRIC"] = "test-" + a.name + "-" + str(os.getpid())
-    # The device reports every race it sees (docs/doorbells.md); these programs post through the
+    # The device reports every race it sees (docs/design/doorbells-and-mmio.md); these programs
+    # post through the
     # provider's locked path, so any report is a false positive of a detector or a provider bug.
     env["EMU_RACE_LOG"] = "1"
     a.absent.append(r"^rdmaemu race:")

@@ -5,7 +5,7 @@
   sched_stress.py --emu-run PATH --emu-stress PATH --case NAME
 
 The program is unmodified: emu-run preloads libemu_sched.so, and its threads are the actors of
-one deterministic run (docs/stress.md, "Under the scheduler"). A racy case runs the same seed
+one deterministic run (docs/guides/stress.md, "Under the scheduler"). A racy case runs the same seed
 --runs times: every run must report race events and the same trace hash, and replaying the
 schedule the first run printed must give that hash again. Its serialized counterpart under the
 same seeds must report none. Every run has a fabric of its own; nothing is timed.

@@ -5,7 +5,7 @@
   stress.py --emu-run PATH --emu-stress PATH --case NAME
 
 Each case runs build/bin/emu-stress (through emu-run) with --json and checks the summary
-(docs/stress.md). A racy case depends on how threads happen to be scheduled, so it runs up to
+(docs/guides/stress.md). A racy case depends on how threads happen to be scheduled, so it runs up to
 --runs times until a run shows what it looks for; what must hold in *every* run (exit status,
 which threads an event names) is checked on each. No time is measured or asserted. Every run has
 a fabric of its own, whose segment file is removed afterwards.
@@ -52,7 +52,7 @@ def two_posters(e, tids):
 def check_named_threads(s):
     """Every run: each event names two distinct threads, both posting threads of the run. (Where
     the stores the device saw were one thread's, as after two posters of one QP collided once, it
-    names the QP's other poster: docs/doorbells.md.)"""
+    names the QP's other poster: docs/design/doorbells-and-mmio.md.)"""
     tids = set(s["posting_tids"])
     for e in events_of(s):
         if not two_posters(e, tids):

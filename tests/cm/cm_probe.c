@@ -14,7 +14,8 @@
  *     for (address and route resolved, a QP made on the id, connect), on one thread, and prints it:
  *     the error paths (an address nobody has, nobody listening, a listener that never answers or
  *     dies) without rping, whose CM thread calls exit() while its main thread returns, which a
- *     sanitizer runtime's exit handlers do not survive (docs/architecture.md, "Exit"). Then the
+ *     sanitizer runtime's exit handlers do not survive (docs/design/verbs-provider.md, "Exit").
+ * Then the
  *     QP, the id and the channel go.
  * Exit status 0 when every step gave what the kernel's CM gives. */
 #include <arpa/inet.h>

@@ -4,7 +4,7 @@ suite, each with its reason and the specification's answer (the InfiniBand Archi
 Specification, vol. 1, and ibv_poll_cq(3)/ibv_query_qp(3); these are rxe's known departures, where
 mlx5 gives the specification's answer). emu0 follows the specification.
 tests/rxevm/rxe_compare.py fails on any difference not listed here, and on a row that no longer
-occurs (so the table stays true). docs/comparison.md shows it.
+occurs (so the table stays true). docs/guides/comparison.md shows it.
 
 One row per differing field of a recorded stream: scenario | player | step | field | emu0's value |
 rxe0's value | why rxe differs | what the specification says."""

@@ -1,7 +1,8 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-2-Clause
 # Runs a hardware test where there is hardware: on this machine's own RDMA device when it has one,
-# else on soft-RoCE (rxe0) in the VM of ci/rxe-vm (docs/comparison.md). Where neither can run it
+# else on soft-RoCE (rxe0) in the VM of ci/rxe-vm (docs/guides/comparison.md). Where neither can
+# run it
 # fails with the reason for both, or skips (exit 77) where EMU_RXEVM_OPTIONAL=1 allows it.
 # usage: real_or_vm.sh RXE_VM_PY COMMAND [ARG...]
 rxe_vm=$1

@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 # SPDX-License-Identifier: BSD-2-Clause
-"""The comparison suite (issue 17, docs/comparison.md): the harness's player scenarios and probes,
+"""The comparison suite (issue 17, docs/guides/comparison.md): the harness's player scenarios and
+probes,
 run here on emu0 as RoCE (EMU_LINK_LAYER=eth) and on soft-RoCE (rxe0) in the VM of ci/rxe-vm,
 their recorded streams compared record by record. Every difference must be a row of declared.py;
 an undeclared difference, or a declared one that no longer occurs, fails.
 
-  rxe_compare.py --build BUILD [--write-doc docs/comparison.md] [--keep DIR]
+  rxe_compare.py --build BUILD [--write-doc docs/guides/comparison.md] [--keep DIR]
 
 Where the VM cannot run: a failure with the reason, or exit 77 (skip, with the reason) where
 EMU_RXEVM_OPTIONAL=1 declares this machine unable (ci/rxe-vm/rxe_vm.py).
@@ -113,7 +114,7 @@ def table(emu, rxe, seen, versions):
     lines = [BEGIN, "",
              f"Taken on Linux {versions.get('kernel', '?')} (Debian 12's linux-image-amd64) with "
              f"rdma-core {versions.get('rdma-core', '?')}, by `tests/rxevm/rxe_compare.py --build "
-             "build --write-doc docs/comparison.md` (ctest: rxevm.compare).", "",
+             "build --write-doc docs/guides/comparison.md` (ctest: rxevm.compare).", "",
              "| Scenario | emu0 (RoCE) vs rxe0 |", "|---|---|"]
     for s in sorted(set(emu) | set(rxe)):
         rows = [d for d in seen if d.scenario == s]

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Process death at a chosen point (emu/kill_point.h) and the sweep's heap audit that reclaims
 // what a death leaks (Segment::audit_heap; ShmHeap::audit alone: test_shm_heap.cpp):
-// docs/reliability.md, "Process death".
+// docs/design/reliability.md, "Process death".
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -151,7 +151,7 @@ TEST(HeapAudit, RingsOfASlotWhoseDestroyDiedAreReclaimedByTheSweep) {
   ASSERT_EQ(pipe(fds), 0);
   pid_t child = fork();
   if (child == 0) {
-    Segment* mine = Segment::get();  // a record of its own (docs/architecture.md, "Fork")
+    Segment* mine = Segment::get();  // a record of its own (docs/design/verbs-provider.md, "Fork")
     uint32_t q = 0;
     if (!mine || mine->alloc_qp(&q) != Status::ok) _exit(1);
     QpSlot& slot = qp_slot(h, q);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The segment's life (docs/architecture.md, "The segment's life and size"): removed by its last
-// process, by the next attach after a SIGKILL, kept when persistent; tmpfs pages taken as it grows
-// and a full tmpfs an allocation failure with a message; the unlink race closed by the life lock.
+// The segment's life (docs/design/segment-and-heap.md, "The segment's life and size"): removed by
+// its last process, by the next attach after a SIGKILL, kept when persistent; tmpfs pages taken as
+// it grows and a full tmpfs an allocation failure with a message; the unlink race closed by the
+// life lock.
 #include <dirent.h>
 #include <fcntl.h>
 #include <gtest/gtest.h>

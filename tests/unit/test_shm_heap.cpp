@@ -214,7 +214,7 @@ TEST(ShmHeap, NoRoomToGrowFailsTheAllocationAndLaterRoomGrowsIt) {
   EXPECT_TRUE(problems.empty()) << problems[0];
 }
 
-// The heap audit (docs/reliability.md, "Process death").
+// The heap audit (docs/design/reliability.md, "Process death").
 TEST(HeapAudit, ABlockNoOneNamesIsLeakedAndGivenBack) {
   Arena a(4 << 20);
   ShmHeap heap = a.heap();

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// fork(): a child of fork() is a process of its own on the fabric (docs/architecture.md, "Fork").
-// The parent makes its objects, forks, and the child makes its own on a context of its own; the
-// two then run RC traffic with each other. A buffer at the same address in both (static, so the
-// child inherits it) is registered by the child only: a SEND into it must land in the child, and
-// the parent's copy must stay untouched (before fork support, the child's objects were the
+// fork(): a child of fork() is a process of its own on the fabric (docs/design/verbs-provider.md,
+// "Fork"). The parent makes its objects, forks, and the child makes its own on a context of its
+// own; the two then run RC traffic with each other. A buffer at the same address in both (static,
+// so the child inherits it) is registered by the child only: a SEND into it must land in the child,
+// and the parent's copy must stay untouched (before fork support, the child's objects were the
 // parent's and the engine wrote the bytes into the parent). The census shows each process's
 // objects under its own pid, and the child's exit or SIGKILL releases only the child's.
 #include <poll.h>

@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Error injection on demand (docs/reliability.md, "Error injection"), seen by a verbs program: a
-// chosen WR completes with a chosen status and the rest of its queue flushes; async events come
-// with the state change hardware makes with them; a CQ armed to overrun fails at its next CQE; the
-// Nth creation verb fails with a chosen errno and makes nothing. Everything is set through
-// `emu-ctl inject` (another process, as a harness does) on this process's own fabric.
+// Error injection on demand (docs/design/reliability.md, "Error injection"), seen by a verbs
+// program: a chosen WR completes with a chosen status and the rest of its queue flushes; async
+// events come with the state change hardware makes with them; a CQ armed to overrun fails at its
+// next CQE; the Nth creation verb fails with a chosen errno and makes nothing. Everything is set
+// through `emu-ctl inject` (another process, as a harness does) on this process's own fabric.
 #include <cstdio>
 #include <cstring>
 #include <string>

@@ -92,8 +92,8 @@ TEST_F(PortTest, QueryPortFollowsDownAndUp) {
   EXPECT_EQ(pa.phys_state, 5);
 }
 
-// The port's sysfs files (the file view, docs/architecture.md "Device presence"), read in this
-// process as any program reads them, follow the port as ibv_query_port does.
+// The port's sysfs files (the file view, docs/design/rdma-cm-and-presence.md "Device presence"),
+// read in this process as any program reads them, follow the port as ibv_query_port does.
 std::string sysfs_port1(const char* attr) {
   std::ifstream in(std::string("/sys/class/infiniband/emu0/ports/1/") + attr);
   std::string line;

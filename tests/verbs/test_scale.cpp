@@ -1,9 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Many QPs in one process (issue 18 item 3): the object tables grow in chunks as slots are handed
-// out (docs/architecture.md, "Object tables"). N RC QPs are made, connected in pairs to each other
-// (loopback in this process), each pair carries one data-checked SEND, then every QP is destroyed:
-// the census then lists exactly the objects it listed before (none of the QPs), no leaked heap
-// block, and the device recorded no race.
+// out (docs/design/segment-and-heap.md, "Object tables"). N RC QPs are made, connected in pairs to
+// each other (loopback in this process), each pair carries one data-checked SEND, then every QP is
+// destroyed: the census then lists exactly the objects it listed before (none of the QPs), no
+// leaked heap block, and the device recorded no race.
 #include <cstdio>
 #include <string>
 #include <vector>

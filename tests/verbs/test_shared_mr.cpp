@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Registered private memory moved into the registration file while an MR covers it, and back when
-// none does (verbs_provider/memory/shared_mr.cpp, page_move.cpp; docs/architecture.md, "Registered
-// memory shared for real"): the program's addresses, bytes and concurrent stores are kept, a child
-// of fork() gets a private copy, and memory the program replaced itself is never taken for the old.
-// Under EMU_SHARED_MR=0 (the *_private variant) nothing moves, and the same tests say so.
+// none does (verbs_provider/memory/shared_mr.cpp, page_move.cpp; docs/design/registered-memory.md,
+// "Registered memory shared for real"): the program's addresses, bytes and concurrent stores are
+// kept, a child of fork() gets a private copy, and memory the program replaced itself is never
+// taken for the old. Under EMU_SHARED_MR=0 (the *_private variant) nothing moves, and the same
+// tests say so.
 #include <sys/mman.h>
 #include <sys/wait.h>
 #include <unistd.h>

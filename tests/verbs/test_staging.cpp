@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Receive staging (docs/architecture.md, "Staging of two-sided payloads"): SENDs from another
-// process wait in the receive CQ's staging area and the receiver's poll places them. Every size
-// lands byte for byte, split over two SGEs, through a plain RQ, an SRQ and a UD QP with a GRH; a
-// QP destroyed, a CQ resized or destroyed with staged completions unpolled leaves no slot taken,
+// Receive staging (docs/design/registered-memory.md, "Staging of two-sided payloads"): SENDs from
+// another process wait in the receive CQ's staging area and the receiver's poll places them. Every
+// size lands byte for byte, split over two SGEs, through a plain RQ, an SRQ and a UD QP with a GRH;
+// a QP destroyed, a CQ resized or destroyed with staged completions unpolled leaves no slot taken,
 // no leaked heap block and a segment the checker passes; the device records no race.
 #include <arpa/inet.h>
 

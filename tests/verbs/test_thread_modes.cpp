@@ -1,8 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Thread modes of the provider's post path (docs/architecture.md, "Thread modes"): thread domains
-// and parent domains (their lifetimes and errnos, the dedicated doorbell registers), the ownership
-// checker of lockless QPs, EMU_SINGLE_THREADED (in a peer process, since the provider reads its
-// knobs once per process), and eight threads posting through each mode without a race event.
+// Thread modes of the provider's post path (docs/design/doorbells-and-mmio.md, "Thread modes"):
+// thread domains and parent domains (their lifetimes and errnos, the dedicated doorbell registers),
+// the ownership checker of lockless QPs, EMU_SINGLE_THREADED (in a peer process, since the provider
+// reads its knobs once per process), and eight threads posting through each mode without a race
+// event.
 #include <link.h>
 #include <sys/syscall.h>
 #include <unistd.h>

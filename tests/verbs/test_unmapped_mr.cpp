@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Registered memory the program unmapped before deregistering it (issue 29 item 9;
-// docs/architecture.md, "Registered memory a program unmapped"). Hardware keeps an MR's pages
-// pinned until ibv_dereg_mr and goes on writing and reading them; the program that unmapped its
-// buffer only lost its own view of them. emu0 must never end the process for it (the device's
+// docs/design/registered-memory.md, "Registered memory a program unmapped"). Hardware keeps an MR's
+// pages pinned until ibv_dereg_mr and goes on writing and reading them; the program that unmapped
+// its buffer only lost its own view of them. emu0 must never end the process for it (the device's
 // memcpy into a missing page was a SIGSEGV): with EMU_SHARED_MR on (the default) the MR's pages are
 // in the registration file and the operation lands in them, as on hardware; with it off
 // (the *_private variant) the operation completes with the error a device reports for memory it
@@ -192,8 +192,8 @@ struct Target {
 
   // The memory mapped anew at T's address was not written (hardware writes the MR's pages), or,
   // under EMU_SHARED_MR=0, where the device follows the page tables, holds the WRITE and nothing
-  // else (docs/architecture.md); then everything goes, the MRs of unmapped memory deregistered as
-  // any.
+  // else (docs/design/registered-memory.md); then everything goes, the MRs of unmapped memory
+  // deregistered as any.
   bool finish() {
     bool ok = true;
     if (remapped) ok = check_remapped();
@@ -274,7 +274,7 @@ class UnmappedMr : public VerbsTest {
     }
     // Our memory is mapped before the target's goes: in one process a mapping made after the
     // munmap may be given the freed addresses, where the device would find it instead of the
-    // MR's pages (the difference docs/architecture.md describes).
+    // MR's pages (the difference docs/design/registered-memory.md describes).
     m_ = make_buf(4 * kPage);
     ASSERT_NE(m_.mr, nullptr);
     local_ = map_pages(1);
@@ -462,7 +462,7 @@ TEST_F(UnmappedMr, OperationsOnMemoryUnmappedInAnotherProcess) {
 // (In the owner's own process the engine copies through the program's addresses, and an address
 // that works is not told from the old pages.) Under EMU_SHARED_MR=0 process_vm_writev follows
 // the page tables: the WRITE lands in the new memory, which the peer checks instead
-// (docs/architecture.md lists it among the differences from hardware).
+// (docs/design/registered-memory.md lists it among the differences from hardware).
 TEST_F(UnmappedMr, MemoryMappedAnewAtTheAddressIsNotWritten) {
   ASSERT_NO_FATAL_FAILURE(start(true, true));
   fill_pattern(m_.p, kRemapLen, kRemapSeed, kRemapStep);

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The packet wire under faults (docs/reliability.md), seen by a verbs program: RC delivers every
-// signaled WR exactly once with the right data whatever is lost, duplicated, reordered, delayed or
-// corrupted, or fails with RETRY_EXC_ERR once retry_cnt is spent; the same seed gives the same
-// outcome (two fresh fabrics, one process each); UC and UD lose what is lost.
+// The packet wire under faults (docs/design/reliability.md), seen by a verbs program: RC delivers
+// every signaled WR exactly once with the right data whatever is lost, duplicated, reordered,
+// delayed or corrupted, or fails with RETRY_EXC_ERR once retry_cnt is spent; the same seed gives
+// the same outcome (two fresh fabrics, one process each); UC and UD lose what is lost.
 //
 // Rules are set with `emu-ctl faults set` (another process, as a harness does). Every test of this
 // binary runs alone on its fabric (RUN_SERIAL): the rules are the fabric's.

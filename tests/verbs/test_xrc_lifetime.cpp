@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The rows of docs/xrc.md: what happens to XRC domains and TGT QPs when processes create, open,
-// destroy, close, exit and die, under each lifetime policy. Three processes (xrc_players.h): the
-// creator makes the domain and the TGT QP; the opener opens the domain, owns the XRC SRQ the
+// The rows of docs/design/xrc.md: what happens to XRC domains and TGT QPs when processes create,
+// open, destroy, close, exit and die, under each lifetime policy. Three processes (xrc_players.h):
+// the creator makes the domain and the TGT QP; the opener opens the domain, owns the XRC SRQ the
 // traffic lands in and (in some rows) holds an ibv_open_qp handle; the sender has an INI QP
 // connected to the TGT QP. Each step checks what verbs show (traffic lands, or the sender's
 // completion is RETRY_EXC_ERR; errnos) and the census taken in a separate process.
@@ -128,7 +128,7 @@ class XrcLifetime : public ::testing::TestWithParam<Variant> {
       ASSERT_TRUE(creator.exit_normally());
   }
 
-  // Rows of docs/xrc.md shared by the exit and the SIGKILL variants.
+  // Rows of docs/design/xrc.md shared by the exit and the SIGKILL variants.
   void row_opener_holds(bool kill);
   void row_no_other_handle(bool kill);
 

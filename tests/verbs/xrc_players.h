@@ -1,10 +1,10 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Multi-process XRC scenarios (docs/xrc.md). A Player is a process of the test binary re-executed
-// in role "xrc-player" (peer.h) that runs one verbs step per command it reads; the parent can also
-// SIGKILL it at any point. A census is taken by a short-lived process in role "xrc-census": it
-// attaches to the fabric (which sweeps dead processes first, as every attach does), runs
-// emu::take_census and reports it; the test process itself never attaches a second time (the
-// preloaded provider already has the segment mapped).
+// Multi-process XRC scenarios (docs/design/xrc.md). A Player is a process of the test binary
+// re-executed in role "xrc-player" (peer.h) that runs one verbs step per command it reads; the
+// parent can also SIGKILL it at any point. A census is taken by a short-lived process in role
+// "xrc-census": it attaches to the fabric (which sweeps dead processes first, as every attach
+// does), runs emu::take_census and reports it; the test process itself never attaches a second time
+// (the preloaded provider already has the segment mapped).
 //
 // Wire format, both directions: frames of a native uint32 length and that many bytes of text.
 // Commands are words ("open_xrcd PATH OFLAGS"); replies are "ok [values...]" or "err ERRNO what".

@@ -7,7 +7,8 @@
  *
  * MMIO goes through the functions below, never through plain stores to the register: each is what
  * the device receives, recorded with the writing thread, and the flush is when BlueFlame chunks
- * reach it (docs/doorbells.md). Exported by libemu_verbs.so (link it, or run under emu-run).
+ * reach it (docs/design/doorbells-and-mmio.md). Exported by libemu_verbs.so (link it, or run under
+ * emu-run).
  */
 #ifndef EMUDV_H
 #define EMUDV_H
@@ -82,7 +83,7 @@ void emudv_sq_dbrec(struct emudv_qp *qp, uint32_t producer); /* the barrier, the
 void emudv_sq_dbrec_unfenced(struct emudv_qp *qp, uint32_t producer);
 void emudv_to_device_barrier(void);
 
-/* ---- The device's race log (docs/doorbells.md) ---- */
+/* ---- The device's race log (docs/design/doorbells-and-mmio.md) ---- */
 enum emudv_race_kind {
   EMUDV_RACE_BF_TORN = 1,
   EMUDV_RACE_DBREC_BACKWARDS = 2,

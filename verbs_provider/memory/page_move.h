@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Moving registered pages between private anonymous memory and the process's registration file
-// (page_move.cpp); shared_mr.cpp decides which pages move and when (docs/architecture.md,
-// "Registered memory shared for real"). The program keeps its addresses and bytes throughout.
+// (page_move.cpp); shared_mr.cpp decides which pages move and when
+// (docs/design/registered-memory.md, "Registered memory shared for real"). The program keeps its
+// addresses and bytes throughout.
 #pragma once
 #include <cstdint>
 

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Registered memory made reachable without a system call per message (docs/architecture.md,
-// "Registered memory shared for real"). An engine in another process copies into an MR with
-// memcpy through a mapping of the same pages, which needs the pages to be a file it can map:
+// Registered memory made reachable without a system call per message
+// (docs/design/registered-memory.md, "Registered memory shared for real"). An engine in another
+// process copies into an MR with memcpy through a mapping of the same pages, which needs the pages
+// to be a file it can map:
 //  - a region already inside a MAP_SHARED mapping of a file (POSIX shm, a memfd, ...) is recorded
 //    with a descriptor of that file, nothing moved (EMU_SHARED_BACKING, shared_backing.cpp);
 //  - private anonymous pages (heap, anonymous mmap) are moved into this process's registration
@@ -62,7 +63,7 @@ std::mutex g_mu;
 RegFile g_reg;
 // These two are built on first use and never destroyed: another thread's exit() runs this
 // library's static destructors while this one may be inside ibv_dereg_mr (rping does;
-// docs/architecture.md, "Exit").
+// docs/design/verbs-provider.md, "Exit").
 std::vector<BackingFile>& backing_files() {
   static auto* files = new std::vector<BackingFile>;
   return *files;

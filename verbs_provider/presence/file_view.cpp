@@ -121,7 +121,7 @@ int open_in_view(const char* path, int flags, mode_t mode) {
       return fail(ELOOP);  // O_NOFOLLOW on a link
     case Kind::dir: {
       // The host's own directory if it has one; a directory of ours alone has no descriptor
-      // (see docs/architecture.md, "Device presence").
+      // (see docs/design/rdma-cm-and-presence.md, "Device presence").
       int fd = n.may_exist_for_real() ? LIBC(open64)(path, flags, mode) : -1;
       return fd >= 0 || errno != ENOENT ? fd : fail(EOPNOTSUPP);
     }

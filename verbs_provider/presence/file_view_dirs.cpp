@@ -33,8 +33,8 @@ struct ViewDir {
   std::atomic<bool> used{false};
 };
 constexpr int kViewDirs = 32;
-// Built on first use and never destroyed (docs/architecture.md, "Exit"): a directory read may run
-// on one thread while another thread's exit() runs this library's static destructors.
+// Built on first use and never destroyed (docs/design/verbs-provider.md, "Exit"): a directory read
+// may run on one thread while another thread's exit() runs this library's static destructors.
 ViewDir* view_dirs() {
   static auto* dirs = new ViewDir[kViewDirs];
   return dirs;

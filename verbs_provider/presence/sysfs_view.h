@@ -2,7 +2,7 @@
 // The file-system view of emu devices: the /dev/infiniband nodes and the /sys entries that real
 // stacks (UCX, librdmacm, libibverbs, pyverbs) read about a device, answered from the segment with
 // the values ibv_query_device/port/gid give. Nothing is created on disk; file_view.cpp routes the
-// libc path calls here. See docs/architecture.md, "Device presence".
+// libc path calls here. See docs/design/rdma-cm-and-presence.md, "Device presence".
 #pragma once
 #include <sys/types.h>
 

@@ -335,7 +335,7 @@ namespace {
 // of the closed fd with an error, where freed memory would make ibv_get_cq_event crash.
 std::mutex g_dead_channels_mu;
 std::unordered_set<const ibv_comp_channel*>&
-dead_channels() {  // never destroyed (docs/architecture.md, "Exit")
+dead_channels() {  // never destroyed (docs/design/verbs-provider.md, "Exit")
   static auto* channels = new std::unordered_set<const ibv_comp_channel*>;
   return *channels;
 }

@@ -34,7 +34,7 @@ uint32_t g_num_devices = 0;
 std::once_flag g_devices_once;
 
 std::mutex g_lists_mu;
-// Our list -> libibverbs' list; never destroyed (docs/architecture.md, "Exit").
+// Our list -> libibverbs' list; never destroyed (docs/design/verbs-provider.md, "Exit").
 std::unordered_map<ibv_device**, ibv_device**>& device_lists() {
   static auto* lists = new std::unordered_map<ibv_device**, ibv_device**>;
   return *lists;

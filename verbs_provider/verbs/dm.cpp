@@ -29,7 +29,7 @@ EmuDm* to_dm(ibv_dm* dm) { return reinterpret_cast<EmuDm*>(dm); }
 // This process's blocks by handle, for ibv_import_dm (slow path only).
 std::mutex g_blocks_mu;
 std::unordered_map<uint32_t, EmuDm*>&
-dm_blocks() {  // never destroyed (docs/architecture.md, "Exit")
+dm_blocks() {  // never destroyed (docs/design/verbs-provider.md, "Exit")
   static auto* blocks = new std::unordered_map<uint32_t, EmuDm*>;
   return *blocks;
 }

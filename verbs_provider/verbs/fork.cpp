@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// fork() and the provider (docs/architecture.md, "Fork"). The segment gives a child of fork() a
-// process record of its own (emu/segment.h); here the provider's side: which objects a child
-// inherited. (The CM's lock, which a fork must not copy while another thread holds it, has its own
-// hooks beside it: cm/events.cpp.)
+// fork() and the provider (docs/design/verbs-provider.md, "Fork"). The segment gives a child of
+// fork() a process record of its own (emu/segment.h); here the provider's side: which objects a
+// child inherited. (The CM's lock, which a fork must not copy while another thread holds it, has
+// its own hooks beside it: cm/events.cpp.)
 #include <pthread.h>
 
 #include "provider.h"

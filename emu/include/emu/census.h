@@ -87,8 +87,8 @@ struct Census {
   // recorded holder is dead: each is taken over by its next taker, and the sweep frees the queue
   // locks; after a sweep, with no taker since, the table, XRC and atomic locks may still show.
   uint32_t locks_held_by_dead = 0;
-  // Race events the devices recorded (docs/doorbells.md): counts per device and kind since the
-  // segment was made, and the last events still in the log (at most kRaceLogLen).
+  // Race events the devices recorded (docs/design/doorbells-and-mmio.md): counts per device and
+  // kind since the segment was made, and the last events still in the log (at most kRaceLogLen).
   uint64_t races_total = 0;
   std::vector<std::vector<uint64_t>> race_counts;  // [device][RaceKind]
   std::vector<RaceRecord> races;

@@ -8,8 +8,8 @@
 // call), and the process's SIGSEGV/SIGBUS handler (the provider's,
 // verbs_provider/memory/page_move.cpp) asks dma_fault_recover first, which resumes there when the
 // fault is in a guarded copy of its own thread. The copy then reports the fault and the device uses
-// the MR's pages another way or completes with the error hardware gives (docs/architecture.md,
-// "Registered memory a program unmapped").
+// the MR's pages another way or completes with the error hardware gives
+// (docs/design/registered-memory.md, "Registered memory a program unmapped").
 #pragma once
 #include <signal.h>
 

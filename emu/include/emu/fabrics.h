@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // The fabrics of this user in EMU_SHM_DIR, seen from outside: each is one segment file
 // (rdmaemu-<uid>-<fabric>), removed by its last process to detach unless something keeps it
-// (docs/architecture.md, "The shared segment"). emu-ctl fabrics / rm / persist act through these.
+// (docs/design/segment-and-heap.md, "The shared segment"). emu-ctl fabrics / rm / persist act
+// through these.
 #pragma once
 #include <cstdint>
 #include <string>

@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Wire faults by seed: the rules every engine of a fabric applies to the packets it puts on the
-// wire (docs/reliability.md). The rules live in the segment, so a running fabric can be changed
-// from any attached process (emu-ctl faults, a harness, a test).
+// wire (docs/design/reliability.md). The rules live in the segment, so a running fabric can be
+// changed from any attached process (emu-ctl faults, a harness, a test).
 //
 // Text form (EMU_FAULTS, `emu-ctl faults set`): rules separated by ';', each KIND[:KEY=VALUE,...]
 //   KIND  drop | dup | reorder | delay | corrupt

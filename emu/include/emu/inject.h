@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Error injection on demand (docs/reliability.md, "Error injection"): rules in the segment that
-// complete a chosen send WR with a chosen status or fail the Nth creation verb with an errno, and
-// actions on live objects — an async event with the state change hardware makes with it, a QP
+// Error injection on demand (docs/design/reliability.md, "Error injection"): rules in the segment
+// that complete a chosen send WR with a chosen status or fail the Nth creation verb with an errno,
+// and actions on live objects — an async event with the state change hardware makes with it, a QP
 // moved to ERR, a CQ whose next CQE finds it full.
 //
 // Text form of the rules (EMU_INJECT, `emu-ctl inject set RULES`): rules separated by ';'
@@ -69,7 +69,7 @@ bool inject_status_syndrome(std::string_view name, uint8_t* syndrome);
 const char* inject_syndrome_name(uint8_t syndrome);
 bool inject_event_type(std::string_view name, uint32_t* type);
 
-// Actions on live objects, as hardware takes them (docs/reliability.md):
+// Actions on live objects, as hardware takes them (docs/design/reliability.md):
 //   QP events (qp_fatal, qp_req_err, qp_access_err: the QP goes to ERR first; comm_est,
 //   sq_drained, path_mig, path_mig_err, qp_last_wqe_reached): object = QP number
 //   cq_err: object = the CQ's handle (slot); the CQ takes no more CQEs, its QPs go to ERR with

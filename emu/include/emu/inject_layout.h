@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // Error injection's shared state: the rules that complete chosen WRs with a chosen status or fail
 // the Nth creation verb with a chosen errno. Plain data in the segment (layout.h embeds the table
-// in the Header); the API is emu/inject.h, the text form docs/reliability.md "Error injection".
+// in the Header); the API is emu/inject.h, the text form docs/design/reliability.md "Error
+// injection".
 #pragma once
 #include <atomic>
 #include <cstdint>

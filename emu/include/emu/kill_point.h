@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Process death at a chosen point (EMU_KILL_AT, docs/reliability.md "Process death"): the process
-// SIGKILLs itself the Nth time it passes a named point, so that a sweep can kill it where the
-// emulator's shared state is half changed — a lock held, a heap block half taken, a BlueFlame
+// Process death at a chosen point (EMU_KILL_AT, docs/design/reliability.md "Process death"): the
+// process SIGKILLs itself the Nth time it passes a named point, so that a sweep can kill it where
+// the emulator's shared state is half changed — a lock held, a heap block half taken, a BlueFlame
 // copy half made, a CM connection half set up — and check that the survivors do not hang and
 // that nothing of the dead is left.
 #pragma once

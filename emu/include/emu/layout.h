@@ -167,7 +167,7 @@ constexpr uint32_t kBfChunks = kBfBufSize / 64;  // 64-byte write-combining chun
 // the device recorded of the writes that reached it. A NIC sees only the bytes; the emulator also
 // knows which thread made each write (a tag: writer tid << 32 | that thread's burst number), which
 // is what lets it tell a torn BlueFlame WQE from a whole one (emu/device/doorbell.h,
-// docs/doorbells.md).
+// docs/design/doorbells-and-mmio.md).
 struct alignas(64) UarReg {
   uint64_t doorbell;                  // the 8-byte doorbell register
   std::atomic<uint32_t> device_busy;  // the device takes one write to this register at a time
@@ -448,9 +448,9 @@ struct QpSlot {
   BfStash bf_stash;  // the last BlueFlame WQE delivered, until the device uses it
 };
 
-// XRC domain lifetime policies (docs/xrc.md). kernel: today's Linux rule, a TGT QP lives while a
-// handle to it exists, in any process. xrcd: the 2011 proposal (2a), a TGT QP lives until it is
-// destroyed explicitly or its domain goes. creator: (2b) the creator chooses per TGT QP.
+// XRC domain lifetime policies (docs/design/xrc.md). kernel: today's Linux rule, a TGT QP lives
+// while a handle to it exists, in any process. xrcd: the 2011 proposal (2a), a TGT QP lives until
+// it is destroyed explicitly or its domain goes. creator: (2b) the creator chooses per TGT QP.
 enum XrcPolicy : uint32_t { kXrcPolicyKernel = 0, kXrcPolicyXrcd = 1, kXrcPolicyCreator = 2 };
 
 // An XRC domain: shared by the processes that open the same file (its inode) on one device; use
@@ -592,7 +592,8 @@ struct Header {
   std::atomic<uint64_t> next_uid;
   std::atomic<uint32_t> generation;
   // 1: kept when no process is attached (emu-ctl persist, EMU_FABRIC_PERSIST), as an XRC domain
-  // under policy xrcd keeps it; 0: removed by the last process to detach (docs/architecture.md).
+  // under policy xrcd keeps it; 0: removed by the last process to detach
+  // (docs/design/segment-and-heap.md).
   std::atomic<uint32_t> persistent;
   ShmHeapHeader heap;  // the allocator of rings and buffers (emu/shm/shm_heap.h)
   uint32_t num_devices;

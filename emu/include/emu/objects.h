@@ -80,7 +80,7 @@ struct CqSpec {
 Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx);
 void retire_cq(Segment* seg, CqSlot& cq);
 // Moves a CQ to a ring of 1 << log_cqe_cnt CQEs while engines in any process complete into it
-// (cq_resize.cpp; docs/architecture.md "Resizing a CQ"). The caller is the CQ's consumer, whose
+// (cq_resize.cpp; docs/design/engine.md "Resizing a CQ"). The caller is the CQ's consumer, whose
 // index is ci, and polls nothing until it returns; *ring_off is then the ring to poll. invalid:
 // more completions are outstanding than the new ring holds; no_memory: no room for it.
 Status resize_cq(Segment* seg, CqSlot& cq, uint32_t log_cqe_cnt, uint32_t ci, uint64_t* ring_off);

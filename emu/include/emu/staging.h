@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The receive staging area of a CQ (docs/architecture.md, "Staging of two-sided payloads"): a
-// heap block of the segment where a sender's engine leaves a SEND's payload for the receiver's
-// poll to copy into the buffers of the receive WQE it consumed. It is made of 1 KiB slots; a
-// payload takes a run of slots inside one 64-bit word of the free map, claimed with a
+// The receive staging area of a CQ (docs/design/registered-memory.md, "Staging of two-sided
+// payloads"): a heap block of the segment where a sender's engine leaves a SEND's payload for the
+// receiver's poll to copy into the buffers of the receive WQE it consumed. It is made of 1 KiB
+// slots; a payload takes a run of slots inside one 64-bit word of the free map, claimed with a
 // compare-and-swap by any engine of any process, and the poller releases it with one fetch-and,
 // in whatever order CQEs are polled. Slot 0 holds the map itself. No room: the engine places the
 // payload directly, as without an area; nothing ever waits for the poller.

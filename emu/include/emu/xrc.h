@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // XRC domains and TGT QP lifetimes, kept in the shared segment so that they survive any one
-// process (docs/xrc.md). Free of verbs types: the provider maps Status to the kernel's errnos.
+// process (docs/design/xrc.md). Free of verbs types: the provider maps Status to the kernel's
+// errnos.
 //
 // References: an open of a domain and a handle to a TGT QP are XrcHandle records owned by a
 // process. A domain's use count is its opens plus its objects (TGT QPs, XRC SRQs); a TGT QP's is
