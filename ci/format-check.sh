@@ -1,11 +1,11 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-2-Clause
-# Fails if any tracked *.h / *.cpp differs from what clang-format makes of it with the project's
+# Fails if any tracked *.h / *.cpp / *.c differs from what clang-format makes of it with the project's
 # .clang-format (fix: clang-format -i FILE...). Runs before the build in ci/test.sh: it is fast.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-files=$(git ls-files '*.h' '*.cpp' 2>/dev/null ||
-        find . -path ./build\* -prune -o \( -name '*.h' -o -name '*.cpp' \) -print)
+files=$(git ls-files '*.h' '*.cpp' '*.c' 2>/dev/null ||
+        find . -path ./build\* -prune -o \( -name '*.h' -o -name '*.cpp' -o -name '*.c' \) -print)
 n=$(wc -w <<<"$files")
 # shellcheck disable=SC2086  # one word per file
 if ! out=$(clang-format --style=file --dry-run --Werror $files 2>&1); then

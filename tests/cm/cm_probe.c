@@ -187,13 +187,13 @@ static int failing_client(struct sockaddr_in* sin) {
     got = step(ch, RDMA_CM_EVENT_ROUTE_RESOLVED);
   }
   if (got == 1) {
-    struct ibv_qp_init_attr qa = {.cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1,
-                                          .max_recv_sge = 1},
-                                  .qp_type = IBV_QPT_RC};
+    struct ibv_qp_init_attr qa = {
+        .cap = {.max_send_wr = 4, .max_recv_wr = 4, .max_send_sge = 1, .max_recv_sge = 1},
+        .qp_type = IBV_QPT_RC};
     CHECK(rdma_create_qp(id, NULL, &qa) == 0, "rdma_create_qp");
     made_qp = 1;
-    struct rdma_conn_param param = {.responder_resources = 1, .initiator_depth = 1,
-                                    .retry_count = 7, .rnr_retry_count = 7};
+    struct rdma_conn_param param = {
+        .responder_resources = 1, .initiator_depth = 1, .retry_count = 7, .rnr_retry_count = 7};
     CHECK(rdma_connect(id, &param) == 0, "rdma_connect");
     got = step(ch, RDMA_CM_EVENT_ESTABLISHED);
   }
