@@ -19,10 +19,12 @@ export EMU_FABRIC=${EMU_FABRIC:-cpuab$$}
 source bench/lib.sh
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
+# shellcheck disable=SC2086  # CFLAGS: words
 for t in $tests; do cc -O2 ${CFLAGS:-} -o "$tmp/$t" "bench/cpu/$t.c" -libverbs; done
 
 # cpu BIN TEST: the task-clock (ms) of one run; the tool's own figure goes to stderr
 cpu() {
+  # shellcheck disable=SC2086  # ARGS: words
   taskset -c 1 perf stat -x, -e task-clock -o "$tmp/stat" timeout 120 "$1/emu-run" "$tmp/$2" ${ARGS:-} >&2
   awk -F, '/task-clock/ {print $1}' "$tmp/stat"
 }

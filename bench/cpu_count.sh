@@ -22,6 +22,7 @@ cc -O2 -DB="$b" -o "$tmp/send_stream" bench/cpu/send_stream.c -libverbs
 # count N: the instructions of the traced program (not emu-run's own) over N rounds
 count() {
   rm -f "$tmp"/cg.*
+  # shellcheck disable=SC2086  # CALLGRIND_ARGS: words
   valgrind --tool=callgrind --trace-children=yes ${CALLGRIND_ARGS:-} \
     --callgrind-out-file="$tmp/cg.%p" "$bin/emu-run" "$tmp/send_stream" "$1" >/dev/null 2>"$tmp/log"
   local f

@@ -1,4 +1,5 @@
 # SPDX-License-Identifier: BSD-2-Clause
+# shellcheck shell=bash
 # Helpers the benchmark scripts share (sourced, not run): a server/client pair pinned to cores 0
 # and 1, started on a condition (the server's TCP port listening), and the statistics of a run.
 
@@ -16,9 +17,11 @@ wait_listen() {
 pair() {
   port=$((port + 1))
   local s=${1//@P/$port} c=${2//@P/$port}
+  # shellcheck disable=SC2086  # $s and $c: commands with their arguments
   taskset -c 0 $s >/dev/null 2>&1 &
   local sp=$!
   wait_listen "$port"
+  # shellcheck disable=SC2086  # (as above)
   taskset -c "${3:-1}" $c 2>&1
   wait "$sp" || true
 }

@@ -22,7 +22,7 @@ echo "| size | reg moved / kept (us) | dereg moved / kept (us) | reg+dereg ratio
 echo "|---|---|---|---|"
 for s in $sizes; do
   ratios="" cells_r="" cells_d=""
-  for r in $(seq "$rounds"); do
+  for _ in $(seq "$rounds"); do
     read -r r0 d0 < <(run 0 "$s")
     read -r r1 d1 < <(run 1 "$s")
     ratios+="$(awk -v a="$r1" -v b="$d1" -v c="$r0" -v d="$d0" 'BEGIN {printf "%.2f", (a + b) / (c + d)}') "

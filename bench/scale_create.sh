@@ -29,7 +29,8 @@ echo "| object | live QPs | A ns | B ns | B/A (median of rounds) |"
 echo "|---|---|---|---|---|"
 for kind in qp cq mr; do
   for live in live=100 live=1000 live=10000; do
-    a=($(echo ${R[a.$kind.$live]:-})) b=($(echo ${R[b.$kind.$live]:-}))
+    read -ra a <<<"${R[a.$kind.$live]:-}"
+    read -ra b <<<"${R[b.$kind.$live]:-}"
     # A round where A refused the count (fixed tables: at most 4,094 QPs) has no ratio.
     rs=$(for i in "${!b[@]}"; do
       if [[ ${a[$i]:-} =~ ^[0-9.]+$ ]]; then ratio "${b[$i]}" "${a[$i]}"; echo; fi

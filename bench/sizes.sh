@@ -46,11 +46,12 @@ msgrate() { pair "$E $B/msgrate -o $1 -n $2 -p @P" "$E $B/msgrate -o $1 -n $2 -p
 # a busy machine can leave one of clping's processes waiting for a CPU (a round trip of ms): bounded
 clping() {
   local v
-  v=$(timeout 20 $B/clping -n "$(it 20000)" | awk '{print $7}')
+  v=$(timeout 20 "$B/clping" -n "$(it 20000)" | awk '{print $7}')
   echo "${v:-n/a}"
 }
 mpi() {
   local wrap=$1
+  # shellcheck disable=SC2086  # $wrap: a command prefix, or nothing
   taskset -c 0,1 mpirun -np 2 --allow-run-as-root --bind-to core --map-by core --mca pml ucx \
     --mca pml_ucx_tls any --mca pml_ucx_devices any $wrap "$B/mpi_pingpong" "$(it 20000)" "$(it 200)" 2>&1 || true
 }
@@ -175,7 +176,7 @@ for r in $(seq "$rounds"); do
   echo "round $r: clping ${c0} ns" >&2
   for part in ${PARTS:-lat bw rate spread ucx_emu mpi}; do
     t0=$SECONDS
-    ${part}_round
+    "${part}_round"
     echo "  ($part: $((SECONDS - t0)) s)" >&2
   done
   c1=$(clping)

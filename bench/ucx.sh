@@ -37,11 +37,13 @@ waited() { tail -2 "$stats" | awk '{r += $1; w += $2} END {printf "%.0f%%", r + 
 pair() {
   port=$((port + 1))
   local s=${1//@P/$port} c=${2//@P/$port}
+  # shellcheck disable=SC2086  # $s and $c: commands with their arguments
   taskset -c 0 $s >/dev/null 2>&1 &
   local sp=$!
   watch "$sp" &
   local ws=$!
   wait_listen "$port"
+  # shellcheck disable=SC2086  # (as above)
   taskset -c 1 $c >"$out" 2>&1 &
   local cp=$!
   watch "$cp" &

@@ -7,6 +7,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kinds=("$@")
+# shellcheck disable=SC2054  # the comma is part of the first sanitizer's name
 [ ${#kinds[@]} -gt 0 ] || kinds=(address,undefined thread)
 bash ci/setup.sh
 # The subset's binaries (tests/sanitize.cmake and the fuzz, XRC, wire and injection tests of

@@ -87,7 +87,7 @@ def run_one(emu_run, tests, dev, name, index, timeout):
         p = subprocess.run(cmd, cwd=tests, env=env, capture_output=True, text=True,
                            timeout=timeout, start_new_session=True)
         rc, text = p.returncode, p.stdout + p.stderr
-    except subprocess.TimeoutExpired as e:
+    except subprocess.TimeoutExpired:
         rc, text = None, ""
     finally:
         shm = env.get("EMU_SHM_DIR", "/dev/shm")

@@ -15,7 +15,6 @@ libc interposer and puts this package on the path:
 """
 import os
 
-from . import _rdmaemu
 from ._rdmaemu import (Campaign, DeviceInfo, PortInfo, RaceEvent, Run, VerbsError, builtin,
                        builtin_scenarios, devices, race_events, races_recorded)
 from .census import Census, census, kernel_census
