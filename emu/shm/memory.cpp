@@ -153,12 +153,15 @@ uint64_t take(Cursor& c, iovec* iov, int* cnt, uint64_t max) {
   return total;
 }
 
+// A program may name one buffer as both source and destination (a WRITE or SEND within one MR,
+// in loopback): what lands is then one of the orders a DMA engine might give, and memmove keeps
+// the copy defined (memcpy of overlapping ranges is not; found by the ASan fuzz run).
 CopyResult local_copy(Cursor& src, Cursor& dst) {
   src.skip_empty();
   dst.skip_empty();
   while (!src.done() && !dst.done()) {
     uint64_t k = std::min(src.avail(), dst.avail());
-    std::memcpy(reinterpret_cast<void*>(dst.addr()), reinterpret_cast<const void*>(src.addr()), k);
+    std::memmove(reinterpret_cast<void*>(dst.addr()), reinterpret_cast<const void*>(src.addr()), k);
     src.advance(k);
     dst.advance(k);
   }
@@ -180,7 +183,7 @@ __attribute__((noipa)) void opaque_local_copy(const MemSpan* src, int nsrc, cons
     if (k <= 16)
       copy_small(to, from, k);  // an atomic's 8 bytes, a small SEND: no libc call
     else
-      std::memcpy(to, from, k);
+      std::memmove(to, from, k);  // they may overlap (local_copy says why)
     return;
   }
   Cursor s{src, nsrc}, d{dst, ndst};
