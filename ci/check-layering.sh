@@ -17,7 +17,8 @@ set -euo pipefail
 
 # Room -> the rooms whose headers it may include. A room not in the table may not exist.
 declare -A arrows=(
-  [verbs]=""                 # the verbs objects (provider.h): the others build on them
+  [verbs]="mmio"             # the verbs objects (provider.h): the others build on them; their
+                             # registers are trapped windows
   [memory]="verbs"           # registered memory: an MR's pages (provider.h's MrSlot)
   [raw]="verbs"              # flow rules and WQs are made on QPs
   [cm]="verbs"               # the CM resolves addresses to ports and makes QP attributes

@@ -64,6 +64,7 @@ int main(int argc, char** argv) {
   uctlite::WorkerConfig wc;
   wc.api = o.api;
   wc.mmio = o.mmio;
+  wc.plain_stores = o.plain_stores;
   wc.thread_mode = o.thread_mode;
   std::unique_ptr<uctlite::Worker> worker =
       uctlite::Worker::create(fabric.initiator_ctx(), wc, &err);

@@ -49,6 +49,8 @@ void print_usage(FILE* out) {
       "  --qps M                initiator QPs; lanes (thread i%%N, QP i%%M) for i < max(N, M)\n"
       "  --api verbs|direct     ibv_post_send/ibv_poll_cq, or uctlite's own WQEs via emudv.h\n"
       "  --mmio bf_post|bf_post_mt|db_lock   (direct only; default bf_post_mt)\n"
+      "  --stores calls|plain   register writes through emudv's MMIO calls, or as plain stores\n"
+      "                         into the mapped register, as UCX makes them (direct only)\n"
       "  --thread-mode single|serialized     (default serialized)\n"
       "  --op write|send        (default write)\n"
       "  --sizes a,b,...        message sizes, %u..%u bytes (default 8,64,128,200)\n"
@@ -118,6 +120,10 @@ bool parse_options(int argc, char** argv, Options* o, std::string* err) {
       if (!x) return bad(v);
       o->mmio = *x;
       o->mmio_given = true;
+    } else if (a == "--stores") {
+      if (std::string(v) != "calls" && std::string(v) != "plain") return bad(v);
+      o->plain_stores = std::string(v) == "plain";
+      o->stores_given = true;
     } else if (a == "--thread-mode") {
       auto x = uctlite::parse_thread_mode(v);
       if (!x) return bad(v);
@@ -159,6 +165,10 @@ bool parse_options(int argc, char** argv, Options* o, std::string* err) {
   }
   if (count_given && o->duration_ms) {
     *err = "--count and --duration-ms exclude each other";
+    return false;
+  }
+  if (o->stores_given && o->api != uctlite::Api::direct) {
+    *err = "--stores applies to --api direct only";
     return false;
   }
   if (o->mmio_given && o->api != uctlite::Api::direct) {

@@ -17,6 +17,8 @@ struct Options {
   uctlite::Api api = uctlite::Api::verbs;
   uctlite::MmioMode mmio = uctlite::MmioMode::bf_post_mt;
   bool mmio_given = false;
+  bool plain_stores = false;  // --stores plain
+  bool stores_given = false;
   uctlite::ThreadMode thread_mode = uctlite::ThreadMode::serialized;
   uctlite::Op op = uctlite::Op::write;
   std::vector<uint32_t> sizes{8, 64, 128, 200};

@@ -223,6 +223,11 @@ bool Report::write_json(const std::string& path, std::string* err) const {
     j.str(uctlite::mmio_name(o.mmio));
   else
     j.null();
+  j.key("stores");
+  if (o.api == uctlite::Api::direct)
+    j.str(o.plain_stores ? "plain" : "calls");
+  else
+    j.null();
   j.key("thread_mode").str(uctlite::thread_mode_name(o.thread_mode));
   j.key("op").str(uctlite::op_name(o.op));
   j.key("device").str(o.device);

@@ -113,7 +113,7 @@ Ep* Worker::add_ep(ibv_qp* qp, ibv_cq* send_cq, std::string* err) {
       return nullptr;
     }
     ep = make_direct_ep(qp, dq, dc, register_for(dq.uar.opaque, &dq.uar), cfg_.mmio,
-                        cfg_.dbrec_fence, wl);
+                        cfg_.dbrec_fence, cfg_.plain_stores, wl);
   }
   if (!ep) return nullptr;
   eps_.push_back(std::move(ep));

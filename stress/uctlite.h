@@ -56,6 +56,10 @@ struct WorkerConfig {
   // direct only: false leaves out the barrier between the WQE and the doorbell record (the
   // "missing udma_to_device_barrier" mutant; emu/visibility.h shows what it lets the device see).
   bool dbrec_fence = true;
+  // direct only: the register writes as plain stores into the register emudv_init_qp maps (a
+  // memcpy into the BlueFlame buffer, an 8-byte store to the doorbell, then a store fence), the way
+  // UCX's rc_mlx5 makes them; false: through emudv_bf_copy / emudv_db_write64 / emudv_mmio_flush.
+  bool plain_stores = false;
 };
 
 // One message. Inline payloads go inside the WQE (length <= Ep::max_inline()); otherwise

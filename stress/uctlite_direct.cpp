@@ -62,10 +62,11 @@ int wc_opcode_of(uint8_t wqe_opcode) {
 class DirectEp final : public Ep {
  public:
   DirectEp(ibv_qp* qp, const emudv_qp& dv, const emudv_cq& dvcq, Worker::Register* reg,
-           MmioMode mmio, bool dbrec_fence, std::mutex* wl)
+           MmioMode mmio, bool dbrec_fence, bool plain_stores, std::mutex* wl)
       : Ep(qp, wl),
         dv_(*emudv_fns()),
         dbrec_fence_(dbrec_fence),
+        plain_stores_(plain_stores),
         q_(dv),
         cq_(dvcq),
         reg_(reg),
@@ -108,13 +109,15 @@ class DirectEp final : public Ep {
     return h;
   }
   void bf_copy_and_flush(uint32_t pi, uint32_t bbs);
+  void ring_doorbell(const uint8_t* stage);
   bool fits_bf(uint32_t bbs) const { return bbs * kBlock <= reg_->uar.bf_size; }
   void ring_bf_post(uint32_t pi, uint32_t bbs, const uint8_t* stage);
   void ring_bf_post_mt(uint32_t pi, uint32_t bbs, const uint8_t* stage);
   void ring_db_lock(uint32_t pi, uint32_t bbs, const uint8_t* stage);
 
   const EmudvFns& dv_;
-  bool dbrec_fence_;  // false: the record store without the barrier before it (a mutant)
+  bool dbrec_fence_;   // false: the record store without the barrier before it (a mutant)
+  bool plain_stores_;  // the register written by plain stores (WorkerConfig::plain_stores)
   emudv_qp q_;
   emudv_cq cq_;
   Worker::Register* reg_;
@@ -194,18 +197,33 @@ void DirectEp::bf_copy_and_flush(uint32_t pi, uint32_t bbs) {
   auto* ring = static_cast<const uint8_t*>(q_.sq_buf);
   uint32_t idx = pi & (q_.sq_wqe_cnt - 1);
   uint32_t first = std::min(bbs, q_.sq_wqe_cnt - idx);
-  dv_.bf_copy(&reg_->uar, dst, ring + idx * kBlock, first);
-  if (first < bbs) dv_.bf_copy(&reg_->uar, dst + first * kBlock, ring, bbs - first);
-  dv_.mmio_flush();
+  if (plain_stores_) {  // memcpy picks the store widths, as UCX's BlueFlame copy leaves it to
+    std::memcpy(dst, ring + idx * kBlock, first * kBlock);
+    if (first < bbs) std::memcpy(dst + first * kBlock, ring, (bbs - first) * kBlock);
+    __builtin_ia32_sfence();  // the write-combining flush
+  } else {
+    dv_.bf_copy(&reg_->uar, dst, ring + idx * kBlock, first);
+    if (first < bbs) dv_.bf_copy(&reg_->uar, dst + first * kBlock, ring, bbs - first);
+    dv_.mmio_flush();
+  }
   // Toggled as a load and a store (UCT: addr ^= bf_size): unlocked posters can both use one buffer.
   reg_->bf_offset.store(off ^ reg_->uar.bf_size, std::memory_order_relaxed);
+}
+
+void DirectEp::ring_doorbell(const uint8_t* stage) {
+  if (plain_stores_) {
+    *reg_->uar.db = ctrl_head(stage);
+    __builtin_ia32_sfence();
+  } else {
+    ring_doorbell(stage);
+  }
 }
 
 void DirectEp::ring_bf_post(uint32_t pi, uint32_t bbs, const uint8_t* stage) {
   if (fits_bf(bbs))
     bf_copy_and_flush(pi, bbs);
   else
-    dv_.db_write64(&reg_->uar, ctrl_head(stage));
+    ring_doorbell(stage);
 }
 
 void DirectEp::ring_bf_post_mt(uint32_t pi, uint32_t bbs, const uint8_t* stage) {
@@ -213,12 +231,12 @@ void DirectEp::ring_bf_post_mt(uint32_t pi, uint32_t bbs, const uint8_t* stage) 
   if (fits_bf(bbs))
     bf_copy_and_flush(pi, bbs);
   else
-    dv_.db_write64(&reg_->uar, ctrl_head(stage));
+    ring_doorbell(stage);
 }
 
 void DirectEp::ring_db_lock(uint32_t pi, uint32_t bbs, const uint8_t* stage) {
   std::lock_guard<SpinLock> g(reg_->lock);
-  dv_.db_write64(&reg_->uar, ctrl_head(stage));
+  ring_doorbell(stage);
 }
 
 int DirectEp::poll_unlocked(Completion* out, int max) {
@@ -262,8 +280,8 @@ int DirectEp::poll_unlocked(Completion* out, int max) {
 
 std::unique_ptr<Ep> make_direct_ep(ibv_qp* qp, const emudv_qp& dv, const emudv_cq& dvcq,
                                    Worker::Register* reg, MmioMode mmio, bool dbrec_fence,
-                                   std::mutex* wl) {
-  return std::make_unique<DirectEp>(qp, dv, dvcq, reg, mmio, dbrec_fence, wl);
+                                   bool plain_stores, std::mutex* wl) {
+  return std::make_unique<DirectEp>(qp, dv, dvcq, reg, mmio, dbrec_fence, plain_stores, wl);
 }
 
 }  // namespace uctlite

@@ -20,7 +20,7 @@ std::unique_ptr<Ep> make_verbs_ep(ibv_qp* qp, ibv_cq* cq, std::mutex* worker_loc
 // reg: the worker's Register for this QP's emudv register (found by the caller through dv.uar).
 std::unique_ptr<Ep> make_direct_ep(ibv_qp* qp, const emudv_qp& dv, const emudv_cq& dvcq,
                                    Worker::Register* reg, MmioMode mmio, bool dbrec_fence,
-                                   std::mutex* worker_lock);
+                                   bool plain_stores, std::mutex* worker_lock);
 
 // Whether the device has taken everything the send doorbell record names (dbrec: emudv_qp.dbrec)
 // and waits on no timer; nullopt when the emulator cannot say.

@@ -145,6 +145,16 @@ const KnobDoc kKnobs[] = {
         "costs a fifth of a small message's work. `always`: every lone small WQE (mlx5's default). "
         "`never`: none. Programs writing BlueFlame themselves (emudv.h) are not affected.",
         KnobKind::word, 0, 0, "auto|always|never"),
+    knob("EMU_MMIO", "trap",
+         "How a program's own stores to the doorbell registers emudv_init_qp hands out reach the "
+         "device. `trap`: the registers are pages mapped without write permission, and each plain "
+         "store to them (any width: 8-byte doorbell, BlueFlame by 8/16/32/64-byte or string "
+         "stores) faults into the provider, which makes the store and hands the bytes to the "
+         "device, as a hypervisor's emulated device gets an MMIO exit (docs/design/"
+         "doorbells-and-mmio.md); the program's own SIGSEGV and SIGTRAP handlers keep their "
+         "faults. `call`: the registers are plain memory the device reads only through the "
+         "emudv_* MMIO calls. The provider's own posts are the same under both.",
+         KnobKind::word, 0, 0, "trap|call"),
     knob("EMU_RACE_LOG", "0",
          "1: print each race event the device records (torn BlueFlame WQE, doorbell record moving "
          "backwards or ahead, double or stale WQE, lock-free QP entered by two threads) to stderr "
@@ -633,6 +643,7 @@ Config config_from_env() {
   c.blueflame = bf == "always"  ? BlueFlameUse::always
                 : bf == "never" ? BlueFlameUse::never
                                 : BlueFlameUse::unlocked_registers;
+  c.mmio_trap = std::string(value_of("EMU_MMIO")) != "call";
   std::string engine = value_of("EMU_ENGINE");
   // A scheduled program's device is the engine inline in its posters: their steps are its points.
   // A device thread would be a second device, outside the run.

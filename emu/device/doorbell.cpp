@@ -95,7 +95,8 @@ BfVerdict inspect_bf(const uint64_t* tags, const uint64_t* taken, uint64_t flush
   for (uint32_t i = 0; i < judged; ++i) {
     if (tags[i] == flusher) continue;
     v.foreign_mask |= 1u << i;
-    if (!v.writers[1] || v.writers[1] == v.writers[0]) v.writers[1] = bf_tag_tid(tags[i]);
+    if (!v.writers[1] || v.writers[1] == v.writers[0])
+      v.writers[1] = bf_tag_other(tags[i], v.writers[0]);
   }
   if (all_taken) {
     // Nothing arrived since the device last took this buffer. If the flushing write is not what
@@ -150,7 +151,8 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
     v.torn = true;
     v.nothing_new = false;
     v.foreign_mask |= 1u << i;
-    if (!v.writers[1] || v.writers[1] == v.writers[0]) v.writers[1] = bf_tag_tid(again[i]);
+    if (!v.writers[1] || v.writers[1] == v.writers[0])
+      v.writers[1] = bf_tag_other(again[i], v.writers[0]);
   }
   CtrlSeg c;
   std::memcpy(&c, copy, sizeof c);
@@ -199,6 +201,12 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
     uint32_t other = qp->dbrec_other.load(std::memory_order_relaxed);
     if ((v.writers[1] == 0 || v.writers[1] == v.writers[0]) && other && other != v.writers[0])
       v.writers[1] = other;  // as report(): the QP's other poster
+    // A register shared by QPs of two threads: the other thread that stored into the buffer.
+    for (const auto& w : reg.bf_store_writers[buf]) {
+      uint32_t t = w.load(std::memory_order_relaxed);
+      if ((v.writers[1] == 0 || v.writers[1] == v.writers[0]) && t && t != v.writers[0])
+        v.writers[1] = t;
+    }
   }
   if (v.torn) {
     RaceReport r;

@@ -21,6 +21,18 @@ namespace emu {
 // A BlueFlame chunk's tag: which write filled it (writer tid << 32 | that thread's burst number).
 inline uint64_t bf_tag(uint32_t tid, uint32_t burst) { return uint64_t(tid) << 32 | burst; }
 inline uint32_t bf_tag_tid(uint64_t tag) { return static_cast<uint32_t>(tag >> 32); }
+// A chunk assembled from plain stores of two threads (emu/mmio.h, "Plain stores"): tagged with
+// one, the other in its burst field, so that whichever of the two flushes, the other is named.
+constexpr uint32_t kMixedBurst = 1u << 31;
+inline uint64_t bf_mixed_tag(uint32_t tid, uint32_t other) {
+  return bf_tag(tid, kMixedBurst | (other & ~kMixedBurst));
+}
+// The thread a foreign chunk's tag names for a flush by `flusher`: its writer, or for a mixed
+// chunk whose writer is the flusher, the other thread in it.
+inline uint32_t bf_tag_other(uint64_t tag, uint32_t flusher) {
+  uint32_t tid = bf_tag_tid(tag), burst = static_cast<uint32_t>(tag);
+  return tid == flusher && (burst & kMixedBurst) ? burst & ~kMixedBurst : tid;
+}
 
 // Chunks the WQE whose control segment starts a BlueFlame buffer needs (0: it does not parse as a
 // WQE that fits the buffer).

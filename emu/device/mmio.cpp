@@ -37,7 +37,12 @@ uint64_t drain_one(const PendingBf& p, bool reg_locked = false) {
 
 }  // namespace
 
-uint64_t mmio_bf_begin() { return bf_tag(writer_tid(), ++t_wc.burst ? t_wc.burst : ++t_wc.burst); }
+// Burst numbers run through 31 bits, never 0 (no write) nor with kMixedBurst's bit.
+uint64_t mmio_bf_begin() {
+  t_wc.burst = (t_wc.burst + 1) & ~kMixedBurst;
+  if (!t_wc.burst) t_wc.burst = 1;
+  return bf_tag(writer_tid(), t_wc.burst);
+}
 
 // A chunk's eight 8-byte stores; under EMU_KILL_AT a death can fall between the fourth and fifth.
 static void copy_bf_chunk(void* dst, const void* src) {
@@ -73,6 +78,14 @@ void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint6
     if (head) device_doorbell(head);
   }
   wc.pending[wc.n++] = PendingBf{&reg, buf, tag, i + 1};
+}
+
+void mmio_bf_abandon(UarReg& reg, uint32_t buf) {
+  WcState& wc = t_wc;
+  uint32_t kept = 0;
+  for (uint32_t k = 0; k < wc.n; ++k)
+    if (wc.pending[k].reg != &reg || wc.pending[k].buf != buf) wc.pending[kept++] = wc.pending[k];
+  wc.n = kept;
 }
 
 uint64_t mmio_bf_continue(UarReg& reg, uint32_t buf, uint32_t first) {

@@ -148,6 +148,67 @@ def case_shared_register_clean(args):
     expect_clean(args, "shared-reg-mt", [*SHARED_REG, "--mmio", "bf_post_mt"])
 
 
+# The same over plain stores (--stores plain): uctlite writes the register as UCX does, a memcpy into
+# the BlueFlame buffer and an 8-byte store to the doorbell, with no call into the provider; the
+# stores reach the device through the trapped register pages (EMU_MMIO=trap, the default).
+PLAIN = ["--stores", "plain"]
+
+
+def case_direct_single_racy_plain(args):
+    """case_direct_single_racy with the register written by plain stores."""
+    extra = ["--api", "direct", "--thread-mode", "single", "--mmio", "bf_post", "--threads", "2",
+             "--qps", "1", "--sizes", SIZES, "--count", "2000", "--pin", "block", "--drain-ms", "500",
+             *PLAIN]
+
+    def found(s):
+        if s["config"]["stores"] != "plain":
+            raise Failed(f"not a plain-store run: {s['config']}")
+        kinds = s["races"]["by_kind"]
+        if not any(kinds[k] for k in ("bf_torn", "double_write", "dbrec_backwards")):
+            return f"no bf_torn/double_write/dbrec_backwards: {kinds}"
+        if not s["corruption"]["corrupt_bytes"]:
+            return f"no corrupt bytes at the target: {s['corruption']}"
+        return None
+
+    racy_until_found(args, "direct-single-plain", extra, found, args.runs)
+
+
+def case_direct_serialized_clean_plain(args):
+    expect_clean(args, "direct-serialized-plain",
+                 ["--api", "direct", "--thread-mode", "serialized", "--mmio", "bf_post_mt",
+                  "--threads", "2", "--qps", "1", "--sizes", SIZES, "--count", "2000", *PLAIN])
+
+
+def case_direct_db_lock_clean_plain(args):
+    """The 8-byte doorbell by a plain store, under the register's lock: clean."""
+    expect_clean(args, "direct-db-plain",
+                 ["--api", "direct", "--thread-mode", "serialized", "--mmio", "db_lock",
+                  "--threads", "2", "--qps", "1", "--sizes", "8," + SIZES, "--count", "2000", *PLAIN])
+
+
+def case_shared_register_racy_plain(args):
+    """Two threads' plain BlueFlame stores into one register without a lock: torn WQEs, each event
+    naming the register and both threads (acceptance of true MMIO)."""
+    def found(s):
+        regs, tids = s["registers"], s["posting_tids"]
+        if regs[0] != regs[16] or len(set(regs)) != 16:
+            raise Failed(f"expected QPs 0 and 16 alone on one register: {regs}")
+        sharers = {tids[0], tids[16]}
+        for e in events_of(s):
+            if e["kind"] != "bf_torn":
+                raise Failed(f"only the register is shared, yet: {e}")
+            if e["register"] != regs[0] or set(e["writer_tids"]) != sharers:
+                raise Failed(f"torn BlueFlame WQE not on the shared register by its two threads: {e}")
+        return None if events_of(s) else "no bf_torn"
+
+    racy_until_found(args, "shared-reg-plain", [*SHARED_REG, "--mmio", "bf_post", *PLAIN], found,
+                     args.runs)
+
+
+def case_shared_register_clean_plain(args):
+    expect_clean(args, "shared-reg-mt-plain", [*SHARED_REG, "--mmio", "bf_post_mt", *PLAIN])
+
+
 def case_verbs_shared_qp(args):
     expect_clean(args, "verbs-1qp", ["--api", "verbs", "--threads", "8", "--qps", "1",
                                      "--sizes", "8," + SIZES, "--count", "1000"])

@@ -75,6 +75,22 @@ TEST(BfDetector, ChunksFromTwoWritersAreTornAndNameBoth) {
   EXPECT_EQ(v.foreign_mask, 0b010u);
 }
 
+// A chunk two threads' plain stores made together (emu/mmio.h, "Plain stores"): whichever of the
+// two flushes, the verdict names the other.
+TEST(BfDetector, AMixedChunkNamesTheOtherThreadWhoeverFlushes) {
+  const uint64_t mixed = bf_mixed_tag(111, 222);
+  uint64_t tags[4] = {A1, mixed, 0, 0}, taken[4] = {};
+  BfVerdict v = inspect_bf(tags, taken, A1, 2);
+  EXPECT_TRUE(v.torn);
+  EXPECT_EQ(v.writers[0], 111u);
+  EXPECT_EQ(v.writers[1], 222u);
+  uint64_t by_b[4] = {B1, mixed, 0, 0};
+  v = inspect_bf(by_b, taken, B1, 2);
+  EXPECT_TRUE(v.torn);
+  EXPECT_EQ(v.writers[0], 222u);
+  EXPECT_EQ(v.writers[1], 111u);
+}
+
 TEST(BfDetector, AnOlderBurstOfTheSameThreadIsTornToo) {
   uint64_t tags[4] = {A2, A1, 0, 0}, taken[4] = {};
   EXPECT_TRUE(inspect_bf(tags, taken, A2, 2).torn);  // chunk 1 is left over from burst 1

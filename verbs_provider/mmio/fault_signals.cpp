@@ -44,6 +44,12 @@ SignalFn real_signal() {
   return fn;
 }
 
+// Resolved at load: the interposers may be called from a signal handler, where dlsym may not.
+__attribute__((constructor)) void resolve_real_functions() {
+  real_sigaction();
+  real_signal();
+}
+
 struct sigaction program_handler(const SignalState& s) {
   return s.app[s.current.load(std::memory_order_acquire)];
 }

@@ -18,6 +18,7 @@
 #include "emu/raw.h"
 #include "forward.h"
 #include "provider.h"
+#include "register_pages.h"
 
 #undef ibv_query_port
 #undef ibv_reg_mr
@@ -460,6 +461,7 @@ int ibv_close_device(ibv_context* context) {
     std::lock_guard<std::mutex> g(ctx->mu);
     for (EmuQp* qp : ctx->qps) qp_table_set(qp->qpx.qp_base.qp_num, nullptr);
   }
+  register_pages_close(ctx);
   seg->release_context_objects(ctx->slot);  // also frees the context's slot and UAR page
   close(context->async_fd);
   close(ctx->async_wfd);

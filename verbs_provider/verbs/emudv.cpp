@@ -10,6 +10,7 @@
 #include "emu/mmio.h"
 #include "emu/race_log.h"
 #include "provider.h"
+#include "register_pages.h"
 
 using namespace emu;
 using namespace emu::prov;
@@ -36,8 +37,10 @@ int emudv_init_qp(ibv_qp* ibqp, emudv_qp* out) {
   out->rq_stride = qp->rq_stride;
   out->dbrec = qp->dbrec;
   UarReg& reg = qp->ctx->uars[qp->uar_idx];
-  out->uar.db = &reg.doorbell;
-  out->uar.bf = reg.bf[0];
+  // The register as the program maps it: plain stores reach the device (register_pages.h).
+  out->uar.db = reinterpret_cast<volatile uint64_t*>(
+      register_address(qp->ctx, qp->uar_idx, offsetof(UarReg, doorbell)));
+  out->uar.bf = register_address(qp->ctx, qp->uar_idx, offsetof(UarReg, bf));
   out->uar.bf_size = kBfBufSize;
   out->uar.index = qp->uar_idx;
   out->uar.opaque = &reg;
@@ -64,7 +67,7 @@ void emudv_db_write64(emudv_uar* uar, uint64_t ctrl_head) {
 
 void emudv_bf_copy(emudv_uar* uar, void* dst, const void* src, unsigned nblocks) {
   UarReg& reg = *reg_of(uar);
-  size_t off = static_cast<size_t>(static_cast<uint8_t*>(dst) - reg.bf[0]);
+  size_t off = static_cast<size_t>(static_cast<uint8_t*>(dst) - static_cast<uint8_t*>(uar->bf));
   if (off >= 2 * kBfBufSize) return;  // not this register's BlueFlame buffers: no device write
   uint32_t buf = static_cast<uint32_t>(off / kBfBufSize);
   uint32_t first = static_cast<uint32_t>((off % kBfBufSize) / kSendWqeBB);

@@ -104,6 +104,9 @@ struct EmuContext {
   // Context import (import.cpp): the context slot whose PDs and MRs ibv_import_pd/mr find from
   // here (its own; an imported context's: the one its command fd was duplicated from).
   uint32_t share_slot = 0;
+  // The registers as the program maps them for plain stores (register_pages.h), made at the first
+  // emudv_init_qp; nullptr until then.
+  struct RegisterPages* reg_pages = nullptr;
   verbs_context vctx;  // must be last: libibverbs finds it from &vctx.context
 };
 

@@ -27,6 +27,7 @@ struct Config {
   uint32_t td_uar_regs;     // EMU_TD_UARS
   bool single_threaded;     // EMU_SINGLE_THREADED
   BlueFlameUse blueflame;   // EMU_BLUEFLAME
+  bool mmio_trap;           // EMU_MMIO: trap (plain stores to registers reach the device) or call
   EngineMode engine;        // EMU_ENGINE
   bool log;                 // EMU_LOG
   uint32_t vendor_part_id;  // EMU_VENDOR_PART_ID

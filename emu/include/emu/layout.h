@@ -32,7 +32,7 @@ constexpr uint64_t kHeapMinBlock = 64;
 constexpr uint32_t kHeapGrowOrder = 14;  // a growth step: 2^14 blocks of 64 B, 1 MiB of heap
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 35;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 36;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -175,7 +175,11 @@ struct alignas(64) UarReg {
   uint16_t index;                     // index in the context (dedicated ones after the shared)
   uint16_t dev;
   std::atomic<uint32_t> db_writer;  // tid of the last 8-byte doorbell write
-  uint8_t pad[40];
+  // Per BlueFlame buffer, the last two distinct threads whose plain stores reached it
+  // (emu/mmio.h, "Plain stores"): [0] the latest. A torn WQE assembled only from the chunks of
+  // one thread's writes had another thread's stores break into them: this names it.
+  std::atomic<uint32_t> bf_store_writers[2][2];
+  uint8_t pad[24];
   std::atomic<uint64_t> bf_tag[2][kBfChunks];  // per chunk: the write that last filled it
   uint64_t bf_taken[2][kBfChunks];  // per chunk: the tag the device last took (device only)
   uint8_t bf[2][kBfBufSize];        // BlueFlame buffers, alternated per post

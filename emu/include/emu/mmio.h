@@ -9,6 +9,7 @@
 // buffer at a time, in the order they were written. Unflushed buffers drain at the thread's next
 // flush, or when more than kWcBuffers are pending (eviction).
 #pragma once
+#include <atomic>
 #include <cstdint>
 
 #include "emu/barriers.h"
@@ -29,6 +30,9 @@ uint64_t mmio_bf_begin();
 uint64_t mmio_bf_continue(UarReg& reg, uint32_t buf, uint32_t first);
 // One 64-byte chunk into BlueFlame buffer `buf` of reg, chunk index i: the data, then its tag.
 void mmio_bf_chunk(UarReg& reg, uint32_t buf, uint32_t i, const void* src, uint64_t tag);
+// The calling thread's pending chunks in buffer buf of reg are dropped: a write it gave up (a
+// plain-store write another thread's bytes broke into, which the same thread then started over).
+void mmio_bf_abandon(UarReg& reg, uint32_t buf);
 // Whole-WQE helper: begin, chunks from `blocks` (nbbs 64-byte blocks, each at blocks[i]), pending.
 void mmio_bf_copy(UarReg& reg, uint32_t buf, const uint8_t* const* blocks, uint32_t nbbs);
 // Drains the calling thread's pending BlueFlame buffers to the device. Each one's WQE head is
@@ -46,6 +50,32 @@ inline uint64_t mmio_db64(UarReg& reg, uint64_t head) {
   reg.db_writer.store(writer_tid(), std::memory_order_relaxed);
   return head;
 }
+
+// ---- Plain stores to a register (the provider's trapped register windows, verbs_provider/mmio/)
+// -- A program storing into its mapping of a register makes no call: each store arrives on its own,
+// in whatever width the writer used. What the CPU's write-combining buffer would assemble before
+// the bytes reach a NIC is assembled here: the doorbell rings when its 8 bytes have arrived; a
+// BlueFlame chunk goes to the device (mmio_bf_chunk) when its 64 bytes have, tagged with the
+// storing thread's write, or with another thread's when bytes of two threads share it (a torn
+// chunk); and the WQE is flushed to the device when the chunks its control segment's DS count
+// names are all there.
+struct StoreAssembly {
+  std::atomic<uint32_t> lock{0};
+  uint8_t db_bytes = 0;  // bit b: doorbell byte b arrived since the last ring
+  struct Chunk {
+    uint64_t bytes = 0;              // bit b: byte b of the chunk arrived
+    uint32_t writer = 0, other = 0;  // the first thread that stored into it; another one
+  };
+  Chunk chunk[2][kBfChunks];
+  // Each thread's write in progress (which chunks of its WQE went to the device, under which tag)
+  // is the thread's own, kept beside its write-combining buffers (emu/device/mmio_store.cpp).
+};
+// A store of len bytes at byte `at` of register reg's layout (UarReg's offsets: the doorbell, the
+// BlueFlame buffers; stores elsewhere are dropped, as a NIC drops writes to unused register
+// space). The stored bytes are at mirror + at: the register's page as the program wrote it.
+// Runs on the storing thread, in its fault handler.
+void mmio_plain_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint32_t at,
+                      uint32_t len);
 
 // Send ring stores: a WQE of nbbs blocks written at ring position pos (32-bit block counter), and
 // the send doorbell record. rec may be null (nothing recorded).
