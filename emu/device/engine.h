@@ -305,7 +305,7 @@ class Engine {
   // What the requester sees when...
   ExecOutcome dropped(Exchange& x);  // UC: a message nobody takes is gone, the requester done
   ExecOutcome gone(Exchange& x);     // the responder vanished: UC dropped, else retried
-  ExecOutcome rnr(Exchange& x);      // no receive posted
+  ExecOutcome rnr(Exchange& x);      // no receive posted (its caller holds the receive lock)
   ExecOutcome responder_error(Exchange& x, uint8_t req_syndrome, uint32_t event);
   // A failed DMA of a WRITE or READ: whose side it was decides the error.
   ExecOutcome rdma_copy_failed(Exchange& x, CopyResult cr);

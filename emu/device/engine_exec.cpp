@@ -99,6 +99,14 @@ ExecOutcome Engine::gone(Exchange& x) {
 }
 
 ExecOutcome Engine::rnr(Exchange& x) {
+  // The lookup found the responder receiving, but a modify to ERR or RESET (or a destroy) may have
+  // come since: it stores the state, then flushes or resets the queue under the lock our caller
+  // now holds, so an empty queue here may be its doing, and the state it stored is seen. A QP that
+  // no longer receives answers nothing (no RNR NAK): the packet goes nowhere, as for a responder
+  // the lookup had not found.
+  if (!can_receive(x.r.qp_state.load(std::memory_order_acquire)) ||
+      x.r.state.load(std::memory_order_acquire) != kSlotLive)
+    return gone(x);
   if (x.unreliable) return dropped(x);
   // Once per stall (not per retry): tests of flow-controlled programs (rsockets) assert that no
   // receive they posted before the peer's SEND is ever NAKed.

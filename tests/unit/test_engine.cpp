@@ -4,6 +4,8 @@
 #include <gtest/gtest.h>
 
 #include <cstring>
+#include <functional>
+#include <thread>
 #include <vector>
 
 #include "engine_rig.h"
@@ -78,6 +80,61 @@ TEST(Engine, SendWithoutReceiveStallsThenRnrExceededWithZeroRetries) {
   const Cqe64* c = r.poll();
   ASSERT_NE(c, nullptr);
   EXPECT_EQ(reinterpret_cast<const ErrCqe*>(c)->syndrome, kSynRnrRetryExc);
+}
+
+// A responder that leaves the receiving states between the requester's lookup, which found it
+// receiving, and the requester's look at its receive queue: ibv_modify_qp to ERR or RESET stores
+// the state, then flushes or resets the queue under the queue's lock, so the requester, which
+// takes that lock, finds the queue empty. Hardware answers nothing from such a QP (IBTA 10.3.1:
+// packets to a QP in RESET or ERR are dropped): the requester retries on its transport timer and
+// no RNR NAK may be sent. The test holds the receive lock so that the requester waits there, past
+// the lookup (its COMM_EST on the responder, still in RTR, says so); `leave` runs on a thread of
+// its own (it takes the lock too) and has stored the new state before the lock is let go. The
+// queue is empty, as the flush leaves it, whichever takes the lock first. The requester's timeout
+// is infinite and its RNR retries too (as rsockets asks): no timer runs, and the kind of stall it
+// is left in says what it was answered.
+namespace {
+void responder_leaves_during_message(uint8_t opcode, uint32_t left_state,
+                                     const std::function<void(Rig&, QpSlot&)>& leave) {
+  Rig r;
+  QpSlot& a = qp_slot(r.h, r.a);
+  QpSlot& b = qp_slot(r.h, r.b);
+  a.timeout = 0;
+  a.rnr_retry = 7;
+  b.qp_state.store(kQpsRtr);
+  char src[8] = "a", dst[8] = {};
+  uint32_t lk = r.reg(src, sizeof src, kAccessLocalWrite);
+  uint32_t rk = r.reg(dst, sizeof dst, kAccessLocalWrite | kAccessRemoteWrite);
+  RaddrSeg ra{be64(reinterpret_cast<uint64_t>(dst)), be32(rk), 0};
+  DataSeg d{be32(1), be32(lk), be64(reinterpret_cast<uint64_t>(src))};
+  r.post(r.a, opcode,
+         opcode == kOpSend ? seg_bytes(&d, 16) : seg_bytes(&ra, 16) + seg_bytes(&d, 16));
+  std::thread requester, leaver;
+  {
+    ShmLockGuard held(b.rq_lock, r.s->self());
+    requester = std::thread([&] { r.eng.kick_sq(a); });
+    while (!b.comm_est.load()) std::this_thread::yield();
+    leaver = std::thread([&] { leave(r, b); });
+    while (b.qp_state.load() != left_state) std::this_thread::yield();
+  }
+  requester.join();
+  leaver.join();
+  EXPECT_EQ(a.stall.load(), kStallRetry) << "no answer: the transport timer, not an RNR NAK";
+  EXPECT_EQ(r.poll(), nullptr) << "the message waits for its retry";
+  EXPECT_EQ(dst[0], 0);
+}
+}  // namespace
+
+TEST(Engine, ASendToAResponderGoingToErrorMeetsNoRnrNak) {
+  responder_leaves_during_message(kOpSend, kQpsErr,
+                                  [](Rig& r, QpSlot& b) { r.eng.enter_error(b); });
+}
+
+TEST(Engine, AWriteWithImmediateToAResponderGoingToResetMeetsNoRnrNak) {
+  responder_leaves_during_message(kOpRdmaWriteImm, kQpsReset, [](Rig& r, QpSlot& b) {
+    b.qp_state.store(kQpsReset);  // what ibv_modify_qp does, then reset_queues
+    reset_qp_device_state(r.s, b);
+  });
 }
 
 TEST(Engine, MalformedWqeIndexIsALocalQpOperationError) {
