@@ -2,7 +2,9 @@
 // The cost of one MMIO exit (verbs_provider/mmio/): stores into a trapped register window against
 // the same stores into plain memory, per store form. A benchmark, not a test (bench/mmio_exit.sh).
 // Usage: mmio-exit [-n STORES]   prints "form ns_per_store" lines.
+#include <signal.h>
 #include <sys/mman.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <cstdint>
@@ -17,6 +19,8 @@ namespace {
 
 uint64_t g_reports = 0;
 void count(void*, uint64_t, uint32_t) { ++g_reports; }
+volatile sig_atomic_t g_signals = 0;
+void on_usr1(int) { g_signals = g_signals + 1; }
 
 double now_ns() {
   timespec t;
@@ -55,6 +59,11 @@ int main(int argc, char** argv) {
   auto* plain = static_cast<uint8_t*>(dev);
   alignas(64) uint8_t src[256];
   std::memset(src, 0x5a, sizeof src);
+  // The anchors: what the kernel charges for a system call and for a signal's round trip here
+  // (an exit is one signal, a stepped store two, plus the fault).
+  signal(SIGUSR1, on_usr1);
+  std::printf("anchor_syscall %.1f\n", per_store(n / 4, [](long) { syscall(SYS_getppid); }));
+  std::printf("anchor_signal %.1f\n", per_store(n / 4, [](long) { raise(SIGUSR1); }));
   std::printf("plain_store8 %.1f\n",
               per_store(n, [&](long i) { store8(plain + (i & 63) * 8, i); }));
   std::printf("exit_store8 %.1f\n", per_store(n, [&](long i) { store8(reg + (i & 63) * 8, i); }));

@@ -131,6 +131,29 @@ DbrecVerdict inspect_dbrec(uint32_t seen, uint32_t now, uint32_t ci, uint32_t ri
   return v;
 }
 
+// A torn verdict that names one thread only (a leftover chunk: the flusher copied fewer blocks
+// than the control segment it copied claims; or chunks of two writes of one thread): the other
+// writer is whoever rewrote the ring slot the flusher copied from, else the QP's other poster,
+// else the other thread whose plain stores reached this buffer (a register shared by QPs of two
+// threads). qp may be null (nothing new arrived: the device did not look up the QP).
+static void name_other_writer(BfVerdict& v, QpSlot* qp, const UarReg& reg, uint32_t buf,
+                              uint32_t idx, Segment* seg) {
+  auto unnamed = [&] { return v.writers[1] == 0 || v.writers[1] == v.writers[0]; };
+  auto offer = [&](uint32_t t) {
+    if (unnamed() && t && t != v.writers[0]) v.writers[1] = t;
+  };
+  if (!v.torn || !unnamed()) return;
+  if (qp) {
+    if (WqeWriteRec* rec = wrec_of(seg, *qp)) {
+      WqeWriteRec& w = rec[idx & (qp->sq_bbs - 1)];
+      offer(w.writer.load(std::memory_order_relaxed));
+      offer(w.prev_writer.load(std::memory_order_relaxed));
+    }
+    offer(qp->dbrec_other.load(std::memory_order_relaxed));  // as report(): the other poster
+  }
+  for (const auto& w : reg.bf_store_writers[buf]) offer(w.load(std::memory_order_relaxed));
+}
+
 uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bool reg_locked) {
   EngineSection in_engine(seg);  // the QP slot found below stays what it is until we are done
   if (!reg_locked) reg_lock(reg);
@@ -185,29 +208,7 @@ uint64_t bf_intake(Segment* seg, UarReg& reg, uint32_t buf, uint64_t flusher, bo
     }
   }
   if (!reg_locked) reg_unlock(reg);
-  if (v.torn && qp && (v.writers[1] == 0 || v.writers[1] == v.writers[0])) {
-    // Only one thread's chunks, yet torn (a leftover chunk: the flusher copied fewer blocks than
-    // the control segment it copied claims): the other writer is whoever rewrote the ring slot
-    // the flusher copied from.
-    if (WqeWriteRec* rec = wrec_of(seg, *qp)) {
-      WqeWriteRec& w = rec[idx & (qp->sq_bbs - 1)];
-      for (uint32_t t : {w.writer.load(std::memory_order_relaxed),
-                         w.prev_writer.load(std::memory_order_relaxed)})
-        if (t && t != v.writers[0]) {
-          v.writers[1] = t;
-          break;
-        }
-    }
-    uint32_t other = qp->dbrec_other.load(std::memory_order_relaxed);
-    if ((v.writers[1] == 0 || v.writers[1] == v.writers[0]) && other && other != v.writers[0])
-      v.writers[1] = other;  // as report(): the QP's other poster
-    // A register shared by QPs of two threads: the other thread that stored into the buffer.
-    for (const auto& w : reg.bf_store_writers[buf]) {
-      uint32_t t = w.load(std::memory_order_relaxed);
-      if ((v.writers[1] == 0 || v.writers[1] == v.writers[0]) && t && t != v.writers[0])
-        v.writers[1] = t;
-    }
-  }
+  name_other_writer(v, qp, reg, buf, idx, seg);
   if (v.torn) {
     RaceReport r;
     r.kind = kRaceBfTorn;

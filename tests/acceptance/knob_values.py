@@ -31,6 +31,7 @@ BAD = {
     "EMU_TD_UARS": ["65", "-1"],
     "EMU_SINGLE_THREADED": ["true"],
     "EMU_BLUEFLAME": ["sometimes", "Always"],
+    "EMU_MMIO": ["Trap", "mmio"],
     "EMU_RACE_LOG": ["on"],
     "EMU_ENGINE": ["bogus", "Thread"],
     "EMU_SCHEDULE": ["pct:seed=x", "sometimes"],

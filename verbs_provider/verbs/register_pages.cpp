@@ -1,6 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "register_pages.h"
 
+#include <fcntl.h>
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -28,31 +29,41 @@ void on_register_store(void* cookie, uint64_t offset, uint32_t bytes) {
   }
 }
 
+void free_pages(RegisterPages* pages) {
+  if (pages->view) munmap(pages->view, pages->len);
+  if (pages->mirror) munmap(pages->mirror, pages->len);
+  delete[] pages->assembly;
+  delete pages;
+}
+
+// The view is the segment's own register pages, read-only: a read shows what the device holds
+// (the last doorbell, the BlueFlame buffers as it received them, whoever wrote them). The stores'
+// side is a scratch copy of the process's own: the trap completes each store there, and the
+// device takes the stored bytes from it, so no store reaches the device's bookkeeping beside the
+// registers (or the heap past the array's last page) except through the assembly.
 RegisterPages* make_pages(EmuContext* ctx) {
   auto* pages = new RegisterPages();
   const uint64_t n_regs = ctx->n_uars + ctx->n_td_uars;
   const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  const uint64_t uar_off = segment()->offset_of(ctx->uars);  // page-aligned (create_ctx)
   pages->ctx = ctx;
   pages->len = (n_regs * sizeof(UarReg) + page - 1) / page * page;
   pages->assembly = new StoreAssembly[n_regs];
-  pages->fd = memfd_create("emu-registers", MFD_CLOEXEC);
-  void *view = nullptr, *mirror = nullptr;
-  if (pages->fd < 0 || ftruncate(pages->fd, off_t(pages->len)) != 0 ||
-      mmio::map_trapped_pages(pages->fd, 0, pages->len, &view, &mirror) != 0) {
-    if (pages->fd >= 0) close(pages->fd);
-    delete[] pages->assembly;
-    delete pages;
+  int fd = open(config().segment_path().c_str(), O_RDONLY | O_CLOEXEC);
+  void* view =
+      fd < 0 ? MAP_FAILED : mmap(nullptr, pages->len, PROT_READ, MAP_SHARED, fd, off_t(uar_off));
+  if (fd >= 0) close(fd);
+  void* mirror =
+      mmap(nullptr, pages->len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  pages->view = view == MAP_FAILED ? nullptr : static_cast<uint8_t*>(view);
+  pages->mirror = mirror == MAP_FAILED ? nullptr : static_cast<uint8_t*>(mirror);
+  if (uar_off % page || !pages->view || !pages->mirror) {
+    free_pages(pages);
     return nullptr;
   }
-  pages->view = static_cast<uint8_t*>(view);
-  pages->mirror = static_cast<uint8_t*>(mirror);
   pages->window = mmio::trap_window_add(view, pages->len, mirror, on_register_store, pages);
   if (pages->window < 0) {
-    munmap(view, pages->len);
-    munmap(mirror, pages->len);
-    close(pages->fd);
-    delete[] pages->assembly;
-    delete pages;
+    free_pages(pages);
     return nullptr;
   }
   return pages;
@@ -76,11 +87,7 @@ void register_pages_close(EmuContext* ctx) {
   RegisterPages* pages = ctx->reg_pages;
   if (!pages) return;
   mmio::trap_window_remove(pages->window);
-  munmap(pages->view, pages->len);
-  munmap(pages->mirror, pages->len);
-  close(pages->fd);
-  delete[] pages->assembly;
-  delete pages;
+  free_pages(pages);
   ctx->reg_pages = nullptr;
 }
 

@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // A context's doorbell registers as the program maps them (emudv_init_qp's uar.db and uar.bf):
-// pages of the process's own, mapped without write permission over a writable mirror, so that a
-// plain store to them is an MMIO exit (mmio/mmio_trap.h) that hands the stored bytes to the
-// device (emu/mmio.h's mmio_plain_store). Laid out as the context's UarReg array, register i at
-// i * sizeof(UarReg). Made at the first emudv_init_qp of the context (EMU_MMIO=trap, the default);
-// under EMU_MMIO=call the registers handed out are the segment's own, which the device reads only
-// through the emudv_* calls.
+// the segment's register pages mapped again without write permission, so that a read shows what
+// the device holds and a plain store is an MMIO exit (mmio/mmio_trap.h), completed into a scratch
+// mirror of the process's own from which the device takes the stored bytes (emu/mmio.h's
+// mmio_plain_store). Laid out as the context's UarReg array, register i at i * sizeof(UarReg). Made
+// at the first emudv_init_qp of the context (EMU_MMIO=trap, the default); under EMU_MMIO=call the
+// registers handed out are the segment's own, which the device reads only through the emudv_*
+// calls.
 #pragma once
 #include <cstdint>
 
@@ -16,10 +17,9 @@ namespace emu::prov {
 struct EmuContext;
 
 struct RegisterPages {
-  uint8_t* view = nullptr;    // what the program stores into (read-only)
-  uint8_t* mirror = nullptr;  // the same pages, writable: the stored bytes
+  uint8_t* view = nullptr;    // what the program stores into: the segment's pages, read-only
+  uint8_t* mirror = nullptr;  // the scratch the trap completes stores into
   uint64_t len = 0;
-  int fd = -1;
   int window = -1;                    // the trap's handle
   StoreAssembly* assembly = nullptr;  // per register
   EmuContext* ctx = nullptr;
