@@ -425,6 +425,42 @@ TEST_F(MmioTrap, StoreTheTrapCannotDecodeIsTheProgramsFault) {
   ASSERT_EQ(0, sigaction(SIGSEGV, &old, nullptr));
 }
 
+int child_status(void (*body)());
+
+// A fault inside the handling of an exit (as a guarded device copy into unmapped memory would
+// take) reaches its handler: the fault signal is not blocked while ours runs.
+sigjmp_buf g_in_sink;
+void* g_sink_guard = nullptr;
+std::atomic<int> g_sink_faults{0};
+void sink_fault_handler(int, siginfo_t*, void*) {
+  g_sink_faults.fetch_add(1);
+  siglongjmp(g_in_sink, 1);
+}
+void probing_sink(void*, uint64_t offset, uint32_t bytes) {
+  if (sigsetjmp(g_in_sink, 1) == 0) *static_cast<volatile uint8_t*>(g_sink_guard) = 1;
+  record(nullptr, offset, bytes);
+}
+
+TEST(MmioTrapChild, AFaultWhileAnExitIsHandledReachesItsHandler) {
+  int status = child_status([] {
+    struct sigaction sa {};
+    sa.sa_sigaction = sink_fault_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigaction(SIGSEGV, &sa, nullptr);
+    g_logged = 0;
+    g_sink_guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    int fd = memfd_create("mmio-child", 0);
+    void *view, *dev;
+    if (ftruncate(fd, 4096) || map_trapped_pages(fd, 0, 4096, &view, &dev)) _exit(2);
+    if (trap_window_add(view, 4096, dev, probing_sink, nullptr) < 0) _exit(3);
+    *static_cast<volatile uint64_t*>(view) = 9;
+    if (g_sink_faults.load() != 1 || g_logged.load() != 1 || *static_cast<uint64_t*>(dev) != 9)
+      _exit(4);
+  });
+  ASSERT_TRUE(WIFEXITED(status)) << status;
+  EXPECT_EQ(0, WEXITSTATUS(status));
+}
+
 std::atomic<int> g_program_traps{0};
 void program_trap(int) { g_program_traps.fetch_add(1); }
 

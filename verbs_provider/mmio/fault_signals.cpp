@@ -113,7 +113,10 @@ void install(SignalState& s) {
   set_program_handler(s, before);
   struct sigaction ours {};
   ours.sa_sigaction = dispatch;
-  ours.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK;
+  // SA_NODEFER: a claimant's work may fault in turn (the device run by an MMIO exit copying into
+  // memory a program unmapped, under its own guard): that fault must reach its handler, not find
+  // the signal blocked, which would have the kernel end the process.
+  ours.sa_flags = SA_SIGINFO | SA_RESTART | SA_ONSTACK | SA_NODEFER;
   sigemptyset(&ours.sa_mask);
   real_sigaction()(s.sig, &ours, nullptr);
   s.installed.store(true, std::memory_order_release);
