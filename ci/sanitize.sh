@@ -4,6 +4,8 @@
 # unit tests, the cross-process verbs tests and unmodified Debian programs with the instrumented
 # provider preloaded. ci/sanitize.sh [address,undefined|thread]... (both by default). The two
 # builds run side by side, each of only the targets the subset runs; any report fails the run.
+# SAN_STEPS (default "build run") does only one of the two: ci/test.sh builds beside the main
+# suite and runs after it.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kinds=("$@")
@@ -31,9 +33,13 @@ build() {
     { tail -50 "$dir/build.log"; return 1; }
 }
 
-pids=()
-for k in "${kinds[@]}"; do build "$k" & pids+=($!); done
-for p in "${pids[@]}"; do wait "$p"; done
+steps=${SAN_STEPS:-build run}
+if [[ " $steps " == *" build "* ]]; then
+  pids=()
+  for k in "${kinds[@]}"; do build "$k" & pids+=($!); done
+  for p in "${pids[@]}"; do wait "$p"; done
+fi
+[[ " $steps " == *" run "* ]] || exit 0
 
 # Every report ends the process with a failure: ASan's and TSan's by default (TSan exits 66 at the
 # end), UBSan's only with halt_on_error; the pair scripts also fail a process whose output holds a
