@@ -2,11 +2,13 @@
 // The process's fault signals (SIGSEGV, SIGBUS, SIGTRAP), shared by the emulation's claimants and
 // the program. Once a claimant is added for a signal, the emulation's handler is installed for it
 // and stays in front: a fault goes to each claimant in turn, and one that none claims goes to the
-// handler the program set, as the kernel would have delivered it. The program keeps setting and
-// reading its handler with sigaction() and signal() as usual (they are interposed for these
-// signals only, once ours is installed): what it sets is what it reads back and what its faults
-// reach; nothing it does takes our handler away. A sanitizer's handler installed before ours is
-// the program's, from our side.
+// handler the program set, as the kernel would have delivered it. sigaction() and signal() are
+// interposed for these signals once ours is installed (what the program sets is what it reads back
+// and what its faults reach; nothing it does takes our handler away) where the interposers are
+// linked in: libemu_verbs.so does not export them yet (under TSan the runtime's sigaction
+// interceptor resolved its real function to ours and the library crashed at load), so there a
+// handler set after ours replaces it. A sanitizer's handler installed before ours is the
+// program's, from our side.
 #pragma once
 #include <signal.h>
 
