@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "mmio_trap.h"
+#include "store_decode.h"
 
 using emu::mmio::map_trapped_pages;
 using emu::mmio::trap_window_add;
@@ -144,7 +145,11 @@ TEST_F(MmioTrap, ImmediateStoresSignExtendAsTheCpuDoes) {
 }
 
 TEST_F(MmioTrap, MovbeStoresBigEndian) {
-  if (!cpu_has_movbe()) GTEST_SKIP() << "this CPU has no MOVBE";
+  if (!cpu_has_movbe()) {  // no MOVBE to run here: its encoding is still decoded as a store
+    const uint8_t movbe[16] = {0x48, 0x0f, 0x38, 0xf1, 0x07};
+    EXPECT_TRUE(emu::mmio::decode_store(movbe).byte_swap);
+    return;
+  }
   uint64_t v = 0x1122334455667788ull;
   asm volatile("movbe %0, (%1)" ::"r"(v), "r"(reg(0)) : "memory");
   expect_one(0, 8);
@@ -200,7 +205,11 @@ __attribute__((target("avx2"))) void avx_stores(uint8_t* dst, const uint8_t* src
 }
 
 TEST_F(MmioTrap, AvxStores) {
-  if (!__builtin_cpu_supports("avx2")) GTEST_SKIP() << "this CPU has no AVX2";
+  if (!__builtin_cpu_supports("avx2")) {  // no AVX2 to run here: its encoding is still decoded
+    const uint8_t vmovdqu[16] = {0xc5, 0xfe, 0x7f, 0x07};
+    EXPECT_EQ(32, emu::mmio::decode_store(vmovdqu).width);
+    return;
+  }
   uint8_t src[32];
   for (int i = 0; i < 32; ++i) src[i] = pattern(i);
   avx_stores(reg(0), src);
@@ -234,8 +243,12 @@ __attribute__((target("avx512f,avx512bw,avx512vl"))) void avx512_stores(uint8_t*
 }
 
 TEST_F(MmioTrap, Avx512StoresMaskedAndCompressedDisplacement) {
-  if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl"))
-    GTEST_SKIP() << "this CPU has no AVX-512 BW/VL";
+  if (!__builtin_cpu_supports("avx512bw") || !__builtin_cpu_supports("avx512vl")) {
+    // No AVX-512 to run here: its encoding is still decoded, disp8 compressed.
+    const uint8_t zmm[16] = {0x62, 0xf1, 0xfe, 0x48, 0x7f, 0x47, 0x01};
+    EXPECT_EQ(64, emu::mmio::decode_store(zmm).disp);
+    return;
+  }
   uint8_t src[64];
   for (int i = 0; i < 64; ++i) src[i] = pattern(i);
   avx512_stores(reg(0), src);
