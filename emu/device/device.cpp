@@ -31,6 +31,8 @@ void device_flush_rq(QpSlot& qp) { Engine::process_engine()->flush_rq(qp); }
 
 void device_enter_error(QpSlot& qp) { Engine::process_engine()->enter_error(qp); }
 
+void device_settle_rq(QpSlot& qp) { Engine::process_engine()->settle_rq(qp); }
+
 bool device_tm_op(SrqSlot& srq, const TmListOp& op) {
   return Engine::process_engine()->tm_list_op(srq, op);
 }

@@ -298,7 +298,8 @@ void Engine::write_staged_cqe(CqSlot& cq, const CqeInfo& info) {
     release_staged(cq, info);
 }
 
-bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp) {
+bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp,
+                            std::atomic<uint64_t>* owed) {
   sched::point(sched::kPointDevCqe, info.qpn, info.wqe_counter);
   // A CQ in error takes no more; one an injection armed takes this CQE as full (kCqOverrunArmed).
   if (uint32_t o = cq.overrun.load(std::memory_order_relaxed)) {
@@ -311,9 +312,12 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp) {
   // One load of the ring this CQE goes to (a resize switches it; resize_cq waits for this
   // engine section to close before it moves what the old ring holds).
   uint64_t ring_word = cq.ring.load(std::memory_order_acquire);
-  uint32_t log_cnt = cq_ring_log(ring_word);
   uint32_t capacity = 1u << cq_ring_log_capacity(ring_word);
   uint32_t pi = cq.pi.fetch_add(1, std::memory_order_relaxed);
+  if (owed) {
+    owed->store(recv_owed(pi, info.qpn), std::memory_order_relaxed);
+    EMU_KILL_POINT(KillPoint::recv_cqe_slot);
+  }
   // The consumer's index is read only when the cached one says the ring may be full; the full
   // verdict is the index just read (another producer may store an older one into the cache).
   // The index is the consumer's word that it has read every CQE below it (its release store, the
@@ -332,6 +336,13 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp) {
       return false;
     }
   }
+  fill_cqe(cq, ring_word, pi, info, qp);
+  return true;
+}
+
+void Engine::fill_cqe(CqSlot& cq, uint64_t ring_word, uint32_t pi, const CqeInfo& info,
+                      const QpSlot* qp) {
+  uint32_t log_cnt = cq_ring_log(ring_word);
   Cqe64* ring = seg_->at<Cqe64>(cq_ring_off(ring_word));
   Cqe64& c = ring[pi & ((1u << log_cnt) - 1)];
   bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;
@@ -368,7 +379,6 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp) {
   uint8_t owner = (pi >> log_cnt) & 1;
   uint8_t inline_bit = info.inline_scatter ? kCqeInlineScatter32 : 0;
   cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | inline_bit | owner));
-  return true;
 }
 
 void Engine::cq_error(CqSlot& cq) {
@@ -401,11 +411,80 @@ void Engine::flush_rq(QpSlot& qp) {
   if (qp.srq_ref) return;  // an SRQ's WQEs are not this QP's to flush
   EngineSection in_engine(seg_);
   ShmLockGuard g(qp.rq_lock, seg_->self());
+  RecvRef q{&qp, nullptr};
+  settle_owed(q);
   uint32_t pi = rq_producer(seg_, qp);
   while ((qp.rq_ci & 0xffff) != pi) {
     write_cqe(cq_slot(h_, qp.recv_cq), error_cqe(kCqeRespErr, kSynWrFlush, qp, qp.rq_ci));
     ++qp.rq_ci;
   }
+}
+
+bool Engine::cqe_placed(const CqSlot& cq, uint32_t pi) {
+  uint64_t ring_word = cq.ring.load(std::memory_order_acquire);
+  // Consumed already: it was there. Otherwise the slot holds this lap's CQE or an older one (its
+  // owner bit says); no later lap can have overwritten it while the consumer has not passed it.
+  if (static_cast<int32_t>(cq.ci.load(std::memory_order_acquire) - pi) > 0) return true;
+  uint32_t log_cnt = cq_ring_log(ring_word);
+  const Cqe64& c = seg_->at<Cqe64>(cq_ring_off(ring_word))[pi & ((1u << log_cnt) - 1)];
+  return cqe_is_new(cqe_owner_load(&c.op_own), pi, log_cnt);
+}
+
+bool Engine::complete_recv(RecvRef& q, CqSlot& cq, const CqeInfo& rc, const QpSlot* qp) {
+  std::atomic<uint64_t>& owed = recv_owed_of(q);
+  uint16_t next = q.srq ? srq_next(*q.srq) : 0;
+  bool placed;
+  if (rc.staged && rc.cqe_opcode == kCqeRespErr) [[unlikely]] {
+    // Staged, then failed at the responder (a SEND with invalidate naming a bad key): no payload.
+    release_staged(cq, rc);
+    CqeInfo bare = rc;
+    bare.staged = false;
+    bare.emu_flags &= static_cast<uint8_t>(~kCqeFlagStaged);
+    placed = step_write_cqe(cq, bare, qp, &owed);
+  } else {
+    placed = step_write_cqe(cq, rc, qp, &owed);
+    if (!placed && rc.staged) release_staged(cq, rc);
+  }
+  EMU_KILL_POINT(KillPoint::recv_cqe);
+  if (q.srq) [[unlikely]]
+    srq_consume(*q.srq, next);
+  else
+    ++q.qp->rq_ci;
+  owed.store(0, std::memory_order_release);
+  return placed;
+}
+
+void Engine::settle_owed(RecvRef& q) {
+  std::atomic<uint64_t>& owed = recv_owed_of(q);
+  uint64_t v = owed.load(std::memory_order_acquire);
+  if (v == 0) [[likely]]
+    return;
+  CqSlot& cq = recv_cq(q);
+  uint32_t pi = recv_owed_pi(v);
+  if (cqe_placed(cq, pi)) {
+    // Its completion event was still to come (the holder raises it after letting the lock go).
+    uint64_t ring_word = cq.ring.load(std::memory_order_acquire);
+    const Cqe64& c =
+        seg_->at<Cqe64>(cq_ring_off(ring_word))[pi & ((1u << cq_ring_log(ring_word)) - 1)];
+    CqeInfo placed{};
+    placed.cqe_opcode = cqe_opcode_of(cqe_owner_load(&c.op_own));
+    placed.emu_flags = c.emu_flags;
+    step_raise_event(cq, placed);
+  } else {
+    uint32_t seg_bytes;
+    CqeInfo e{};
+    recv_head(q, &seg_bytes, &e.wqe_counter);
+    e.cqe_opcode = kCqeRespErr;
+    e.syndrome = kSynWrFlush;
+    e.qpn = recv_owed_qpn(v);
+    e.srqn = q.srq && q.srq->xrcd_ref ? q.srq->srqn : 0;
+    log("QP 0x%x: a receive whose completion a dead process was placing completes as flushed",
+        e.qpn);
+    fill_cqe(cq, cq.ring.load(std::memory_order_acquire), pi, e, nullptr);
+    step_raise_event(cq, e);
+  }
+  recv_consume(q);
+  owed.store(0, std::memory_order_release);
 }
 
 void Engine::enter_error(QpSlot& qp) {

@@ -133,6 +133,13 @@ class Engine {
 
   // Flushes the receive queue of a QP in ERR (WR_FLUSH_ERR for every posted receive).
   void flush_rq(QpSlot& qp);
+  // With qp's receive lock held (its own queue): the receive completion a holder that died was
+  // placing is finished (settle_owed).
+  void settle_rq(QpSlot& qp) {
+    if (qp.srq_ref) return;  // the SRQ's record, settled by the SRQ's next holder
+    RecvRef q{&qp, nullptr};
+    settle_owed(q);
+  }
 
   // Moves a QP to ERR and flushes both queues, as a device does after an error.
   void enter_error(QpSlot& qp);
@@ -200,8 +207,10 @@ class Engine {
   // queue (engine_tm.cpp). false: a DEL found no posted tag there.
   bool tm_list_op(SrqSlot& srq, const TmListOp& op);
   // Places one CQE in its ring; false: the CQ is in error (overrun) and took nothing. qp: as for
-  // write_cqe.
-  bool step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp = nullptr);
+  // write_cqe. owed: a receive queue's record (QpSlot::rq_owed), given the slot as soon as it is
+  // taken (complete_recv).
+  bool step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp = nullptr,
+                      std::atomic<uint64_t>* owed = nullptr);
   void step_raise_event(CqSlot& cq, const CqeInfo& info) {
     if (cq.chan_wfd < 0) return;  // no completion channel: an armed CQ has nowhere to signal
     raise_if_armed(cq, info);
@@ -209,6 +218,10 @@ class Engine {
 
  private:
   void write_staged_cqe(CqSlot& cq, const CqeInfo& info);
+  // Whether the CQE of reserved slot pi is in the ring (or consumed already).
+  bool cqe_placed(const CqSlot& cq, uint32_t pi);
+  // Fills the ring slot of reserved index pi (the ring's current word) and publishes it.
+  void fill_cqe(CqSlot& cq, uint64_t ring_word, uint32_t pi, const CqeInfo& info, const QpSlot* qp);
   void raise_if_armed(CqSlot& cq, const CqeInfo& info);
   // kick_sq inside an engine section: run the send queue, or leave it to the runner inside.
   void run_or_leave(QpSlot& qp);
@@ -375,10 +388,32 @@ class Engine {
   const uint8_t* srq_head(const SrqSlot& s, uint32_t* seg_bytes, uint16_t* wqe_index);
   void recv_consume(RecvRef& q) {
     if (q.srq) [[unlikely]]
-      return srq_consume(*q.srq);
+      return srq_consume(*q.srq, srq_next(*q.srq));
     ++q.qp->rq_ci;
   }
-  void srq_consume(SrqSlot& s);
+  // The SRQ's WQE after its head, read before the head's completion is placed: from then on the
+  // driver may link the head WQE anew.
+  uint16_t srq_next(const SrqSlot& s);
+  void srq_consume(SrqSlot& s, uint16_t next);
+  static std::atomic<uint64_t>& recv_owed_of(const RecvRef& q) {
+    return q.srq ? q.srq->owed : q.qp->rq_owed;
+  }
+  // A receive's completion and the WQE's consumption as one step against death, under the queue's
+  // lock (the caller's): the CQE is placed (its slot recorded in the queue's rq_owed as soon as it
+  // is taken), then the WQE consumed, then the record cleared. A holder killed in between leaves
+  // the record for the lock's next holder (settle_owed), so the receive is neither lost (its CQE
+  // slot a hole that stops the CQ, its WQE gone) nor completed twice. false: the CQ is in error
+  // and took nothing (the WQE is consumed all the same). The completion event is the caller's,
+  // once the lock is down (step_raise_event).
+  bool complete_recv(RecvRef& q, CqSlot& cq, const CqeInfo& rc, const QpSlot* qp = nullptr);
+  // Called by each holder of a receive queue's lock before it uses the queue: finishes what a
+  // holder that died inside complete_recv left. A CQE it placed: the WQE is consumed. A slot it
+  // took but did not fill: the WQE completes there as flushed (IBV_WC_WR_FLUSH_ERR; what it had
+  // received is not known) and is consumed.
+  void settle_owed(RecvRef& q);
+  // The receive CQE of a SEND (engine_exec.cpp).
+  void send_cqe(const Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
+                const TmVerdict& tm);
   // A SEND's payload into the head receive WQE of rq, whose lock the caller holds. false: the
   // requester's outcome is *early and the receive stays; true: consume it (*resp_syndrome: the
   // responder's error, if any).
@@ -419,8 +454,6 @@ class Engine {
   void deliver_ud(const UdPacket& pkt, QpSlot& r);
   // The packet into the head receive WQE of q, whose lock the caller holds. false: the packet is
   // lost and the receive stays; true: consume it (*syndrome: the responder's error, if any).
-  // Receives that fail at the responder: its error CQE, and the QP enters ERR.
-  void receive_failed(QpSlot& r, CqeInfo* rc, uint8_t syndrome);
   // The head receive WQE's index and scatter list, if it takes `need` bytes; else false and the
   // receiver's syndrome (a bad L_Key in it: LOC_PROT, too small: LOC_LEN).
   bool recv_target(const RecvRef& q, uint64_t need, uint16_t* wqe_index,

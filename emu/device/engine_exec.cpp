@@ -216,27 +216,29 @@ ExecOutcome Engine::exec_rdma(Exchange& x) {
   CqeInfo rc;
   clear_cqe_info(&rc);
   CopyResult cr;
+  bool placed = false;
   {
     ShmLockGuard held(recv_lock(rq), seg_->self());
+    settle_owed(rq);
     if (recv_empty_wait(x.qp, rq)) return rnr(x);
     cr = rdma_copy(x, va, rpid, rmr);
     if (cr == CopyResult::ok) {
       uint32_t seg_bytes;
       recv_head(rq, &seg_bytes, &rc.wqe_counter);
-      recv_consume(rq);
+      rc.cqe_opcode = kCqeRespWrImm;
+      rc.qpn = x.r.qpn;
+      rc.src_qpn = x.qp.qpn;
+      rc.slid = x.my_lid;
+      rc.byte_cnt = static_cast<uint32_t>(total);
+      rc.imm_be = w.ctrl->imm;
+      rc.emu_flags = recv_cqe_flags(*w.ctrl, true);
+      if (rq.srq && rq.srq->xrcd_ref) rc.srqn = rq.srq->srqn;
+      placed = complete_recv(rq, recv_cq(rq), rc, &x.r);
     }
   }
   if (cr != CopyResult::ok) return rdma_copy_failed(x, cr);
   advance_psn(x.qp, &x.r, x.npk);
-  rc.cqe_opcode = kCqeRespWrImm;
-  rc.qpn = x.r.qpn;
-  rc.src_qpn = x.qp.qpn;
-  rc.slid = x.my_lid;
-  rc.byte_cnt = static_cast<uint32_t>(total);
-  rc.imm_be = w.ctrl->imm;
-  rc.emu_flags = recv_cqe_flags(*w.ctrl, true);
-  if (rq.srq && rq.srq->xrcd_ref) rc.srqn = rq.srq->srqn;
-  write_cqe(recv_cq(rq), rc, &x.r);
+  if (placed) step_raise_event(recv_cq(rq), rc);
   return ExecOutcome::done;
 }
 
@@ -311,9 +313,11 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   clear_cqe_info(&rc);
   uint8_t resp_syndrome = 0;
   TmVerdict tm{};
+  bool placed = false;
   {
     ShmLockGuard held(recv_lock(rq), seg_->self());
     EMU_KILL_POINT(KillPoint::recv_lock);  // the peer's lock, held by us
+    settle_owed(rq);
     // A tag matching SRQ: a message matching a posted tag takes no SRQ receive.
     if (rq.srq && rq.srq->tm_tags) [[unlikely]]
       tm = tm_classify(x, *rq.srq);
@@ -321,38 +325,47 @@ ExecOutcome Engine::exec_send(Exchange& x) {
       if (recv_empty_wait(x.qp, rq)) return rnr(x);
       ExecOutcome early;
       if (!send_payload(x, rq, &rc, &resp_syndrome, &early)) return early;
-      recv_consume(rq);
       if (tm.op == kTmOpUnexpected) ++seg_->at<TmListHead>(rq.srq->tm_off)->unexpected;
+      send_cqe(x, rq, &rc, &resp_syndrome, tm);
+      placed = complete_recv(rq, recv_cq(rq), rc, resp_syndrome ? nullptr : &x.r);
     }
   }
   if (tm.matched()) return tm_matched(x, *rq.srq, tm);
-  if (tm.op) {
-    rc.emu_flags = kCqeFlagTm;
-    rc.tm_op = tm.op;
-    rc.srqn = rq.srq->srqn;
-  }
-  // SEND with invalidate: the responder frees the type 2 window named in the immediate field.
-  bool inval = x.w.opcode == kOpSendInval;
-  uint32_t inval_pd = rq.srq && rq.srq->xrcd_ref ? rq.srq->pd : x.r.pd;
-  if (inval && !resp_syndrome && !invalidate_mw(inval_pd, be32(x.w.ctrl->imm)))
-    resp_syndrome = kSynLocalProt;
+  if (placed) step_raise_event(recv_cq(rq), rc);
   if (resp_syndrome) {
-    rc.cqe_opcode = kCqeRespErr;
-    rc.syndrome = resp_syndrome;
-    write_cqe(recv_cq(rq), rc);
     enter_error(x.r);
     if (x.unreliable) return dropped(x);
     return fail(x.out, resp_syndrome == kSynLocalLength ? kSynRemoteInvalReq : kSynRemoteOp);
   }
-  bool imm = x.w.opcode == kOpSendImm;
-  rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
-  rc.byte_cnt = static_cast<uint32_t>(x.w.local.total);
-  rc.imm_be = x.w.ctrl->imm;
-  rc.emu_flags |= recv_cqe_flags(*x.w.ctrl, imm);
-  if (inval) rc.emu_flags |= kCqeFlagInv;
   advance_psn(x.qp, &x.r, x.npk);
-  write_cqe(recv_cq(rq), rc, &x.r);
   return ExecOutcome::done;
+}
+
+// The receive CQE of a SEND whose payload is in (or failed at the responder: *resp_syndrome).
+// SEND with invalidate frees the type 2 window named in the immediate field here, with the
+// receive: its failure is the responder's local protection error.
+void Engine::send_cqe(const Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
+                      const TmVerdict& tm) {
+  if (tm.op) {
+    rc->emu_flags = kCqeFlagTm;
+    rc->tm_op = tm.op;
+    rc->srqn = rq.srq->srqn;
+  }
+  bool inval = x.w.opcode == kOpSendInval;
+  uint32_t inval_pd = rq.srq && rq.srq->xrcd_ref ? rq.srq->pd : x.r.pd;
+  if (inval && !*resp_syndrome && !invalidate_mw(inval_pd, be32(x.w.ctrl->imm)))
+    *resp_syndrome = kSynLocalProt;
+  if (*resp_syndrome) {
+    rc->cqe_opcode = kCqeRespErr;
+    rc->syndrome = *resp_syndrome;
+    return;
+  }
+  bool imm = x.w.opcode == kOpSendImm;
+  rc->cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
+  rc->byte_cnt = static_cast<uint32_t>(x.w.local.total);
+  rc->imm_be = x.w.ctrl->imm;
+  rc->emu_flags |= recv_cqe_flags(*x.w.ctrl, imm);
+  if (inval) rc->emu_flags |= kCqeFlagInv;
 }
 
 bool Engine::recv_windows(const RecvRef& rq, const uint8_t* rwqe, const Sges& scatter,

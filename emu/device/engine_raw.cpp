@@ -117,17 +117,21 @@ void Engine::deliver_raw(const RawFrame& fr, const FlowSlot& flow) {
   RecvRef q = recv_of(*r);
   CqeInfo rc{};
   uint8_t syndrome = 0;
+  CqSlot& cq = cq_slot(h_, r->recv_cq);
+  bool placed;
   {
     ShmLockGuard held(recv_lock(q), seg_->self());
+    settle_owed(q);
     if (recv_empty(q)) return;
     if (!raw_payload(fr, q, &rc.wqe_counter, &syndrome)) return;
-    recv_consume(q);
+    rc.qpn = r->qpn;
+    rc.cqe_opcode = syndrome ? kCqeRespErr : kCqeRespSend;
+    rc.syndrome = syndrome;
+    rc.byte_cnt = syndrome ? 0 : static_cast<uint32_t>(fr.local->total);
+    placed = complete_recv(q, cq, rc);
   }
-  rc.qpn = r->qpn;
-  if (syndrome) return receive_failed(*r, &rc, syndrome);
-  rc.cqe_opcode = kCqeRespSend;
-  rc.byte_cnt = static_cast<uint32_t>(fr.local->total);
-  write_cqe(cq_slot(h_, r->recv_cq), rc);
+  if (placed) step_raise_event(cq, rc);
+  if (syndrome) enter_error(*r);
 }
 
 bool Engine::raw_payload(const RawFrame& fr, const RecvRef& q, uint16_t* wqe_index,

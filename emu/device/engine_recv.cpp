@@ -60,11 +60,15 @@ const uint8_t* Engine::srq_head(const SrqSlot& s, uint32_t* seg_bytes, uint16_t*
   return seg_->at<uint8_t>(s.buf_off) + size_t(idx) * s.stride + sizeof(SrqNextSeg);
 }
 
-void Engine::srq_consume(SrqSlot& s) {
+uint16_t Engine::srq_next(const SrqSlot& s) {
   SrqNextSeg next;
   std::memcpy(&next, seg_->at<uint8_t>(s.buf_off) + size_t(s.head & (s.wqe_cnt - 1)) * s.stride,
               sizeof next);
-  s.head = be16(next.next_wqe_index);
+  return be16(next.next_wqe_index);
+}
+
+void Engine::srq_consume(SrqSlot& s, uint16_t next) {
+  s.head = next;
   ++s.ci;
   // The limit event: once, when fewer WQEs than the armed limit remain (ibv_modify_srq(3)).
   uint32_t limit = s.limit.load(std::memory_order_relaxed);
@@ -241,29 +245,30 @@ void Engine::deliver_ud(const UdPacket& pkt, QpSlot& r) {
   CqeInfo rc;
   clear_cqe_info(&rc);
   uint8_t syndrome = 0;
+  CqSlot& cq = cq_slot(h_, r.recv_cq);
+  bool placed;
   {
     ShmLockGuard held(recv_lock(q), seg_->self());
+    settle_owed(q);
     if (recv_empty(q)) return;
     if (!ud_payload(pkt, q, &rc, &syndrome)) return;
-    recv_consume(q);
+    rc.qpn = r.qpn;
+    rc.src_qpn = pkt.src_qpn | uint32_t(pkt.sl) << 24 | (pkt.has_grh ? kCqeRqpnGrh : 0);
+    rc.slid = pkt.slid;
+    if (syndrome) {
+      rc.cqe_opcode = kCqeRespErr;
+      rc.syndrome = syndrome;
+    } else {
+      bool imm = ctrl_opcode(*pkt.ctrl) == kOpSendImm;
+      rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
+      rc.byte_cnt = static_cast<uint32_t>(kGrhBytes + pkt.local->total);
+      rc.imm_be = pkt.ctrl->imm;
+      rc.emu_flags |= recv_cqe_flags(*pkt.ctrl, imm);
+    }
+    placed = complete_recv(q, cq, rc);
   }
-  rc.qpn = r.qpn;
-  rc.src_qpn = pkt.src_qpn | uint32_t(pkt.sl) << 24 | (pkt.has_grh ? kCqeRqpnGrh : 0);
-  rc.slid = pkt.slid;
-  if (syndrome) return receive_failed(r, &rc, syndrome);
-  bool imm = ctrl_opcode(*pkt.ctrl) == kOpSendImm;
-  rc.cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
-  rc.byte_cnt = static_cast<uint32_t>(kGrhBytes + pkt.local->total);
-  rc.imm_be = pkt.ctrl->imm;
-  rc.emu_flags |= recv_cqe_flags(*pkt.ctrl, imm);
-  write_cqe(cq_slot(h_, r.recv_cq), rc);
-}
-
-void Engine::receive_failed(QpSlot& r, CqeInfo* rc, uint8_t syndrome) {
-  rc->cqe_opcode = kCqeRespErr;
-  rc->syndrome = syndrome;
-  write_cqe(cq_slot(h_, r.recv_cq), *rc);
-  enter_error(r);
+  if (placed) step_raise_event(cq, rc);
+  if (syndrome) enter_error(r);
 }
 
 bool Engine::recv_target(const RecvRef& q, uint64_t need, uint16_t* wqe_index, Sges* scatter,

@@ -233,8 +233,10 @@ void Engine::tm_send_fin(QpSlot& qp, const QpSlot* r, const TmTag& t) {
   RecvRef q = recv_of(qp);
   CqeInfo rc{};
   uint8_t syndrome = 0;
+  bool placed;
   {
     ShmLockGuard held(recv_lock(q), seg_->self());
+    settle_owed(q);
     if (recv_empty(q)) return;
     uint32_t seg_bytes;
     const uint8_t* wqe = recv_head(q, &seg_bytes, &rc.wqe_counter);
@@ -250,15 +252,15 @@ void Engine::tm_send_fin(QpSlot& qp, const QpSlot* r, const TmTag& t) {
       if (dma_copy(0, &from, 1, recv_pid(q), to.span, to.n) != CopyResult::ok)
         syndrome = kSynLocalProt;
     }
-    recv_consume(q);
+    rc.cqe_opcode = syndrome ? kCqeRespErr : kCqeRespSend;
+    rc.syndrome = syndrome;
+    rc.qpn = qp.qpn;
+    rc.src_qpn = r ? r->qpn : 0;
+    rc.slid = r ? h_->devices[r->dev].ports[r->port - 1].lid : 0;
+    rc.byte_cnt = sizeof fin;
+    placed = complete_recv(q, recv_cq(q), rc);
   }
-  rc.cqe_opcode = syndrome ? kCqeRespErr : kCqeRespSend;
-  rc.syndrome = syndrome;
-  rc.qpn = qp.qpn;
-  rc.src_qpn = r ? r->qpn : 0;
-  rc.slid = r ? h_->devices[r->dev].ports[r->port - 1].lid : 0;
-  rc.byte_cnt = sizeof fin;
-  write_cqe(recv_cq(q), rc);
+  if (placed) step_raise_event(recv_cq(q), rc);
   if (syndrome) enter_error(qp);
 }
 

@@ -82,6 +82,7 @@ void stop_qp(Segment* seg, QpSlot& s) {
   // Taking both device locks waits out an engine inside either side; once dying, none enters.
   s.sq_engine.lock(seg->self());
   s.rq_lock.lock(seg->self());
+  device_settle_rq(s);
   clear_stall(seg->hdr(), s);
   s.state.store(kSlotDying, std::memory_order_release);
   s.rq_lock.unlock();
@@ -112,6 +113,7 @@ uint32_t reset_qp_device_state(Segment* seg, QpSlot& s) {
   // No engine (any thread, any process) may be inside this QP meanwhile.
   s.sq_engine.lock(seg->self());
   s.rq_lock.lock(seg->self());
+  device_settle_rq(s);
   auto* dbrec = seg->at<uint32_t>(s.dbrec_off);
   dbrec_store32(&dbrec[0], 0);  // the device reads these at any time
   dbrec_store32(&dbrec[1], 0);

@@ -26,6 +26,10 @@ void device_flush_rq(QpSlot& qp);
 // Moves a QP to ERR and flushes both queues, as a device does after an error.
 void device_enter_error(QpSlot& qp);
 
+// With qp's receive lock held: finishes the receive completion a holder that died was placing
+// (a QP being reset or destroyed leaves no hole in its CQ).
+void device_settle_rq(QpSlot& qp);
+
 // This process's mappings of the registered memory of processes that have died (they would keep
 // those pages alive) are unmapped. Called outside any EngineSection (it waits for the engines):
 // the provider does so when it registers memory or creates a QP.

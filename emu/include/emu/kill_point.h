@@ -23,6 +23,8 @@ enum class KillPoint : uint8_t {
   recv_lock,       // inside the engine executing a SEND, holding the responder's receive lock
   cm_req_sent,     // RDMA CM: after the connection request went to the peer
   cm_established,  // RDMA CM: before the ESTABLISHED event is handed to the program
+  recv_cqe_slot,   // a receive's CQE slot taken by a peer's engine, the CQE not yet written
+  recv_cqe,        // a receive's CQE written by a peer's engine, its WQE not yet consumed
   count,
 };
 

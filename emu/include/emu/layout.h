@@ -32,7 +32,7 @@ constexpr uint64_t kHeapMinBlock = 64;
 constexpr uint32_t kHeapGrowOrder = 14;  // a growth step: 2^14 blocks of 64 B, 1 MiB of heap
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 36;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 37;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -350,6 +350,16 @@ inline uint64_t cq_ring_off(uint64_t w) { return w & ~kCqRingLowBits; }
 inline uint32_t cq_ring_log(uint64_t w) { return static_cast<uint32_t>(w & 63); }
 inline uint32_t cq_ring_log_capacity(uint64_t w) { return static_cast<uint32_t>(w >> 6 & 63); }
 
+// A receive completion being placed (QpSlot::rq_owed, SrqSlot::owed): the CQ slot taken for it
+// and the QP it names, so that whoever next holds the queue's lock after a holder that died there
+// can finish it (Engine::settle_owed). 0: none.
+constexpr uint64_t kRecvOwed = uint64_t{1} << 63;
+inline uint64_t recv_owed(uint32_t cq_pi, uint32_t qpn) {
+  return kRecvOwed | uint64_t{qpn & 0xffffff} << 32 | cq_pi;
+}
+inline uint32_t recv_owed_pi(uint64_t v) { return static_cast<uint32_t>(v); }
+inline uint32_t recv_owed_qpn(uint64_t v) { return static_cast<uint32_t>(v >> 32) & 0xffffff; }
+
 // Requester stall reasons: the head WQE waits for a receive (RNR) or for an answer that does not
 // come.
 enum SqStall : uint32_t { kStallNone = 0, kStallRnr = 1, kStallRetry = 2 };
@@ -430,6 +440,9 @@ struct QpSlot {
   // posted, so the record (a line the receiver writes per post) is read again only when rq_ci
   // reaches it, as a NIC caches the producer index it fetched.
   uint32_t rq_pi_seen;
+  // A receive completion being placed (RecvOwed): set between the CQE's slot being taken and the
+  // WQE being consumed, under rq_lock. Found set by the lock's next holder, the holder died there.
+  std::atomic<uint64_t> rq_owed;
   // Written only when a requester parks on our empty receive queue; read by every post_recv, so
   // it has a line of its own (beside rq_lock, each receive would pull the line the sender writes).
   alignas(64) std::atomic<uint32_t> rnr_waiter;  // qpn + 1 of a requester stalled on our empty RQ
@@ -511,7 +524,8 @@ struct SrqSlot {
   uint32_t ci;                  // WQEs consumed
   uint32_t head;                // the WQE the device takes next
   std::atomic<uint32_t> limit;  // armed limit, 0 when not armed: SRQ_LIMIT_REACHED below it
-  uint32_t pi_seen;  // the doorbell record's value when last read (as QpSlot::rq_pi_seen)
+  uint32_t pi_seen;            // the doorbell record's value when last read (as QpSlot::rq_pi_seen)
+  std::atomic<uint64_t> owed;  // a receive completion being placed (as QpSlot::rq_owed)
   // Written when a requester parks on the empty SRQ; read by every post.
   alignas(64) std::atomic<uint32_t> rnr_waiter;
 };
