@@ -225,7 +225,8 @@ const KnobDoc kKnobs[] = {
          "cq_lock, "
          "srq_lock, bf_copy, heap_alloc, heap_grow, slot_create, slot_destroy, engine_lock, "
          "recv_lock, "
-         "cm_req_sent, cm_established, recv_cqe_slot, recv_cqe. `random:SEED[:MAXN]` draws the "
+         "cm_req_sent, cm_established, recv_cqe_slot, recv_cqe, event_raise. `random:SEED[:MAXN]` "
+         "draws the "
          "point and an N in [1, MAXN] "
          "(default 64) from SEED. The process writes `rdmaemu: EMU_KILL_AT: pid P killed at POINT "
          "#N` first.",

@@ -13,9 +13,9 @@ namespace emu {
 namespace {
 
 constexpr const char* kNames[] = {
-    "doorbell",   "qp_lock",     "cq_lock",        "srq_lock",      "bf_copy",
-    "heap_alloc", "heap_grow",   "slot_create",    "slot_destroy",  "engine_lock",
-    "recv_lock",  "cm_req_sent", "cm_established", "recv_cqe_slot", "recv_cqe",
+    "doorbell",       "qp_lock",       "cq_lock",      "srq_lock",    "bf_copy",   "heap_alloc",
+    "heap_grow",      "slot_create",   "slot_destroy", "engine_lock", "recv_lock", "cm_req_sent",
+    "cm_established", "recv_cqe_slot", "recv_cqe",     "event_raise",
 };
 static_assert(sizeof kNames / sizeof kNames[0] == static_cast<size_t>(KillPoint::count));
 

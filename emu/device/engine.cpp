@@ -403,7 +403,15 @@ void Engine::raise_if_armed(CqSlot& cq, const CqeInfo& info) {
   bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;
   if (arm == kCqArmNext ||
       (arm == kCqArmSolicited && (err || (info.emu_flags & kCqeFlagSolicited)))) {
-    if (cq.arm.exchange(kCqArmNone) != kCqArmNone) notify_comp(cq);
+    if (cq.arm.exchange(kCqArmNone) != kCqArmNone) {
+      // Named while the event is on its way: if this process dies before writing it, the CQ's
+      // owner, waiting for it, writes it itself.
+      uint32_t me = seg_->self() + 1;
+      cq.raiser.store(me, std::memory_order_relaxed);
+      EMU_KILL_POINT(KillPoint::event_raise);
+      notify_comp(cq);
+      cq.raiser.compare_exchange_strong(me, 0, std::memory_order_release);
+    }
   }
 }
 

@@ -55,7 +55,7 @@ RC_POINTS = {"doorbell": 300, "qp_lock": 300, "cq_lock": 500, "bf_copy": 300,
              "recv_lock": 300, "recv_cqe_slot": 300, "recv_cqe": 300}
 CM_POINTS = {"doorbell": 200, "qp_lock": 200, "cq_lock": 200, "heap_alloc": 5,
              "slot_create": 5, "engine_lock": 200, "recv_lock": 200, "recv_cqe_slot": 200,
-             "recv_cqe": 200,
+             "recv_cqe": 200, "event_raise": 200,
              "cm_req_sent": 1, "cm_established": 1}
 ONLY = {"cm_req_sent": "client", "cm_established": "server"}  # who passes it
 DEADLINE = 120  # seconds for any one step: generous on a loaded machine, never an assertion

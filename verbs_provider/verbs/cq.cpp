@@ -19,6 +19,7 @@
 #include "emu/notify.h"
 #include "emu/objects.h"
 #include "emu/reclaim.h"
+#include "emu/shm_lock.h"
 #include "emu/small_copy.h"
 #include "emu/staging.h"
 #include "forward.h"
@@ -356,19 +357,48 @@ void progress_stalled(EmuContext* ctx) {
     if (qp->shm->stall.load(std::memory_order_relaxed) != kStallNone) qp_progress(qp);
 }
 
+// A completion event that a process took the arm for and died before writing (CqSlot::raiser:
+// the engine delivering a message runs in the sender's process, which a kill may end between the
+// two): written here, by the owner, into its own channel, for the CQs of this context's QPs.
+void recover_lost_events(ibv_comp_channel* ch) {
+  Segment* seg = segment();
+  EmuContext* ctx = to_ctx(ch->context);
+  int wfd = to_channel(ch)->wfd;
+  uint64_t chan_uid = to_channel(ch)->uid;
+  std::lock_guard<std::mutex> g(ctx->mu);
+  for (EmuQp* qp : ctx->qps) {
+    for (uint32_t idx : {qp->shm->send_cq, qp->shm->recv_cq}) {
+      CqSlot& cq = cq_slot(seg->hdr(), idx);
+      uint32_t r = cq.raiser.load(std::memory_order_acquire);
+      if (r == 0 || cq.chan_uid != chan_uid || proc_slot_alive(r - 1)) continue;
+      if (!cq.raiser.compare_exchange_strong(r, 0)) continue;
+      CompEventRecord rec{cq.uid};
+      if (write(wfd, &rec, sizeof rec) != static_cast<ssize_t>(sizeof rec))
+        log("a lost completion event could not be written again");
+    }
+  }
+}
+
+// How often a thread asleep in ibv_get_cq_event looks for events lost with a dead process.
+constexpr int kLostEventCheckMs = 100;
+
 // Waits until the channel has an event record. While this process has sends waiting for a retry
 // or RNR timer, it wakes each millisecond to fire them: in the default mode the device has no
 // timers of its own, and a program asleep here (ibv_xsrq_pingpong -e, whose first sends can reach
-// a peer that is not ready yet) would otherwise wait for a completion that never comes.
+// a peer that is not ready yet) would otherwise wait for a completion that never comes. Otherwise
+// it wakes every kLostEventCheckMs to write an event a dead process owed (recover_lost_events).
 void wait_channel(ibv_comp_channel* ch) {
   if (fcntl(ch->fd, F_GETFL) & O_NONBLOCK) {
     if (proc_has_stalled_qps()) progress_stalled(to_ctx(ch->context));
     return;
   }
-  while (proc_has_stalled_qps()) {
+  for (;;) {
+    bool stalled = proc_has_stalled_qps();
     pollfd p{ch->fd, POLLIN, 0};
-    if (poll(&p, 1, 1) > 0) return;
-    progress_stalled(to_ctx(ch->context));
+    int n = poll(&p, 1, stalled ? 1 : kLostEventCheckMs);
+    if (n > 0 || (n < 0 && errno != EINTR)) return;  // a record (or an error read() will give)
+    if (stalled) progress_stalled(to_ctx(ch->context));
+    recover_lost_events(ch);
   }
 }
 

@@ -25,6 +25,7 @@ enum class KillPoint : uint8_t {
   cm_established,  // RDMA CM: before the ESTABLISHED event is handed to the program
   recv_cqe_slot,   // a receive's CQE slot taken by a peer's engine, the CQE not yet written
   recv_cqe,        // a receive's CQE written by a peer's engine, its WQE not yet consumed
+  event_raise,     // a completion event's arm taken by an engine, the event not yet written
   count,
 };
 

@@ -334,6 +334,10 @@ struct CqSlot {
   alignas(64) std::atomic<uint32_t> arm;  // CqArm
   std::atomic<uint32_t> overrun;          // CqOverrun
   std::atomic<uint32_t> stalled_qps;      // QPs completing here whose head WQE waits for a retry
+  // The process (slot + 1) that took the arm and has its completion event still to write (0:
+  // none). The owner's waiting thread delivers the event itself if that process died meanwhile
+  // (recover_lost_events in the provider's cq.cpp).
+  std::atomic<uint32_t> raiser;
   // The receive staging area (emu/staging.h), 0 until the owner's poll makes one: set once, by
   // the owner, and freed with the CQ (free_rings).
   std::atomic<uint64_t> staging_off;
