@@ -19,7 +19,8 @@ Then, every step bounded by a deadline and none of them a sleep:
     in IBV_WC_RETRY_EXC_ERR, a CM peer's death in a DISCONNECTED event) — or be found waiting for
     the dead with nothing owed: alive, every QP of its own with no send the device has not executed
     (census sq_pending 0), as a receive or a TCP read from a dead peer waits on hardware. Then it
-    is killed. Anything else at the deadline is a hang;
+    is killed. An rping survivor of a kill at a point passed only once connected
+    (CM_CONNECTED_POINTS) may not wait: its CM reports the death. Anything else is a hang;
   - the survivor must not die of a signal (a crash) but the sweep's own SIGKILL; after a miss
     (nobody killed) it must exit 0, as its victim did; after a kill, 0 or an error exit (its
     peer's death seen) or the sweep's SIGKILL when it waited for the dead;
@@ -58,6 +59,11 @@ CM_POINTS = {"doorbell": 200, "qp_lock": 200, "cq_lock": 200, "heap_alloc": 5,
              "recv_cqe": 200, "event_raise": 200,
              "cm_req_sent": 1, "cm_established": 1}
 ONLY = {"cm_req_sent": "client", "cm_established": "server"}  # who passes it
+# Points an rping passes only once connected: after a kill there the survivor's CM gets the
+# peer's death as DISCONNECTED and rping must end by itself; waiting for good is a hang. (Before
+# the connection, a server waiting for a client that died waits for good, as on hardware.)
+CM_CONNECTED_POINTS = {"doorbell", "qp_lock", "cq_lock", "engine_lock", "recv_lock",
+                       "recv_cqe_slot", "recv_cqe", "event_raise", "cm_established"}
 DEADLINE = 120  # seconds for any one step: generous on a loaded machine, never an assertion
 
 
@@ -199,7 +205,10 @@ class Sweep:
         if surv:
             ended = self.survivor_done(surv, env, killed)
             if surv.p.poll() is None:
-                if ended:
+                if ended and kind == "cm" and point in CM_CONNECTED_POINTS:
+                    self.fail("the survivor did not end after its connected peer's death",
+                              "hangs", label, procs.items())
+                elif ended:
                     self.totals["waited_for_dead"] += 1
                 else:
                     self.fail("the survivor hangs with sends owed", "hangs", label, procs.items())
