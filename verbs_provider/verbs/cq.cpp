@@ -393,8 +393,10 @@ void wait_channel(ibv_comp_channel* ch) {
     return;
   }
   for (;;) {
+    int fd = ch->fd;
+    if (fd < 0) return;  // destroyed meanwhile: the read fails (poll would skip the descriptor)
     bool stalled = proc_has_stalled_qps();
-    pollfd p{ch->fd, POLLIN, 0};
+    pollfd p{fd, POLLIN, 0};
     int n = poll(&p, 1, stalled ? 1 : kLostEventCheckMs);
     if (n > 0 || (n < 0 && errno != EINTR)) return;  // a record (or an error read() will give)
     if (stalled) progress_stalled(to_ctx(ch->context));
