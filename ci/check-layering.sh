@@ -23,6 +23,7 @@ declare -A arrows=(
   [raw]="verbs"              # flow rules and WQs are made on QPs
   [cm]="verbs"               # the CM resolves addresses to ports and makes QP attributes
   [presence]="verbs cm"      # /sys from the device's attributes; /dev/infiniband/rdma_cm opens a CM channel
+  [mlx5]="verbs"             # the mlx5dv entry points answer for the verbs objects
   [mmio]=""                  # trapped register windows: system headers only
   [sched]=""                 # libemu_sched.so: the public emu/ headers and emudv.h only
   [include]=""               # emudv.h: system headers only

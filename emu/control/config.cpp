@@ -145,6 +145,14 @@ const KnobDoc kKnobs[] = {
         "costs a fifth of a small message's work. `always`: every lone small WQE (mlx5's default). "
         "`never`: none. Programs writing BlueFlame themselves (emudv.h) are not affected.",
         KnobKind::word, 0, 0, "auto|always|never"),
+    knob("EMU_PERSONALITY", "emu",
+         "Which hardware the emulated devices present to code written for one. `emu`: emu0's own "
+         "(emudv.h); mlx5dv_is_supported says no, so UCX and others take their verbs paths. "
+         "`mlx5`: a ConnectX part to mlx5dv (docs/design/mlx5-personality.md): "
+         "mlx5dv_is_supported says yes, the PCI directory of the device says vendor 0x15b3 and "
+         "ibv_query_device vendor_id 0x2c9; mlx5dv_open_device answers EOPNOTSUPP (no DEVX), as "
+         "libmlx5 does for a device it does not drive.",
+         KnobKind::word, 0, 0, "emu|mlx5"),
     knob("EMU_MMIO", "trap",
          "How a program's own stores to the doorbell registers emudv_init_qp hands out reach the "
          "device. `trap`: the registers are pages mapped without write permission, and each plain "
@@ -646,6 +654,7 @@ Config config_from_env() {
                 : bf == "never" ? BlueFlameUse::never
                                 : BlueFlameUse::unlocked_registers;
   c.mmio_trap = std::string(value_of("EMU_MMIO")) != "call";
+  c.personality_mlx5 = std::string(value_of("EMU_PERSONALITY")) == "mlx5";
   std::string engine = value_of("EMU_ENGINE");
   // A scheduled program's device is the engine inline in its posters: their steps are its points.
   // A device thread would be a second device, outside the run.

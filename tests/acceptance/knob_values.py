@@ -32,6 +32,7 @@ BAD = {
     "EMU_SINGLE_THREADED": ["true"],
     "EMU_BLUEFLAME": ["sometimes", "Always"],
     "EMU_MMIO": ["Trap", "mmio"],
+    "EMU_PERSONALITY": ["MLX5", "mlx4"],
     "EMU_RACE_LOG": ["on"],
     "EMU_ENGINE": ["bogus", "Thread"],
     "EMU_SCHEDULE": ["pct:seed=x", "sometimes"],

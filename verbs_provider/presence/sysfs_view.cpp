@@ -317,7 +317,10 @@ std::string pdev_attr_text(const Node& n) {
   device_attr_fill(n.dev, &a);
   char b[32];
   if (n.name == "numa_node") return "-1\n";  // a virtual device has no NUMA affinity
-  std::snprintf(b, sizeof b, "0x%04x\n", n.name == "vendor" ? a.vendor_id : a.vendor_part_id);
+  // The PCI ids: an mlx5 personality's are a ConnectX's (UCX finds its part there), emu0's own
+  // what ibv_query_device says.
+  uint32_t vendor = config().personality_mlx5 ? kMellanoxPciVendor : a.vendor_id;
+  std::snprintf(b, sizeof b, "0x%04x\n", n.name == "vendor" ? vendor : a.vendor_part_id);
   return b;
 }
 

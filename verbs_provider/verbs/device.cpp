@@ -173,8 +173,9 @@ void device_attr_fill(uint32_t dev, ibv_device_attr* a) {
   a->max_mr_size = Limits::max_mr_size;
   a->page_size_cap = 0xfffff000;
   // No IEEE vendor, as soft-RoCE reports it: never 0 (verbs users treat 0 as "no device
-  // answered"), never Mellanox's 0x02c9 (UCX would then drive emu0 through mlx5dv).
-  a->vendor_id = kEmuVendorId;
+  // answered"), and Mellanox's OUI only for the mlx5 personality (EMU_PERSONALITY), as a
+  // ConnectX reports it.
+  a->vendor_id = config().personality_mlx5 ? kMellanoxOui : kEmuVendorId;
   a->vendor_part_id = emu_vendor_part_id();
   a->hw_ver = 1;
   a->max_qp = Limits::max_qp;

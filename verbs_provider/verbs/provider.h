@@ -571,6 +571,8 @@ constexpr const char* kEmuCmdFdName = "rdmaemu-uverbs";
 constexpr uint64_t kEmuMaxDmSize = 256 * 1024;
 // ibv_query_device's vendor_id (device.cpp says why this one).
 constexpr uint32_t kEmuVendorId = 0xffffff;
+constexpr uint32_t kMellanoxOui = 0x02c9;        // ibv_query_device vendor_id of a ConnectX
+constexpr uint32_t kMellanoxPciVendor = 0x15b3;  // its PCI vendor id (sysfs `vendor`)
 uint32_t emu_vendor_part_id();
 
 }  // namespace emu::prov

@@ -28,6 +28,7 @@ struct Config {
   bool single_threaded;     // EMU_SINGLE_THREADED
   BlueFlameUse blueflame;   // EMU_BLUEFLAME
   bool mmio_trap;           // EMU_MMIO: trap (plain stores to registers reach the device) or call
+  bool personality_mlx5;    // EMU_PERSONALITY: mlx5 (a ConnectX part to mlx5dv) or emu
   EngineMode engine;        // EMU_ENGINE
   bool log;                 // EMU_LOG
   uint32_t vendor_part_id;  // EMU_VENDOR_PART_ID
