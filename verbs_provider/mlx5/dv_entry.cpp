@@ -5,12 +5,12 @@
 // docs/design/mlx5-personality.md): under `emu` it is no mlx5 device at all, as libmlx5 itself
 // would answer; under `mlx5` it is one without DEVX, whose objects are not yet handed out in
 // mlx5dv form (create_cq, create_qp, init_obj answer EOPNOTSUPP).
-#include <dlfcn.h>
 #include <infiniband/mlx5dv.h>
 
 #include <cerrno>
 
 #include "emu/config.h"
+#include "verbs/forward.h"
 #include "verbs/provider.h"
 
 namespace emu::prov {
@@ -18,16 +18,7 @@ namespace {
 
 // libmlx5's own definition: in the global scope when the program links it, else the copy a module
 // loaded locally brought (UCX's libuct_ib, dlopened without RTLD_GLOBAL).
-void* libmlx5_symbol(const char* name, const char* version) {
-  if (void* p = dlvsym(RTLD_NEXT, name, version)) return p;
-  void* lib = dlopen("libmlx5.so.1", RTLD_LAZY | RTLD_NOLOAD);
-  if (!lib) return nullptr;
-  void* p = dlvsym(lib, name, version);
-  dlclose(lib);  // drops only the reference RTLD_NOLOAD took
-  return p;
-}
-
-#define LIBMLX5(fn, ver) (reinterpret_cast<decltype(&fn)>(libmlx5_symbol(#fn, ver)))
+#define LIBMLX5(fn, ver) (reinterpret_cast<decltype(&fn)>(real_symbol_of("libmlx5.so.1", #fn, ver)))
 
 bool personality_mlx5() { return config().personality_mlx5; }
 

@@ -68,15 +68,20 @@ void init_devices() {
 
 }  // namespace
 
-void* real_symbol(const char* name, const char* version) {
+void* real_symbol_of(const char* soname, const char* name, const char* version) {
   if (void* p = dlvsym(RTLD_NEXT, name, version)) return p;
-  // libibverbs loaded by dlopen without RTLD_GLOBAL (UCX's and Open MPI's transport modules) is
-  // not in the scope RTLD_NEXT searches: ask that copy directly, if one is loaded.
-  void* lib = dlopen("libibverbs.so.1", RTLD_LAZY | RTLD_NOLOAD);
+  // A library loaded by dlopen without RTLD_GLOBAL (UCX's and Open MPI's transport modules bring
+  // libibverbs and libmlx5 so) is not in the scope RTLD_NEXT searches: ask that copy directly, if
+  // one is loaded.
+  void* lib = dlopen(soname, RTLD_LAZY | RTLD_NOLOAD);
   if (!lib) return nullptr;
   void* p = dlvsym(lib, name, version);
   dlclose(lib);  // drops only the reference RTLD_NOLOAD took
   return p;
+}
+
+void* real_symbol(const char* name, const char* version) {
+  return real_symbol_of("libibverbs.so.1", name, version);
 }
 
 bool is_emu_device(const ibv_device* d) {

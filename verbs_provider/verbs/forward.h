@@ -7,6 +7,8 @@
 namespace emu::prov {
 
 void* real_symbol(const char* name, const char* version);
+// The same in another library (its soname), for one that may be loaded only locally.
+void* real_symbol_of(const char* soname, const char* name, const char* version);
 
 // REAL(ibv_alloc_pd, "IBVERBS_1.1") yields a typed pointer to libibverbs' own function (or null
 // when libibverbs is not loaded in this process).
