@@ -146,8 +146,9 @@ class Checker {
       uint64_t w = c.ring.load();
       // Mid-resize the producers' ring is the new one; the old one is still the consumer's.
       if (cq_ring_off(w) != c.buf_off)
-        ref("cq (resizing)", i, cq_ring_off(w), 64ull << cq_ring_log(w));
-      ref("cq", i, c.buf_off, uint64_t{c.cqe_cnt} * 64);
+        ref("cq (resizing)", i, cq_ring_off(w),
+            uint64_t{1} << (cq_ring_log(w) + cq_log_entry(c.format)));
+      ref("cq", i, c.buf_off, uint64_t{c.cqe_cnt} << cq_log_entry(c.format));
       if (uint64_t off = c.staging_off.load()) check_staging(i, off);
     }
   }

@@ -29,6 +29,10 @@ void device_kick_sq(QpSlot& qp, bool force_retry) {
 
 void device_flush_rq(QpSlot& qp) { Engine::process_engine()->flush_rq(qp); }
 
+void device_cq_doorbell(uint32_t ctx, uint64_t stored) {
+  Engine::process_engine()->on_cq_doorbell(ctx, stored);
+}
+
 void device_enter_error(QpSlot& qp) { Engine::process_engine()->enter_error(qp); }
 
 void device_settle_rq(QpSlot& qp) { Engine::process_engine()->settle_rq(qp); }

@@ -326,7 +326,7 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp,
   // acquire on to it (release store, acquire load; plain moves on x86, as a NIC's cached copy of
   // the doorbell record in its CQ context is ordered after the DMA read that filled it).
   if (pi - cq.ci_seen.load(std::memory_order_acquire) >= capacity) [[unlikely]] {
-    uint32_t ci = cq.ci.load(std::memory_order_acquire);
+    uint32_t ci = cq_consumer_index(cq, pi);
     cq.ci_seen.store(ci, std::memory_order_release);
     if (pi - ci >= capacity) {
       // The CQ is full: the completion cannot be placed. As a NIC does: the CQ enters error
@@ -343,8 +343,8 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp,
 void Engine::fill_cqe(CqSlot& cq, uint64_t ring_word, uint32_t pi, const CqeInfo& info,
                       const QpSlot* qp) {
   uint32_t log_cnt = cq_ring_log(ring_word);
-  Cqe64* ring = seg_->at<Cqe64>(cq_ring_off(ring_word));
-  Cqe64& c = ring[pi & ((1u << log_cnt) - 1)];
+  Cqe64& c =
+      cq_entry(seg_->at<uint8_t>(cq_ring_off(ring_word)), pi, log_cnt, cq_log_entry(cq.format));
   bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;
   // Written field by field into the ring (the owner byte last): composing the CQE on the stack and
   // copying it reads back narrow stores as wide loads, a store-forwarding stall per CQE.
@@ -432,9 +432,10 @@ bool Engine::cqe_placed(const CqSlot& cq, uint32_t pi) {
   uint64_t ring_word = cq.ring.load(std::memory_order_acquire);
   // Consumed already: it was there. Otherwise the slot holds this lap's CQE or an older one (its
   // owner bit says); no later lap can have overwritten it while the consumer has not passed it.
-  if (static_cast<int32_t>(cq.ci.load(std::memory_order_acquire) - pi) > 0) return true;
+  if (static_cast<int32_t>(cq_consumer_index(cq, pi) - pi) > 0) return true;
   uint32_t log_cnt = cq_ring_log(ring_word);
-  const Cqe64& c = seg_->at<Cqe64>(cq_ring_off(ring_word))[pi & ((1u << log_cnt) - 1)];
+  const Cqe64& c =
+      cq_entry(seg_->at<uint8_t>(cq_ring_off(ring_word)), pi, log_cnt, cq_log_entry(cq.format));
   return cqe_is_new(cqe_owner_load(&c.op_own), pi, log_cnt);
 }
 
@@ -472,8 +473,8 @@ void Engine::settle_owed(RecvRef& q) {
   if (cqe_placed(cq, pi)) {
     // Its completion event was still to come (the holder raises it after letting the lock go).
     uint64_t ring_word = cq.ring.load(std::memory_order_acquire);
-    const Cqe64& c =
-        seg_->at<Cqe64>(cq_ring_off(ring_word))[pi & ((1u << cq_ring_log(ring_word)) - 1)];
+    const Cqe64& c = cq_entry(seg_->at<uint8_t>(cq_ring_off(ring_word)), pi, cq_ring_log(ring_word),
+                              cq_log_entry(cq.format));
     CqeInfo placed{};
     placed.cqe_opcode = cqe_opcode_of(cqe_owner_load(&c.op_own));
     placed.emu_flags = c.emu_flags;

@@ -133,6 +133,9 @@ class Engine {
 
   // Flushes the receive queue of a QP in ERR (WR_FLUSH_ERR for every posted receive).
   void flush_rq(QpSlot& qp);
+  // A CQ doorbell in mlx5's form reached the device from a register page of context ctx
+  // (cq_doorbell.cpp): arms the CQ it names.
+  void on_cq_doorbell(uint32_t ctx, uint64_t value);
   // With qp's receive lock held (its own queue): the receive completion a holder that died was
   // placing is finished (settle_owed).
   void settle_rq(QpSlot& qp) {

@@ -430,7 +430,10 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
   bool elsewhere = x.remote_pid != seg_->pid();
   // (Not into an XRC or TM SRQ: their CQEs are found by SRQ number and carry no payload.)
   bool by_srqn = rq.srq && (rq.srq->xrcd_ref || rq.srq->tm_tags);
-  if (local.total <= kCqeInlineMax && addr_is_va && !by_srqn && elsewhere) {
+  // (Not for a CQ its owner may read from memory: code written for mlx5 finds its data in the
+  // buffer it posted.)
+  bool cqe_scatter = !(recv_cq(rq).format & kCqFormatMlx5);
+  if (local.total <= kCqeInlineMax && addr_is_va && !by_srqn && elsewhere && cqe_scatter) {
     // Scatter-to-CQE: the payload rides in the receive CQE, one line for the receiver to read;
     // its poll copies it into the buffers of its own receive WQE (checked here, as the device
     // does).

@@ -44,14 +44,7 @@ uint64_t byte_bits(uint32_t lo, uint32_t hi) {
 void doorbell_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint32_t at,
                     uint32_t len) {
   uint32_t hi = at + len < kDbAt + 8 ? at + len : kDbAt + 8;
-  bool ring;
-  {
-    AssemblyLock lock(as.lock);
-    as.db_bytes |= uint8_t(byte_bits(at - kDbAt, hi - kDbAt));
-    ring = as.db_bytes == 0xff;
-    if (ring) as.db_bytes = 0;
-  }
-  if (!ring) return;
+  if (!mmio_word_complete(as, at - kDbAt, hi - kDbAt)) return;
   uint64_t head;
   std::memcpy(&head, mirror + kDbAt, sizeof head);
   device_doorbell(mmio_db64(reg, head));
@@ -171,6 +164,14 @@ void blueflame_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint
 }
 
 }  // namespace
+
+bool mmio_word_complete(StoreAssembly& as, uint32_t lo, uint32_t hi) {
+  AssemblyLock lock(as.lock);
+  as.db_bytes |= uint8_t(byte_bits(lo, hi));
+  if (as.db_bytes != 0xff) return false;
+  as.db_bytes = 0;
+  return true;
+}
 
 void mmio_plain_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint32_t at,
                       uint32_t len) {

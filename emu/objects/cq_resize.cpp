@@ -26,13 +26,13 @@ void switch_ring_word(Segment* seg, CqSlot& c, uint64_t w) {
 // Copies the CQEs for indexes [ci, end) that the old ring holds into the new ring, each with the
 // owner bit of its pass there. An index whose old slot does not hold its CQE (owner bit of
 // another pass, or never written) was produced into the new ring.
-void move_unpolled(const Cqe64* old_ring, uint32_t old_log, Cqe64* ring, uint32_t log, uint32_t ci,
-                   uint32_t end) {
+void move_unpolled(const uint8_t* old_ring, uint32_t old_log, uint8_t* ring, uint32_t log,
+                   uint32_t log_entry, uint32_t ci, uint32_t end) {
   for (uint32_t i = ci; i != end; ++i) {
-    const Cqe64& from = old_ring[i & ((1u << old_log) - 1)];
+    const Cqe64& from = cq_entry(old_ring, i, old_log, log_entry);
     uint8_t op_own = cqe_owner_load(&from.op_own);
     if (!cqe_is_new(op_own, i, old_log)) continue;
-    Cqe64& to = ring[i & ((1u << log) - 1)];
+    Cqe64& to = cq_entry(ring, i, log, log_entry);
     std::memcpy(&to, &from, offsetof(Cqe64, op_own));
     cqe_publish(&to.op_own, static_cast<uint8_t>((op_own & ~1u) | ((i >> log) & 1)));
   }
@@ -57,19 +57,21 @@ Status resize_cq(Segment* seg, CqSlot& c, uint32_t log, uint32_t ci, uint64_t* r
     return Status::invalid;
   }
   HeapUse use(seg);  // until the ring word names the new ring (Segment::audit_heap)
-  uint64_t off = seg->alloc(size_t(cnt) * sizeof(Cqe64), 4096);
+  const uint32_t log_entry = cq_log_entry(c.format);
+  uint64_t off = seg->alloc(size_t(cnt) << log_entry, 4096);
   if (!off) {
     c.ring.store(old_word, std::memory_order_release);
     return Status::no_memory;
   }
-  auto* ring = seg->at<Cqe64>(off);
-  for (uint32_t i = 0; i < cnt; ++i) ring[i].op_own = kCqeInvalid << 4 | 1;
+  auto* ring = seg->at<uint8_t>(off);
+  for (uint32_t i = 0; i < cnt; ++i)
+    cq_entry(ring, i, log, log_entry).op_own = kCqeInvalid << 4 | 1;
   switch_ring_word(seg, c, cq_ring_word(off, log, log));
   // Producers of the old word are done, and none reserved an index past ci + its bound.
   uint32_t end = c.pi.load(std::memory_order_acquire);
   uint32_t old_bound = 1u << cq_ring_log_capacity(old_word);
   if (end - ci > old_bound) end = ci + old_bound;
-  move_unpolled(seg->at<Cqe64>(cq_ring_off(old_word)), old_log, ring, log, ci, end);
+  move_unpolled(seg->at<uint8_t>(cq_ring_off(old_word)), old_log, ring, log, log_entry, ci, end);
   seg->free(cq_ring_off(old_word));
   c.buf_off = off;
   c.cqe_cnt = cnt;

@@ -15,7 +15,8 @@ Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx) {
   if (seg->alloc_cq(idx) != Status::ok) return Status::no_memory;
   CqSlot& c = cq_slot(seg->hdr(), *idx);
   uint32_t cnt = 1u << spec.log_cqe_cnt;
-  c.buf_off = seg->alloc(size_t(cnt) * sizeof(Cqe64), 4096);
+  const uint32_t log_entry = cq_log_entry(spec.format);
+  c.buf_off = seg->alloc(size_t(cnt) << log_entry, 4096);
   if (!c.buf_off) {
     c.state.store(kSlotFree);
     return Status::no_memory;
@@ -28,9 +29,13 @@ Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx) {
   c.chan_wfd = spec.chan_wfd;
   c.chan_uid = spec.chan_uid;
   c.stamp = spec.stamp ? 1 : 0;
+  c.format = spec.format;
+  c.ci.store(cq_record_of(spec.format, 0), std::memory_order_relaxed);
+  c.arm_record.store(0, std::memory_order_relaxed);
   c.staging_off.store(0, std::memory_order_relaxed);
-  auto* ring = seg->at<Cqe64>(c.buf_off);
-  for (uint32_t i = 0; i < cnt; ++i) ring[i].op_own = kCqeInvalid << 4 | 1;
+  auto* ring = seg->at<uint8_t>(c.buf_off);
+  for (uint32_t i = 0; i < cnt; ++i)
+    cq_entry(ring, i, c.log_cqe_cnt, log_entry).op_own = kCqeInvalid << 4 | 1;
   c.ring.store(cq_ring_word(c.buf_off, c.log_cqe_cnt, c.log_cqe_cnt), std::memory_order_release);
   return Status::ok;
 }

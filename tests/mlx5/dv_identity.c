@@ -4,6 +4,7 @@
 // expected one, else prints the first wrong one and exits 1.
 #include <errno.h>
 #include <infiniband/mlx5dv.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <string.h>
 
@@ -25,6 +26,74 @@ static long pci_id(const char *dev, const char *file) {
   return v;
 }
 
+// Under emu0's own personality libmlx5's answers for a device it does not drive.
+static int emu_objects(struct ibv_context *ctx) {
+  struct ibv_cq_init_attr_ex cq_attr = {.cqe = 16};
+  errno = 0;
+  if (mlx5dv_create_cq(ctx, &cq_attr, NULL) != NULL || errno != EOPNOTSUPP)
+    return failed("mlx5dv_create_cq is EOPNOTSUPP");
+  struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
+  if (!cq) return failed("ibv_create_cq");
+  struct mlx5dv_cq dv_cq;
+  struct mlx5dv_obj obj = {.cq = {.in = cq, .out = &dv_cq}};
+  if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ) != EOPNOTSUPP) return failed("mlx5dv_init_obj");
+  ibv_destroy_cq(cq);
+  return 0;
+}
+
+// Under the mlx5 personality: CQs of 128-byte CQEs as asked, described by mlx5dv_init_obj; what
+// this device does not have (CQE compression, DC) refused as libmlx5 refuses it.
+static int mlx5_objects(struct ibv_context *ctx) {
+  struct ibv_cq_init_attr_ex cq_attr = {.cqe = 17};
+  struct mlx5dv_cq_init_attr dv_attr = {.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE,
+                                        .cqe_size = 96};
+  errno = 0;
+  if (mlx5dv_create_cq(ctx, &cq_attr, &dv_attr) != NULL || errno != EINVAL)
+    return failed("mlx5dv_create_cq of 96-byte CQEs is EINVAL");
+  dv_attr.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE;
+  errno = 0;
+  if (mlx5dv_create_cq(ctx, &cq_attr, &dv_attr) != NULL || errno != EOPNOTSUPP)
+    return failed("mlx5dv_create_cq with compressed CQEs is EOPNOTSUPP");
+  dv_attr.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE;
+  dv_attr.cqe_size = 128;
+  struct ibv_cq_ex *cqx = mlx5dv_create_cq(ctx, &cq_attr, &dv_attr);
+  if (!cqx) return failed("mlx5dv_create_cq of 128-byte CQEs");
+  struct ibv_cq *cq = ibv_cq_ex_to_cq(cqx);
+  struct mlx5dv_cq dv_cq;
+  struct mlx5dv_obj obj = {.cq = {.in = cq, .out = &dv_cq}};
+  if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ)) return failed("mlx5dv_init_obj(CQ)");
+  if (dv_cq.cqe_size != 128 || dv_cq.cqe_cnt < 18 || (dv_cq.cqe_cnt & (dv_cq.cqe_cnt - 1)) ||
+      !dv_cq.buf || !dv_cq.dbrec || !dv_cq.cq_uar)
+    return failed("mlx5dv_cq as made");
+  // Every CQE starts invalid (mlx5's opcode 15) with the owner bit of a lap not yet begun.
+  for (uint32_t i = 0; i < dv_cq.cqe_cnt; ++i) {
+    struct mlx5_cqe64 *cqe = (struct mlx5_cqe64 *)((char *)dv_cq.buf + 128 * i + 64);
+    if (mlx5dv_get_cqe_opcode(cqe) != MLX5_CQE_INVALID) return failed("a fresh CQE is invalid");
+  }
+  if (dv_cq.dbrec[0] != 0) return failed("the consumer index starts at 0");
+  // No DC: the DCT UCX probes for is refused (UCX then goes on without dc_mlx5).
+  struct ibv_pd *pd = ibv_alloc_pd(ctx);
+  struct ibv_srq_init_attr srq_attr = {.attr = {.max_wr = 1, .max_sge = 1}};
+  struct ibv_srq *srq = pd ? ibv_create_srq(pd, &srq_attr) : NULL;
+  if (!srq) return failed("pd/srq");
+  struct ibv_qp_init_attr_ex qp_attr = {.qp_type = IBV_QPT_DRIVER,
+                                        .send_cq = cq,
+                                        .recv_cq = cq,
+                                        .srq = srq,
+                                        .comp_mask = IBV_QP_INIT_ATTR_PD,
+                                        .pd = pd};
+  struct mlx5dv_qp_init_attr dc = {
+      .comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC,
+      .dc_init_attr = {.dc_type = MLX5DV_DCTYPE_DCT, .dct_access_key = 0x1ee7a330}};
+  errno = 0;
+  if (mlx5dv_create_qp(ctx, &qp_attr, &dc) != NULL || errno != EOPNOTSUPP)
+    return failed("mlx5dv_create_qp of a DCT is EOPNOTSUPP");
+  ibv_destroy_srq(srq);
+  ibv_dealloc_pd(pd);
+  ibv_destroy_cq(cq);
+  return 0;
+}
+
 int main(int argc, char **argv) {
   int mlx5 = argc > 1 && strcmp(argv[1], "mlx5") == 0;
   struct ibv_device **list = ibv_get_device_list(NULL);
@@ -43,17 +112,8 @@ int main(int argc, char **argv) {
   if (attr.vendor_id != (mlx5 ? 0x2c9u : 0xffffffu)) return failed("vendor_id");
   if (pci_id("emu0", "vendor") != (mlx5 ? 0x15b3 : 0xffffff)) return failed("PCI vendor");
   if (pci_id("emu0", "device") != (long)attr.vendor_part_id) return failed("PCI device");
-  // Objects in mlx5dv form are not handed out yet: refused, not half made.
-  struct ibv_cq_init_attr_ex cq_attr = {.cqe = 16};
-  errno = 0;
-  if (mlx5dv_create_cq(ctx, &cq_attr, NULL) != NULL || errno != EOPNOTSUPP)
-    return failed("mlx5dv_create_cq is EOPNOTSUPP");
-  struct ibv_cq *cq = ibv_create_cq(ctx, 16, NULL, NULL, 0);
-  if (!cq) return failed("ibv_create_cq");
-  struct mlx5dv_cq dv_cq;
-  struct mlx5dv_obj obj = {.cq = {.in = cq, .out = &dv_cq}};
-  if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ) != EOPNOTSUPP) return failed("mlx5dv_init_obj");
-  ibv_destroy_cq(cq);
+  // Objects in mlx5dv form: only under the mlx5 personality (else refused, not half made).
+  if (mlx5 ? mlx5_objects(ctx) : emu_objects(ctx)) return 1;
   ibv_close_device(ctx);
   ibv_free_device_list(list);
   printf("PASS %s\n", mlx5 ? "mlx5" : "emu");

@@ -55,7 +55,8 @@ struct emudv_cq {
   volatile uint32_t *dbrec; /* consumer index (host order, 32 bits): store it after polling */
 };
 
-/* 0, or EINVAL when the object is not an emulated one. */
+/* 0, or EINVAL when the object is not an emulated one; emudv_init_cq: EOPNOTSUPP for a CQ of a
+ * device in the mlx5 personality (EMU_PERSONALITY=mlx5), whose CQs mlx5dv_init_obj describes. */
 int emudv_init_qp(struct ibv_qp *qp, struct emudv_qp *out);
 int emudv_init_cq(struct ibv_cq *cq, struct emudv_cq *out);
 

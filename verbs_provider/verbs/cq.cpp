@@ -30,6 +30,20 @@ using namespace emu::prov;
 
 namespace {
 
+// The consumer index published where producers read it (and, for a CQ in mlx5 form, in the form
+// mlx5's CQ doorbell record has).
+inline void publish_ci(EmuCq* cq) {
+  cq->shm->ci.store(cq_record_of(cq->shm->format, cq->ci), std::memory_order_release);
+}
+
+// The consumer index, under the CQ's lock: the driver copy, or for a CQ code written for mlx5 may
+// poll from memory (kCqFormatMlx5) the record that code keeps, which the copy may be behind.
+inline uint32_t consumer_index(EmuCq* cq) {
+  if (cq->shm->format & kCqFormatMlx5)
+    cq->ci = cq_consumer_index(*cq->shm, cq->shm->pi.load(std::memory_order_acquire));
+  return cq->ci;
+}
+
 ibv_wc_status status_of(uint8_t syndrome) {
   switch (syndrome) {
     case kSynLocalLength:
@@ -202,7 +216,7 @@ inline void clear_wc(ibv_wc* wc) {
 // CQ's mode has none).
 [[gnu::always_inline]] inline bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
   for (;;) {
-    Cqe64& c = cq->ring[cq->ci & (cq->shm->cqe_cnt - 1)];
+    Cqe64& c = cq_entry(cq->ring, cq->ci, cq->shm->log_cqe_cnt, cq->log_entry);
     sched::point(sched::kPointPoll, reinterpret_cast<uintptr_t>(&c), cq->ci);
     uint8_t op_own = cqe_owner_load(&c.op_own);
     if (!cqe_is_new(op_own, cq->ci, cq->shm->log_cqe_cnt)) return false;
@@ -218,7 +232,7 @@ inline void clear_wc(ibv_wc* wc) {
       }
       *ts = be64(c.timestamp);
       ++cq->ci;
-      cq->shm->ci.store(cq->ci, std::memory_order_release);
+      publish_ci(cq);
       if (got) return true;
       continue;
     }
@@ -226,7 +240,7 @@ inline void clear_wc(ibv_wc* wc) {
       bool got = xrc_recv_wc(c, opcode, wc);
       *ts = be64(c.timestamp);
       ++cq->ci;
-      cq->shm->ci.store(cq->ci, std::memory_order_release);
+      publish_ci(cq);
       if (got) return true;
       continue;
     }
@@ -239,7 +253,7 @@ inline void clear_wc(ibv_wc* wc) {
       if (qp && qp->srq && is_recv_cqe(opcode)) srq_complete(qp->srq, be16(c.wqe_counter));
       if (c.emu_flags & kCqeFlagStaged) staged_recv(cq, nullptr, 0, c, 0);
       ++cq->ci;
-      cq->shm->ci.store(cq->ci, std::memory_order_release);
+      publish_ci(cq);
       continue;
     }
     uint8_t wqe_opcode = cqe_wqe_opcode(c);
@@ -301,7 +315,7 @@ inline void clear_wc(ibv_wc* wc) {
       }
     }
     ++cq->ci;
-    cq->shm->ci.store(cq->ci, std::memory_order_release);
+    publish_ci(cq);
     return true;
   }
 }
@@ -313,8 +327,8 @@ namespace emu::prov {
 void srq_reclaim_cqes(EmuQp* qp) {
   EmuCq* cq = to_cq(qp->qpx.qp_base.recv_cq);
   uint32_t qpn = qp->qpx.qp_base.qp_num;
-  for (uint32_t ci = cq->ci;; ++ci) {
-    Cqe64& c = cq->ring[ci & (cq->shm->cqe_cnt - 1)];
+  for (uint32_t ci = consumer_index(cq);; ++ci) {
+    Cqe64& c = cq_entry(cq->ring, ci, cq->shm->log_cqe_cnt, cq->log_entry);
     uint8_t op_own = cqe_owner_load(&c.op_own);
     if (!cqe_is_new(op_own, ci, cq->shm->log_cqe_cnt)) return;
     uint8_t opcode = cqe_opcode_of(op_own);
@@ -434,11 +448,10 @@ inline Peek peek(const EmuCq* cq) {
       cq->proc_stalled_qps->load(std::memory_order_relaxed))
     return Peek::look;
   uint64_t w = cs.ring.load(std::memory_order_acquire);
-  uint32_t ci = cs.ci.load(std::memory_order_relaxed);
+  uint32_t ci = cq_consumer_index(cs, cs.pi.load(std::memory_order_relaxed));
   uint32_t log = cq_ring_log(w);
-  auto* ring = reinterpret_cast<const Cqe64*>(cq->seg_base + cq_ring_off(w));
-  return cqe_is_new(cqe_owner_load(&ring[ci & ((1u << log) - 1)].op_own), ci, log) ? Peek::cqe
-                                                                                   : Peek::empty;
+  const Cqe64& c = cq_entry(cq->seg_base + cq_ring_off(w), ci, log, cq->log_entry);
+  return cqe_is_new(cqe_owner_load(&c.op_own), ci, log) ? Peek::cqe : Peek::empty;
 }
 
 int start_poll(ibv_cq_ex* cqx, ibv_poll_cq_attr* attr) {
@@ -491,9 +504,11 @@ constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK |
     IBV_WC_EX_WITH_TM_INFO;
 
-// stamp: the CQEs carry a timestamp (a CQ made to report one).
+// stamp: the CQEs carry a timestamp (a CQ made to report one). cqe128: entries of 128 bytes
+// (mlx5dv_create_cq's cqe_size). Under the mlx5 personality every CQ is in mlx5 form: any may be
+// handed to code that polls it from memory (mlx5dv_init_obj).
 EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
-                        int comp_vector, bool stamp = false) {
+                        int comp_vector, bool stamp = false, bool cqe128 = false) {
   if (cqe < 1 || static_cast<uint32_t>(cqe) > Limits::max_cqe || comp_vector < 0 ||
       comp_vector >= context->num_comp_vectors || (channel && channel->context != context))
     return fail_null<EmuCq>(EINVAL);
@@ -508,7 +523,8 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
               log,
               channel ? to_channel(channel)->wfd : -1,
               channel ? to_channel(channel)->uid : 0,
-              stamp};
+              stamp,
+              (config().personality_mlx5 ? kCqFormatMlx5 : 0u) | (cqe128 ? kCqFormatCqe128 : 0u)};
   Segment* seg = segment();
   uint32_t slot;
   if (create_cq(seg, spec, &slot) != Status::ok) {
@@ -516,7 +532,8 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
     return fail_null<EmuCq>(ENOMEM);
   }
   CqSlot& cs = cq_slot(seg->hdr(), slot);
-  cq->ring = seg->at<Cqe64>(cs.buf_off);
+  cq->ring = seg->at<uint8_t>(cs.buf_off);
+  cq->log_entry = cq_log_entry(cs.format);
   cq->slot = slot;
   cq->shm = &cs;
   cq->uid = cs.uid;
@@ -591,15 +608,20 @@ int emu_req_notify_cq(ibv_cq* ibcq, int solicited_only) {
   // A completion the device wrote before the arm but that is still unpolled fires at once, as
   // hardware compares the armed consumer index with its producer index.
   cq->lock.lock();
-  Cqe64& c = cq->ring[cq->ci & (cs.cqe_cnt - 1)];
+  uint32_t ci = consumer_index(cq);
+  Cqe64& c = cq_entry(cq->ring, ci, cs.log_cqe_cnt, cq->log_entry);
   uint8_t op_own = cqe_owner_load(&c.op_own);
-  bool pending = cqe_is_new(op_own, cq->ci, cs.log_cqe_cnt);
+  bool pending = cqe_is_new(op_own, ci, cs.log_cqe_cnt);
   cq->lock.unlock();
   if (pending && !solicited_only && cs.arm.exchange(kCqArmNone) != kCqArmNone) notify_comp(cs);
   return 0;
 }
 
 ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
+  return create_cq_ex_entries(context, attr, false);
+}
+
+ibv_cq_ex* create_cq_ex_entries(ibv_context* context, ibv_cq_init_attr_ex* attr, bool cqe128) {
   if (attr->comp_mask &
       ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
     return fail_null<ibv_cq_ex>(EINVAL);
@@ -620,7 +642,7 @@ ibv_cq_ex* emu_create_cq_ex(ibv_context* context, ibv_cq_init_attr_ex* attr) {
   bool stamp = (attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
                                   IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) != 0;
   EmuCq* cq = create_cq_common(context, static_cast<int>(attr->cqe), attr->cq_context,
-                               attr->channel, static_cast<int>(attr->comp_vector), stamp);
+                               attr->channel, static_cast<int>(attr->comp_vector), stamp, cqe128);
   if (!cq) return nullptr;
   if (parent) {
     cq->parent_domain = parent;
@@ -722,10 +744,11 @@ int ibv_resize_cq(ibv_cq* ibcq, int cqe) {
   if (cq->shm->overrun.load()) return EINVAL;  // a CQ in error is not resized
   cq->lock.lock();
   uint64_t off = 0;
-  Status st =
-      log == cq->shm->log_cqe_cnt ? Status::ok : resize_cq(segment(), *cq->shm, log, cq->ci, &off);
+  Status st = log == cq->shm->log_cqe_cnt
+                  ? Status::ok
+                  : resize_cq(segment(), *cq->shm, log, consumer_index(cq), &off);
   if (off) {
-    cq->ring = segment()->at<Cqe64>(off);
+    cq->ring = segment()->at<uint8_t>(off);
     ibcq->cqe = static_cast<int>((1u << log) - 1);
   }
   cq->lock.unlock();

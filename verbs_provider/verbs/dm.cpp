@@ -56,6 +56,11 @@ int copy_from(void* host, ibv_dm* dm, uint64_t offset, size_t length) {
 
 }  // namespace
 
+uint8_t* dm_memory(ibv_dm* dm, uint64_t* length) {
+  *length = to_dm(dm)->length;
+  return to_dm(dm)->mem;
+}
+
 ibv_dm* emu_alloc_dm(ibv_context* ctx, ibv_alloc_dm_attr* attr) {
   if (!attr || attr->comp_mask) return fail_null<ibv_dm>(EINVAL);
   if (!attr->length || attr->length > kEmuMaxDmSize) return fail_null<ibv_dm>(ENOMEM);

@@ -52,6 +52,8 @@ int emudv_init_qp(ibv_qp* ibqp, emudv_qp* out) {
 int emudv_init_cq(ibv_cq* ibcq, emudv_cq* out) {
   if (!ibcq || !out || !is_emu(ibcq->context)) return EINVAL;
   EmuCq* cq = to_cq(ibcq);
+  // A CQ in mlx5 form (the mlx5 personality) keeps mlx5's record: mlx5dv_init_obj describes it.
+  if (cq->shm->format & kCqFormatMlx5) return EOPNOTSUPP;
   std::memset(out, 0, sizeof *out);
   out->cqn = cq->slot;
   out->buf = cq->ring;

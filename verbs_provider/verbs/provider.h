@@ -159,7 +159,8 @@ struct EmuCq {
   uint32_t slot;
   uint32_t generation = g_fork_generation;  // inherited() tells
   CqSlot* shm;
-  Cqe64* ring;
+  uint8_t* ring;                  // 1 << shm->log_cqe_cnt entries of 1 << log_entry bytes
+  uint32_t log_entry = 6;         // cq_log_entry(shm->format)
   uint32_t ci;                    // consumer index (driver copy; published to shm->ci)
   ModeLock lock;                  // off under EMU_SINGLE_THREADED
   bool poll_ex_lockless = false;  // ibv_start_poll..ibv_end_poll unlocked: lock.off, or the CQ was
@@ -492,6 +493,8 @@ int emu_bind_mw(ibv_qp* qp, ibv_mw* mw, ibv_mw_bind* bind);
 // Device memory (dm.cpp).
 ibv_dm* emu_alloc_dm(ibv_context* ctx, ibv_alloc_dm_attr* attr);
 int emu_free_dm(ibv_dm* dm);
+// A device-memory block's memory as the host reaches it (mlx5dv_init_obj's DM).
+uint8_t* dm_memory(ibv_dm* dm, uint64_t* length);
 // ibv_import_dm / ibv_unimport_dm of a block this process allocated (dm.cpp).
 ibv_dm* emu_import_dm(ibv_context* ctx, uint32_t handle);
 void emu_unimport_dm(ibv_dm* dm);
@@ -546,6 +549,8 @@ int emu_query_port(ibv_context* ctx, uint8_t port, ibv_port_attr* attr, size_t l
 int emu_query_device_ex(ibv_context* ctx, const ibv_query_device_ex_input* in,
                         ibv_device_attr_ex* attr, size_t len);
 ibv_cq_ex* emu_create_cq_ex(ibv_context* ctx, ibv_cq_init_attr_ex* attr);
+// The same with entries of 128 bytes (cqe128), for mlx5dv_create_cq.
+ibv_cq_ex* create_cq_ex_entries(ibv_context* ctx, ibv_cq_init_attr_ex* attr, bool cqe128);
 ibv_qp* emu_create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
 int emu_query_rt_values(ibv_context* ctx, ibv_values_ex* values);
 

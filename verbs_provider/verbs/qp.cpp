@@ -332,8 +332,11 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   uint32_t rq_stride = recv_sge * sizeof(DataSeg);
   // The ring keeps two cache lines more than the queue can hold: a full queue then re-posts into
   // a line the device is not about to read, so the receiver's store and the device's next fetch
-  // do not pull one line back and forth per message.
-  uint32_t rq_cnt = no_rq ? 1 : pow2_at_least(rq_cap + 2 * std::max<uint32_t>(1, 64 / rq_stride));
+  // do not pull one line back and forth per message. Under the mlx5 personality the ring is
+  // libmlx5's, no larger than the queue: code posting into it directly sizes its CQs by it (UCX's
+  // ud_mlx5 asserts its receive CQ is longer than the ring).
+  uint32_t slack = config().personality_mlx5 ? 0 : 2 * std::max<uint32_t>(1, 64 / rq_stride);
+  uint32_t rq_cnt = no_rq ? 1 : pow2_at_least(rq_cap + slack);
 
   EmuContext* ctx = to_ctx(context);
   EmuPd* epd = to_pd(attr->pd);

@@ -16,6 +16,11 @@ namespace emu {
 // thread (EMU_ENGINE=inline), or on the process's device thread.
 void device_doorbell(uint64_t ctrl_head);
 
+// A CQ doorbell written to a register page of context ctx in mlx5's layout (the mlx5 personality):
+// the 8 bytes at offset 0x20 as stored (big-endian: arm sequence << 60 | command << 56 | consumer
+// index << 32 | CQ number). Arms the CQ it names, if it is one of that context's.
+void device_cq_doorbell(uint32_t ctx, uint64_t stored);
+
 // Runs qp's send queue until it is empty or stalled. force_retry: try a stalled head WQE now (the
 // responder just posted the receive it waited for).
 void device_kick_sq(QpSlot& qp, bool force_retry = false);

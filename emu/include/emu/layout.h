@@ -32,7 +32,7 @@ constexpr uint64_t kHeapMinBlock = 64;
 constexpr uint32_t kHeapGrowOrder = 14;  // a growth step: 2^14 blocks of 64 B, 1 MiB of heap
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 37;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 38;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -316,7 +316,7 @@ struct CqSlot {
   uint64_t buf_off;  // Cqe64[cqe_cnt]
   uint64_t uid;      // names the CQ in event records
   uint32_t index;    // its slot index (a slot's address does not give it: chunks, SlotDir)
-  uint32_t rsvd;
+  uint32_t format;   // CqFormat: the entries' size and how the owner reads the ring
   int32_t chan_wfd;  // write end of the completion channel in the owner, -1 if none
   uint32_t stamp;    // 1: CQEs carry a timestamp (a CQ made to report one)
   uint64_t chan_uid;
@@ -329,7 +329,10 @@ struct CqSlot {
   alignas(64) std::atomic<uint32_t> pi;  // next CQE to produce (reserved by fetch_add)
   std::atomic<uint32_t> ci_seen;         // the consumer index as producers last read it
   // The consumer (the driver in the owner).
-  alignas(64) std::atomic<uint32_t> ci;  // consumer index (the CQ doorbell record)
+  alignas(64) std::atomic<uint32_t> ci;  // consumer index: the CQ doorbell record's first word
+  // Its second word: under kCqFormatMlx5 the arm record a driver written for mlx5 stores before it
+  // arms the CQ through its register (the arm itself comes with that store); read by nothing here.
+  std::atomic<uint32_t> arm_record;
   // Rarely written.
   alignas(64) std::atomic<uint32_t> arm;  // CqArm
   std::atomic<uint32_t> overrun;          // CqOverrun
@@ -342,6 +345,30 @@ struct CqSlot {
   // the owner, and freed with the CQ (free_rings).
   std::atomic<uint64_t> staging_off;
 };
+
+// CqSlot::format.
+// kCqFormatMlx5: the owner may read the ring from memory, as code written for mlx5 does once
+//   mlx5dv_init_obj hands it the CQ (the mlx5 personality): `ci` holds the consumer index as
+//   mlx5's CQ doorbell record does (big-endian, 24 bits), and no CQE leaves its payload for the
+//   owner's poll to move into the receive buffer (scatter to CQE, staging).
+// kCqFormatCqe128: entries of 128 bytes, the CQE in the second half (mlx5dv_create_cq's cqe_size
+//   128; the first half is mlx5's scatter-to-CQE area, which the device leaves alone).
+enum CqFormat : uint32_t { kCqFormatMlx5 = 1, kCqFormatCqe128 = 2 };
+inline uint32_t cq_log_entry(uint32_t format) { return format & kCqFormatCqe128 ? 7 : 6; }
+// The consumer index as a 32-bit count from mlx5's 24 bits: the count nearest `ref` (an index of
+// the same CQ, within 2^23 of it) that has those low bits.
+inline uint32_t cq_index_near(uint32_t low24, uint32_t ref) {
+  return ref + static_cast<uint32_t>(static_cast<int32_t>((low24 - ref) << 8) >> 8);
+}
+// What the record `ci` holds for consumer index ci.
+inline uint32_t cq_record_of(uint32_t format, uint32_t ci) {
+  return format & kCqFormatMlx5 ? __builtin_bswap32(ci & 0xffffff) : ci;
+}
+// The consumer index the record holds, near ref.
+inline uint32_t cq_consumer_index(const CqSlot& cq, uint32_t ref) {
+  uint32_t rec = cq.ci.load(std::memory_order_acquire);
+  return cq.format & kCqFormatMlx5 ? cq_index_near(__builtin_bswap32(rec) & 0xffffff, ref) : rec;
+}
 
 // CqSlot::ring: a ring's offset (4096-aligned), its log2 CQE count in bits 0-5 and, in bits 6-11,
 // the log2 of how many CQEs producers may have outstanding (the ring's count, except while a

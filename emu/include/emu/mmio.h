@@ -70,6 +70,10 @@ struct StoreAssembly {
   // Each thread's write in progress (which chunks of its WQE went to the device, under which tag)
   // is the thread's own, kept beside its write-combining buffers (emu/device/mmio_store.cpp).
 };
+// Bytes [lo, hi) of an 8-byte register word arrived (one store may bring part of it, 0 <= lo < hi
+// <= 8): whether all 8 have now, since the word was last complete (the next store starts it anew).
+// The doorbell's word, and a CQ doorbell's (verbs_provider/verbs/register_pages.cpp).
+bool mmio_word_complete(StoreAssembly& as, uint32_t lo, uint32_t hi);
 // A store of len bytes at byte `at` of register reg's layout (UarReg's offsets: the doorbell, the
 // BlueFlame buffers; stores elsewhere are dropped, as a NIC drops writes to unused register
 // space). The stored bytes are at mirror + at: the register's page as the program wrote it.

@@ -75,6 +75,7 @@ struct CqSpec {
   int32_t chan_wfd;      // completion channel's write end in the owner, -1 if none
   uint64_t chan_uid;
   bool stamp = false;  // CQEs carry a timestamp
+  uint32_t format = 0;  // CqFormat
 };
 // The ring starts with every CQE invalid and owned by software for the first pass.
 Status create_cq(Segment* seg, const CqSpec& spec, uint32_t* idx);

@@ -6,6 +6,7 @@
 #pragma once
 #include <cstddef>
 #include <cstdint>
+#include <type_traits>
 
 namespace emu {
 
@@ -272,6 +273,18 @@ static_assert(offsetof(Cqe64, emu_flags) == 40);
 static_assert(offsetof(Cqe64, byte_cnt) == 44);
 static_assert(offsetof(Cqe64, sop_drop_qpn) == 56);
 static_assert(offsetof(Cqe64, op_own) == 63);
+
+// Entry idx's CQE in a ring of 1 << log_cnt entries of 1 << log_entry bytes (64 or 128: then the
+// CQE is the entry's second half, as mlx5 places a 64-byte CQE in a 128-byte entry).
+template <typename Byte>
+inline auto& cq_entry(Byte* ring, uint32_t idx, uint32_t log_cnt, uint32_t log_entry) {
+  static_assert(sizeof(Byte) == 1);
+  auto* at = ring + (size_t(idx & ((1u << log_cnt) - 1)) << log_entry) + ((1u << log_entry) - 64);
+  if constexpr (std::is_const_v<Byte>)
+    return *reinterpret_cast<const Cqe64*>(at);
+  else
+    return *reinterpret_cast<Cqe64*>(at);
+}
 
 // op_own: the CQE's opcode in the high nibble and the owner bit in bit 0. The device writes a
 // CQE of lap L of the ring (producer index >> log2(count)) with owner bit L & 1, so a poller at
