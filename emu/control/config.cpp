@@ -151,7 +151,9 @@ const KnobDoc kKnobs[] = {
          "`mlx5`: a ConnectX part to mlx5dv (docs/design/mlx5-personality.md): "
          "mlx5dv_is_supported says yes, the PCI directory of the device says vendor 0x15b3 and "
          "ibv_query_device vendor_id 0x2c9; mlx5dv_open_device answers EOPNOTSUPP (no DEVX), as "
-         "libmlx5 does for a device it does not drive.",
+         "libmlx5 does for a device it does not drive; mlx5dv_create_cq/_qp and mlx5dv_init_obj "
+         "hand out the queues in mlx5's form, CQs keep mlx5's doorbell record and the trapped "
+         "register pages a ConnectX UAR's layout.",
          KnobKind::word, 0, 0, "emu|mlx5"),
     knob("EMU_MMIO", "trap",
          "How a program's own stores to the doorbell registers emudv_init_qp hands out reach the "

@@ -25,6 +25,7 @@
 #include <cstdint>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "device/doorbell.h"
 #include "device/engine_internal.h"
@@ -331,6 +332,13 @@ class Engine {
   // through the MR's pages in the registration file, which the MR keeps as a NIC keeps pinned
   // pages. `cr` if no span could be (the pages are not in the file: EMU_SHARED_MR=0, a partial
   // page, ODP) or a side is another process's (its memory is reached with process_vm_*).
+  // A WQE mixing inline data and pointers (ParsedWqe::mixed): its message gathered into `small`
+  // (kMixedOnStack bytes) or `large`, and w->local made that one span of the engine's memory.
+  // 0, or the syndrome of the requester's error.
+  static constexpr uint32_t kMixedOnStack = 4096;
+  static constexpr uint32_t kMixedMax = 64u << 20;
+  uint8_t gather_mixed(const QpSlot& qp, engine_detail::ParsedWqe* w, uint8_t* small,
+                       std::vector<uint8_t>* large);
   CopyResult copy_via_mr_pages(CopyResult cr, int spid, const MemSpan* src, int nsrc,
                                const MrSlot* const* smr, int dpid, const MemSpan* dst, int ndst,
                                const MrSlot* const* dmr);

@@ -118,7 +118,7 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
     uint8_t o = ctrl_opcode(*reinterpret_cast<const CtrlSeg*>(wqes[n]));
     if (n == 0 && (o == kOpRdmaWrite || o == kOpRdmaRead)) op = o;
     if (o != op) break;
-    if (parse_wqe(seg_, qp, wqes[n], &w) != 0) break;
+    if (parse_wqe(seg_, qp, wqes[n], &w) != 0 || w.mixed) break;  // (mixed: one at a time)
     uint64_t total = w.local.total;
     if (nl + w.local.n > kBatch * 4) break;
     uint64_t rva = 0;

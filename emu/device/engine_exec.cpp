@@ -4,6 +4,7 @@
 // memory is written by the engine running in the initiator.
 #include <algorithm>
 #include <cstring>
+#include <vector>
 
 #include "device/engine.h"
 #include "device/engine_internal.h"
@@ -25,6 +26,40 @@ ExecOutcome fail(CqeInfo* out, uint8_t syndrome) {
 
 }  // namespace
 
+uint8_t Engine::gather_mixed(const QpSlot& qp, ParsedWqe* w, uint8_t* small,
+                             std::vector<uint8_t>* large) {
+  Sges& local = w->local;
+  if (local.total > kMixedMax) {
+    log("QP 0x%x: a WQE mixing inline data and pointers carries %llu bytes (at most %u here)",
+        qp.qpn, static_cast<unsigned long long>(local.total), kMixedMax);
+    return kSynLocalLength;
+  }
+  uint8_t* to = small;
+  if (local.total > kMixedOnStack) {
+    large->resize(local.total);
+    to = large->data();
+  }
+  const int pid = h_->procs[qp.owner].pid;
+  uint64_t at = 0;
+  for (int i = 0; i < local.n; ++i) {
+    MemSpan dst{reinterpret_cast<uint64_t>(to + at), local.span[i].len};
+    if (!w->local_mr[i]) {  // inline: in the engine's copy of the WQE
+      std::memcpy(to + at, reinterpret_cast<const void*>(local.span[i].addr), local.span[i].len);
+    } else if (CopyResult cr = dma_copy(pid, &local.span[i], 1, 0, &dst, 1);
+               cr != CopyResult::ok &&
+               copy_via_mr_pages(cr, pid, &local.span[i], 1, &w->local_mr[i], 0, &dst, 1,
+                                 nullptr) != CopyResult::ok) {
+      return kSynLocalProt;
+    }
+    at += local.span[i].len;
+  }
+  local.n = 1;
+  local.span[0] = {reinterpret_cast<uint64_t>(to), local.total};
+  local.is_inline = true;  // the message is in the engine's memory now
+  w->local_mr[0] = nullptr;
+  return 0;
+}
+
 ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   sched::point(sched::kPointDevExecute, qp.qpn);
   ParsedWqe w;
@@ -42,6 +77,10 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   if (w.opcode == kOpBindMw) return bind_mw(qp, w.bind) ? ExecOutcome::done : fail(out, kSynMwBind);
   if (w.opcode == kOpLocalInv)
     return invalidate_mw(qp.pd, be32(w.ctrl->imm)) ? ExecOutcome::done : fail(out, kSynMwBind);
+  uint8_t small[kMixedOnStack];
+  std::vector<uint8_t> large;
+  if (w.mixed) [[unlikely]]
+    if (uint8_t syn = gather_mixed(qp, &w, small, &large)) return fail(out, syn);
   int local_pid = w.local.is_inline ? 0 : h_->procs[qp.owner].pid;
   if (qp.type == kQptUd) return exec_ud(qp, w, local_pid, out);
   if (qp.type == kQptRaw) return exec_raw(qp, w, local_pid, out);

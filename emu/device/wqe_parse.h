@@ -33,6 +33,10 @@ struct ParsedWqe {
   // The MR of each span of `local` (nullptr: inline data), for a copy that faulted and is tried
   // again through the MR's pages (Engine::copy_via_mr_pages).
   const MrSlot* local_mr[kMaxSpans];
+  // Inline data and pointers to memory in one WQE (UCX's active messages: the header inline, the
+  // payload by pointer), which mlx5 gathers in order. local.is_inline is then false; the engine
+  // gathers the message into one buffer of its own before it executes it (Engine::gather_mixed).
+  bool mixed = false;
 };
 
 // Reads the WQE at `wqe` (its control segment's size says how far) for a QP of qp's transport.
@@ -63,6 +67,7 @@ struct ParsedWqe {
   local.n = 0;  // w may be reused (the write batch)
   local.total = 0;
   local.is_inline = false;
+  bool by_pointer = false;
   while (p + 4 <= end) {
     uint32_t bc;
     std::memcpy(&bc, p, 4);
@@ -81,13 +86,16 @@ struct ParsedWqe {
     if (!take(&d)) break;
     uint64_t len = be32(d.byte_count) ? be32(d.byte_count) : kMaxMsgSize;
     uint64_t va;
-    if (local.is_inline || local.n == kMaxSpans) return kSynLocalQpOp;
+    if (local.n == kMaxSpans) return kSynLocalQpOp;
+    by_pointer = true;
     if (!translate_local(seg, qp, be32(d.lkey), be64(d.addr), len, local_write, &va,
                          &w->local_mr[local.n]))
       return kSynLocalProt;
     local.span[local.n++] = {va, len};
     local.total += len;
   }
+  w->mixed = local.is_inline && by_pointer;
+  if (w->mixed) local.is_inline = false;
   if (local.total > kMaxMsgSize) return kSynLocalLength;
   if (atomic && w->opcode != kOpAtomicWrite && local.total != 8) return kSynLocalLength;
   return 0;

@@ -6,8 +6,8 @@
 // 32-byte stores, rep movsq or memcpy), and completions read from the CQ ring by the owner bit,
 // the consumer index kept in the CQ's doorbell record. The receiving process posts its receives
 // into the receive ring by plain stores too, polls its CQ from memory and arms it through the
-// CQ's register for one completion event. WRITE (inline and gathered), READ, SEND (inline and
-// gathered), fetch-and-add and compare-and-swap, every byte checked.
+// CQ's register for one completion event. WRITE (inline and gathered), READ, SEND (inline,
+// gathered, and both in one WQE), fetch-and-add and compare-and-swap, every byte checked.
 //
 //   dv_post <store> [device]   store: db | bf8 | bf16 | bf32 | rep | memcpy
 //
@@ -452,10 +452,15 @@ static void run_requester(struct ibv_device* dev) {
     uint32_t len = i % 2 || i == kSends ? kSendLen : kInlineSendLen;
     for (uint32_t b = 0; b < len; ++b) out[i * kSendLen + b] = pattern(100 + i, b);
     w = (struct wqe){.ds = 1};
-    if (len == kInlineSendLen)
+    if (len == kInlineSendLen) {
       inline_data(&w, out + i * kSendLen, len);
-    else
+    } else if (i ==
+               kSends - 1) {  // a header inline, the rest by pointer (as UCX's active messages)
+      inline_data(&w, out + i * kSendLen, 8);
+      gather(&s, &w, out + i * kSendLen + 8, len - 8);
+    } else {
       gather(&s, &w, out + i * kSendLen, len);
+    }
     expect_send_cqe(&s, post_one(&s, &w, MLX5_OPCODE_SEND), "SEND");
   }
   // Laps of the send ring, so that WQEs wrap its end (by BlueFlame, copied from both ends).

@@ -9,8 +9,8 @@
 
 #include <cerrno>
 
+#include "dv_objects.h"
 #include "emu/config.h"
-#include "mlx5/dv_objects.h"
 #include "verbs/forward.h"
 #include "verbs/provider.h"
 

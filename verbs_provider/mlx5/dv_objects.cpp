@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-#include "mlx5/dv_objects.h"
+#include "dv_objects.h"
 
 #include <cerrno>
 #include <cstring>

@@ -448,7 +448,10 @@ inline Peek peek(const EmuCq* cq) {
       cq->proc_stalled_qps->load(std::memory_order_relaxed))
     return Peek::look;
   uint64_t w = cs.ring.load(std::memory_order_acquire);
-  uint32_t ci = cq_consumer_index(cs, cs.pi.load(std::memory_order_relaxed));
+  // (The producers' line is read only for a CQ in mlx5 form: an empty poll touches the consumer's.)
+  uint32_t ci = cs.ci.load(std::memory_order_relaxed);
+  if (cs.format & kCqFormatMlx5) [[unlikely]]
+    ci = cq_index_near(be32(ci) & 0xffffff, cs.pi.load(std::memory_order_relaxed));
   uint32_t log = cq_ring_log(w);
   const Cqe64& c = cq_entry(cq->seg_base + cq_ring_off(w), ci, log, cq->log_entry);
   return cqe_is_new(cqe_owner_load(&c.op_own), ci, log) ? Peek::cqe : Peek::empty;

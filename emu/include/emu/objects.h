@@ -74,7 +74,7 @@ struct CqSpec {
   uint32_t log_cqe_cnt;  // the ring holds 1 << log_cqe_cnt CQEs
   int32_t chan_wfd;      // completion channel's write end in the owner, -1 if none
   uint64_t chan_uid;
-  bool stamp = false;  // CQEs carry a timestamp
+  bool stamp = false;   // CQEs carry a timestamp
   uint32_t format = 0;  // CqFormat
 };
 // The ring starts with every CQE invalid and owned by software for the first pass.
