@@ -7,7 +7,8 @@
 // the consumer index kept in the CQ's doorbell record. The receiving process posts its receives
 // into the receive ring by plain stores too, polls its CQ from memory and arms it through the
 // CQ's register for one completion event. WRITE (inline and gathered), READ, SEND (inline,
-// gathered, and both in one WQE), fetch-and-add and compare-and-swap, every byte checked.
+// gathered, and both in one WQE), fetch-and-add and compare-and-swap, every byte checked; then
+// an error CQE as mlx5 writes it (a bad remote key) and the flush that follows.
 //
 //   dv_post <store> [device]   store: db | bf8 | bf16 | bf32 | rep | memcpy
 //
@@ -287,6 +288,19 @@ static void expect_send_cqe(struct side* s, uint16_t index, const char* what) {
   consumed(s);
 }
 
+static void expect_error_cqe(struct side* s, uint16_t index, uint8_t syndrome, const char* what) {
+  struct mlx5_cqe64* cqe = next_cqe(s);
+  struct mlx5_err_cqe* e = (struct mlx5_err_cqe*)cqe;
+  if (mlx5dv_get_cqe_opcode(cqe) != MLX5_CQE_REQ_ERR || e->syndrome != syndrome)
+    die("%s: CQE opcode %u syndrome 0x%x, expected %u and 0x%x", what, mlx5dv_get_cqe_opcode(cqe),
+        e->syndrome, MLX5_CQE_REQ_ERR, syndrome);
+  if (be16toh(e->wqe_counter) != index ||
+      (be32toh(e->s_wqe_opcode_qpn) & 0xffffff) != s->qp->qp_num)
+    die("%s: error CQE names WQE %u of QP 0x%x", what, be16toh(e->wqe_counter),
+        be32toh(e->s_wqe_opcode_qpn) & 0xffffff);
+  consumed(s);
+}
+
 // ---- WQEs, with mlx5dv.h's helpers.
 
 struct wqe {
@@ -470,6 +484,17 @@ static void run_requester(struct ibv_device* dev) {
     inline_data(&w, text, sizeof text);
     expect_send_cqe(&s, post_one(&s, &w, MLX5_OPCODE_RDMA_WRITE), "WRITE around the ring");
   }
+  // Errors as mlx5 reports them: a WRITE with a key the target never gave is a requester error
+  // CQE (opcode 13) with the remote access syndrome 0x13 and the WQE's index; the QP is then in
+  // error, and the next WQE completes flushed (syndrome 0x05), in order.
+  w = (struct wqe){.ds = 1};
+  raddr(&w, peer.addr, peer.rkey ^ 0x5a5a00);
+  inline_data(&w, text, 8);
+  expect_error_cqe(&s, post_one(&s, &w, MLX5_OPCODE_RDMA_WRITE), 0x13, "WRITE with a bad key");
+  w = (struct wqe){.ds = 1};
+  raddr(&w, peer.addr + 8192, peer.rkey);
+  inline_data(&w, text, 8);
+  expect_error_cqe(&s, post_one(&s, &w, MLX5_OPCODE_RDMA_WRITE), 0x05, "WRITE after the error");
   uint8_t done = 1;
   tell(&done, 1);
   hear(&ready, 1);
