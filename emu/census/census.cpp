@@ -26,6 +26,12 @@ const char* qp_type_name(uint8_t t) {
       return "XRC_SEND";
     case kQptXrcRecv:
       return "XRC_RECV";
+    case kQptRaw:
+      return "RAW_PACKET";
+    case kQptDci:
+      return "DCI";
+    case kQptDct:
+      return "DCT";
   }
   return "?";
 }

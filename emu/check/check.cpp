@@ -187,7 +187,8 @@ class Checker {
       if (!check_owned("qp", i, q.state.load(), q.owner, q.type == kQptXrcRecv)) continue;
       if ((q.qpn & (kMaxQps - 1)) != i) problem("qp %u: number 0x%x", i, q.qpn);
       bool known = q.type == kQptRc || q.type == kQptUc || q.type == kQptUd ||
-                   q.type == kQptXrcSend || q.type == kQptXrcRecv;
+                   q.type == kQptXrcSend || q.type == kQptXrcRecv || q.type == kQptRaw ||
+                   q.type == kQptDci || q.type == kQptDct;
       if (!known) problem("qp %u: type %u", i, q.type);
       if (q.qp_state.load() > kQpsErr) problem("qp %u: state %u", i, q.qp_state.load());
       if (!pow2(q.sq_bbs) || !pow2(q.rq_wqe_cnt) || !pow2(q.rq_stride))

@@ -90,6 +90,7 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   // Inline data sits in our copy of the WQE and SGEs in the requester's memory: one source address
   // space only when the requester is this process.
   if (h_->procs[qp.owner].pid != seg_->pid()) return 0;
+  if (qp.type == kQptDci) return 0;  // each WQE names its own responder: one at a time
   QpSlot* r = responder_of(seg_, qp);
   // An XRC request's keys are its SRQ's (step_execute): one WQE at a time there.
   if (!r || r->type == kQptXrcRecv) return 0;

@@ -89,8 +89,9 @@ ExecOutcome Engine::step_execute(QpSlot& qp, const uint8_t* wqe, CqeInfo* out) {
   // completes once the message is on the wire, does not learn of it.
   bool unreliable = qp.type == kQptUc;
   uint32_t npk = packets(w.local.total, qp.path_mtu);
-  // The responder: the connected QP behind the destination LID, ready to receive.
-  QpSlot* r = responder_of(seg_, qp);
+  // The responder: the connected QP behind the destination LID, ready to receive (a DCI's: the DCT
+  // this WQE names).
+  QpSlot* r = qp.type == kQptDci ? dc_target(seg_, qp, w.av) : responder_of(seg_, qp);
   if (!r) {
     if (!unreliable) return ExecOutcome::stall_retry;
     advance_psn(qp, nullptr, npk);

@@ -200,4 +200,36 @@ inline QpSlot* responder_of(Segment* seg, QpSlot& qp) {
   return look_up_responder(seg, qp, gen);
 }
 
+// Whether a UD packet leaving `from` reaches the port `to` (the unicast counterpart of
+// path_reaches, for an address vector instead of a connected QP's path).
+inline bool ud_path_reaches(const PortState& from, const PortState& to, uint16_t dlid, bool grh,
+                            const uint8_t dgid[16], uint8_t sgid_type) {
+  if (from.link_layer != to.link_layer) return false;
+  if (to.link_layer == kLinkLayerEthernet) return grh && port_gid_index(to, dgid, sgid_type) >= 0;
+  return to.lid == dlid && (!grh || port_gid_index(to, dgid, kGidTypeIb) >= 0);
+}
+
+// A DCI's responder for one WQE: the DCT its address vector names (the DCT's number, its access
+// key, the path), if that answers: live, a DCT able to receive, in a live process, holding the key
+// the WQE presents, on a port the path reaches, links up. nullptr: the request goes nowhere, as a
+// DCT with another key drops it (the DCI retries until its budget is spent).
+inline QpSlot* dc_target(Segment* seg, const QpSlot& dci, const AvSeg& av) {
+  Header* h = seg->hdr();
+  if (!qp_port_up(h, dci) || dci.dev >= h->num_devices || dci.port < 1 || dci.port > kMaxPorts)
+    return nullptr;
+  QpSlot* r = seg->find_qp(be32(av.dqp) & 0xffffff);
+  uint64_t key;
+  std::memcpy(&key, &av, sizeof key);  // the datagram segment's first 8 bytes: the DC key
+  if (!r || r->type != kQptDct || !can_receive(r->qp_state.load()) || r->dc_key != be64(key) ||
+      h->procs[r->owner].state.load(std::memory_order_relaxed) != kProcAlive || !qp_port_up(h, *r))
+    return nullptr;
+  const PortState& from = h->devices[dci.dev].ports[dci.port - 1];
+  const PortState& to = h->devices[r->dev].ports[r->port - 1];
+  uint32_t gfl = be32(av.grh_gid_fl);
+  bool grh = (gfl & kAvGrh) != 0 || from.link_layer == kLinkLayerEthernet;
+  uint32_t sgid_index = (gfl >> 20) & 0xff;
+  uint8_t sgid_type = sgid_index < from.gid_count ? from.gid_type[sgid_index] : uint8_t{kGidTypeIb};
+  return ud_path_reaches(from, to, be16(av.rlid), grh, av.rgid, sgid_type) ? r : nullptr;
+}
+
 }  // namespace emu::engine_detail

@@ -143,15 +143,6 @@ void ipv4_header_in_grh(Grh* g, uint8_t tos, uint8_t ttl, uint32_t udp_bytes) {
   std::memcpy(reinterpret_cast<uint8_t*>(g) + 20, ip, 20);
 }
 
-// Whether a UD packet leaving `from` reaches the port `to` (the unicast counterpart of
-// path_reaches, for an address vector instead of a connected QP's path).
-bool ud_path_reaches(const PortState& from, const PortState& to, uint16_t dlid, bool grh,
-                     const uint8_t dgid[16], uint8_t sgid_type) {
-  if (from.link_layer != to.link_layer) return false;
-  if (to.link_layer == kLinkLayerEthernet) return grh && port_gid_index(to, dgid, sgid_type) >= 0;
-  return to.lid == dlid && (!grh || port_gid_index(to, dgid, kGidTypeIb) >= 0);
-}
-
 // Whether q joined the group; RoCE has no LIDs: the group is its GID alone.
 bool joined(const QpSlot& q, const uint8_t gid[16], uint16_t lid, bool gid_only) {
   for (uint32_t i = 0; i < q.n_mcast && i < kMaxMcastPerQp; ++i)

@@ -56,7 +56,8 @@ struct ParsedWqe {
     return true;
   };
   if (qp.type == kQptXrcSend && !take(&w->xrc)) return kSynLocalQpOp;
-  if (qp.type == kQptUd && !take(&w->av)) return kSynLocalQpOp;
+  // A datagram's address: UD's, and a DCI's (the DCT's number and access key in it).
+  if ((qp.type == kQptUd || qp.type == kQptDci) && !take(&w->av)) return kSynLocalQpOp;
   bool atomic = is_atomic(w->opcode);
   if (has_raddr(w->opcode) && !take(&w->raddr)) return kSynLocalQpOp;
   if (atomic && !take(&w->atom)) return kSynLocalQpOp;

@@ -41,6 +41,7 @@ Status make_qp(Segment* seg, const QpSpec& spec, const QpRings& r, uint32_t* idx
   s.ctx = spec.ctx;
   s.port = 1;
   s.type = spec.type;
+  s.dc_key = spec.dc_key;
   s.sq_sig_all = spec.sq_sig_all;
   s.uid = seg->new_uid();
   // What it completes into and receives from.

@@ -41,8 +41,8 @@ static int emu_objects(struct ibv_context *ctx) {
   return 0;
 }
 
-// Under the mlx5 personality: CQs of 128-byte CQEs as asked, described by mlx5dv_init_obj; what
-// this device does not have (CQE compression, DC) refused as libmlx5 refuses it.
+// Under the mlx5 personality: CQs of 128-byte CQEs as asked, described by mlx5dv_init_obj; DC
+// QPs; what this device does not have (CQE compression, DCI streams) refused as libmlx5 does.
 static int mlx5_objects(struct ibv_context *ctx) {
   struct ibv_cq_init_attr_ex cq_attr = {.cqe = 17};
   struct mlx5dv_cq_init_attr dv_attr = {.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE,
@@ -71,7 +71,8 @@ static int mlx5_objects(struct ibv_context *ctx) {
     if (mlx5dv_get_cqe_opcode(cqe) != MLX5_CQE_INVALID) return failed("a fresh CQE is invalid");
   }
   if (dv_cq.dbrec[0] != 0) return failed("the consumer index starts at 0");
-  // No DC: the DCT UCX probes for is refused (UCX then goes on without dc_mlx5).
+  // DC: a DCT on an SRQ as UCX probes for it, moved to INIT and RTR; a DCI; what is not emulated
+  // (DCI streams) refused, a DCT without an SRQ invalid.
   struct ibv_pd *pd = ibv_alloc_pd(ctx);
   struct ibv_srq_init_attr srq_attr = {.attr = {.max_wr = 1, .max_sge = 1}};
   struct ibv_srq *srq = pd ? ibv_create_srq(pd, &srq_attr) : NULL;
@@ -85,9 +86,44 @@ static int mlx5_objects(struct ibv_context *ctx) {
   struct mlx5dv_qp_init_attr dc = {
       .comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC,
       .dc_init_attr = {.dc_type = MLX5DV_DCTYPE_DCT, .dct_access_key = 0x1ee7a330}};
+  struct ibv_qp *dct = mlx5dv_create_qp(ctx, &qp_attr, &dc);
+  if (!dct || dct->qp_type != IBV_QPT_DRIVER) return failed("mlx5dv_create_qp of a DCT");
+  struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT,
+                          .port_num = 1,
+                          .qp_access_flags = IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ |
+                                             IBV_ACCESS_REMOTE_ATOMIC};
+  if (ibv_modify_qp(dct, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS))
+    return failed("DCT to INIT");
+  struct ibv_qp_attr rtr = {.qp_state = IBV_QPS_RTR,
+                            .path_mtu = IBV_MTU_256,
+                            .min_rnr_timer = 1,
+                            .ah_attr = {.port_num = 1, .dlid = 1}};
+  if (ibv_modify_qp(dct, &rtr, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER | IBV_QP_AV | IBV_QP_PATH_MTU))
+    return failed("DCT to RTR");
+  struct ibv_qp_attr rts = {.qp_state = IBV_QPS_RTS};
+  if (ibv_modify_qp(dct, &rts, IBV_QP_STATE | IBV_QP_SQ_PSN) != EINVAL)
+    return failed("a DCT stays in RTR");
+  ibv_destroy_qp(dct);
+  dc.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCI;
+  qp_attr.srq = NULL;
+  qp_attr.cap.max_send_wr = 16;
+  qp_attr.cap.max_send_sge = 1;
+  struct ibv_qp *dci = mlx5dv_create_qp(ctx, &qp_attr, &dc);
+  if (!dci) return failed("mlx5dv_create_qp of a DCI");
+  struct mlx5dv_qp dv_qp;
+  struct mlx5dv_obj qobj = {.qp = {.in = dci, .out = &dv_qp}};
+  if (mlx5dv_init_obj(&qobj, MLX5DV_OBJ_QP) || dv_qp.sq.stride != 64 || !dv_qp.bf.reg)
+    return failed("mlx5dv_init_obj of a DCI");
+  ibv_destroy_qp(dci);
+  dc.comp_mask |= MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS;
   errno = 0;
   if (mlx5dv_create_qp(ctx, &qp_attr, &dc) != NULL || errno != EOPNOTSUPP)
-    return failed("mlx5dv_create_qp of a DCT is EOPNOTSUPP");
+    return failed("DCI streams are EOPNOTSUPP");
+  dc.comp_mask = MLX5DV_QP_INIT_ATTR_MASK_DC;
+  dc.dc_init_attr.dc_type = MLX5DV_DCTYPE_DCT;
+  errno = 0;
+  if (mlx5dv_create_qp(ctx, &qp_attr, &dc) != NULL || errno != EINVAL)
+    return failed("a DCT without an SRQ is EINVAL");
   ibv_destroy_srq(srq);
   ibv_dealloc_pd(pd);
   ibv_destroy_cq(cq);

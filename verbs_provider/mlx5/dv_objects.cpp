@@ -122,23 +122,37 @@ ibv_cq_ex* dv_create_cq(ibv_context* context, ibv_cq_init_attr_ex* cq_attr,
 
 ibv_qp* dv_create_qp(ibv_context* context, ibv_qp_init_attr_ex* qp_attr,
                      mlx5dv_qp_init_attr* mlx5_qp_attr) {
-  if (mlx5_qp_attr) {
-    uint64_t mask = mlx5_qp_attr->comp_mask;
-    if (mask &
-        ~uint64_t(MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DC |
-                  MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS))
-      return fail<ibv_qp>(EINVAL);
-    // DC (DCI, DCT), mlx5's own send operations and DCI streams are not emulated: a device
-    // without DC answers so (UCX's probe then finds no DC and goes on without dc_mlx5).
-    if (mask & (MLX5DV_QP_INIT_ATTR_MASK_DC | MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS |
-                MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS))
-      return fail<ibv_qp>(EOPNOTSUPP);
-    if ((mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) &&
-        (mlx5_qp_attr->create_flags & ~kQpCreateFlags))
-      return fail<ibv_qp>(EOPNOTSUPP);
+  uint64_t mask = mlx5_qp_attr ? mlx5_qp_attr->comp_mask : 0;
+  if (mask &
+      ~uint64_t(MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DC |
+                MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS))
+    return fail<ibv_qp>(EINVAL);
+  // mlx5's own send operations (the mlx5dv_qp_ex builders) and DCI streams are not emulated.
+  if (mask & (MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS))
+    return fail<ibv_qp>(EOPNOTSUPP);
+  if ((mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) &&
+      (mlx5_qp_attr->create_flags & ~kQpCreateFlags))
+    return fail<ibv_qp>(EOPNOTSUPP);
+  bool dc = mask & MLX5DV_QP_INIT_ATTR_MASK_DC;
+  // A driver QP is a DC one, and a DC QP is a driver one (libmlx5's rule).
+  if (dc != (qp_attr->qp_type == IBV_QPT_DRIVER)) return fail<ibv_qp>(EINVAL);
+  if (!dc) return ibv_create_qp_ex(context, qp_attr);
+  const mlx5dv_dc_init_attr& d = mlx5_qp_attr->dc_init_attr;
+  if (d.dc_type != MLX5DV_DCTYPE_DCT && d.dc_type != MLX5DV_DCTYPE_DCI) return fail<ibv_qp>(EINVAL);
+  bool dct = d.dc_type == MLX5DV_DCTYPE_DCT;
+  if (dct && !qp_attr->srq) return fail<ibv_qp>(EINVAL);  // a DCT receives into an SRQ
+  // Made as an RC QP of the DC kind: a DCT has no send side, a DCI no receive side of its own.
+  ibv_qp_init_attr_ex rc = *qp_attr;
+  rc.qp_type = IBV_QPT_RC;
+  if (dct) {
+    rc.cap.max_send_wr = 0;
+    rc.cap.max_send_sge = 0;
+    rc.cap.max_inline_data = 0;
   }
-  if (qp_attr->qp_type == IBV_QPT_DRIVER) return fail<ibv_qp>(EINVAL);  // only DC is a driver QP
-  return ibv_create_qp_ex(context, qp_attr);
+  DcKind kind{uint8_t(dct ? kQptDct : kQptDci), dct ? d.dct_access_key : 0};
+  ibv_qp* qp = create_qp_common(context, &rc, &kind);
+  if (qp) qp_attr->cap = rc.cap;
+  return qp;
 }
 
 int dv_init_obj(mlx5dv_obj* obj, uint64_t types) {

@@ -48,7 +48,7 @@ ibv_qp* raw_slot(ibv_context* context, ibv_pd* pd, ibv_cq* cq, uint32_t max_wr, 
   qa.pd = pd;
   qa.comp_mask = IBV_QP_INIT_ATTR_PD;
   qa.cap = {1, max_wr, 1, max_sge, 0};
-  return create_qp_common(context, &qa);
+  return create_qp_common(context, &qa, nullptr);
 }
 
 // What ibv_create_qp_ex(3) refuses of an RSS QP: EINVAL, or EOPNOTSUPP for a hash emu lacks.

@@ -555,7 +555,13 @@ ibv_qp* emu_create_qp_ex(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
 int emu_query_rt_values(ibv_context* ctx, ibv_values_ex* values);
 
 // Internals shared between files.
-ibv_qp* create_qp_common(ibv_context* ctx, ibv_qp_init_attr_ex* attr);
+// dc: a DC QP (mlx5dv_create_qp under the mlx5 personality; attr made as an RC QP's): its kind
+// (kQptDci, kQptDct) and a DCT's access key. nullptr otherwise.
+struct DcKind {
+  uint8_t type;
+  uint64_t key;
+};
+ibv_qp* create_qp_common(ibv_context* ctx, ibv_qp_init_attr_ex* attr, const DcKind* dc);
 void install_wr_ops(EmuQp* qp);
 void qp_progress(EmuQp* qp);
 void cq_progress(EmuCq* cq);

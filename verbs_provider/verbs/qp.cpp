@@ -30,11 +30,12 @@ uint32_t pow2_at_least(uint32_t v) {
 
 // Blocks one WQE of this QP may need: control, then remote address and atomic (RC, UC) or the
 // address vector (UD), then data or inline.
-uint32_t wqe_bbs_for(ibv_qp_type type, uint32_t max_sge, uint32_t max_inline) {
+uint32_t wqe_bbs_for(ibv_qp_type type, uint32_t max_sge, uint32_t max_inline, bool dci) {
   uint32_t data = max_sge * sizeof(DataSeg);
   uint32_t inl = max_inline ? ((4 + max_inline + 15) & ~15u) : 0;
   uint32_t middle = type == IBV_QPT_UD ? sizeof(AvSeg) : sizeof(RaddrSeg) + sizeof(AtomicSeg);
   if (type == IBV_QPT_XRC_SEND) middle += sizeof(XrcSeg);
+  if (dci) middle += sizeof(AvSeg);  // the DCT's address before the rest
   uint32_t bytes = sizeof(CtrlSeg) + middle + (data > inl ? data : inl);
   return (bytes + kSendWqeBB - 1) / kSendWqeBB;
 }
@@ -204,6 +205,35 @@ bool raw_rule(uint32_t cur, uint32_t next, Rule* r) {
          (cur == kQpsRts && next == kQpsRts);
 }
 
+// DCI (mlx5's dynamically connected initiator): RC's table without a destination (each WQE
+// names its DCT) or a receive side: RTR takes the path MTU, and the path's port and rates (AV)
+// if given.
+bool dci_rule(uint32_t cur, uint32_t next, Rule* r) {
+  if (!rc_rule(cur, next, r)) return false;
+  if (cur == kQpsReset && next == kQpsInit) *r = {IBV_QP_PKEY_INDEX | IBV_QP_PORT, 0};
+  if (cur == kQpsInit && next == kQpsRtr)
+    *r = {IBV_QP_PATH_MTU, IBV_QP_AV | IBV_QP_PKEY_INDEX | IBV_QP_MIN_RNR_TIMER};
+  return true;
+}
+
+// DCT (mlx5's dynamically connected target): reaches RTR and stays there; no send side, no
+// destination (it answers any DCI holding its key).
+bool dct_rule(uint32_t cur, uint32_t next, Rule* r) {
+  *r = {0, 0};
+  if (next == kQpsReset) return true;
+  if (next == kQpsErr) return cur != kQpsReset;
+  if (cur == kQpsReset && next == kQpsInit) {
+    *r = {IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS, 0};
+    return true;
+  }
+  if (cur == kQpsInit && next == kQpsRtr) {
+    *r = {IBV_QP_AV | IBV_QP_PATH_MTU | IBV_QP_MIN_RNR_TIMER,
+          IBV_QP_ACCESS_FLAGS | IBV_QP_PKEY_INDEX};
+    return true;
+  }
+  return false;
+}
+
 bool transition_rule(ibv_qp_type type, uint32_t cur, uint32_t next, Rule* r) {
   if (type == IBV_QPT_UD) return ud_rule(cur, next, r);
   if (type == IBV_QPT_RAW_PACKET) return raw_rule(cur, next, r);
@@ -273,7 +303,7 @@ void qp_table_set(uint32_t qpn, EmuQp* qp) { g_qp_table[qpn & (kMaxQps - 1)] = q
 
 void qp_progress(EmuQp* qp) { device_kick_sq(*qp->shm); }
 
-ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
+ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr, const DcKind* dc) {
   constexpr uint32_t kRss = IBV_QP_INIT_ATTR_RX_HASH | IBV_QP_INIT_ATTR_IND_TABLE;
   constexpr uint32_t kKnownMask = IBV_QP_INIT_ATTR_PD | IBV_QP_INIT_ATTR_SEND_OPS_FLAGS |
                                   IBV_QP_INIT_ATTR_CREATE_FLAGS | IBV_QP_INIT_ATTR_XRCD | kRss;
@@ -319,7 +349,8 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     return fail_null<ibv_qp>(EINVAL);
 
   uint32_t send_sge = cap.max_send_sge ? cap.max_send_sge : 1;
-  uint32_t bbs_per_wqe = wqe_bbs_for(attr->qp_type, send_sge, cap.max_inline_data);
+  bool dci = dc && dc->type == kQptDci;
+  uint32_t bbs_per_wqe = wqe_bbs_for(attr->qp_type, send_sge, cap.max_inline_data, dci);
   uint32_t send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
   uint32_t sq_bbs = pow2_at_least(send_wr * bbs_per_wqe);
   if (sq_bbs > 32768)
@@ -353,6 +384,10 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
               : attr->qp_type == IBV_QPT_XRC_SEND   ? kQptXrcSend
               : attr->qp_type == IBV_QPT_RAW_PACKET ? kQptRaw
                                                     : kQptRc;
+  if (dc) {
+    spec.type = dc->type;
+    spec.dc_key = dc->key;
+  }
   spec.sq_sig_all = attr->sq_sig_all ? 1 : 0;
   spec.uar_index = static_cast<uint16_t>(qp->uar_idx);
   spec.pd = epd->slot;
@@ -380,7 +415,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   qp->sq_bbs = sq_bbs;
   qp->max_send_wr = sq_bbs / bbs_per_wqe;
   qp->max_send_sge = send_sge;
-  qp->max_inline = bbs_per_wqe * kSendWqeBB - sizeof(CtrlSeg) - 4 -
+  qp->max_inline = bbs_per_wqe * kSendWqeBB - sizeof(CtrlSeg) - 4 - (dci ? sizeof(AvSeg) : 0) -
                    (attr->qp_type == IBV_QPT_UD         ? sizeof(AvSeg)
                     : attr->qp_type == IBV_QPT_XRC_SEND ? sizeof(XrcSeg) + sizeof(RaddrSeg)
                                                         : sizeof(RaddrSeg));
@@ -415,7 +450,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
   q.handle = slot;
   q.qp_num = s.qpn;
   q.state = IBV_QPS_RESET;
-  q.qp_type = attr->qp_type;
+  q.qp_type = dc ? IBV_QPT_DRIVER : attr->qp_type;  // as libmlx5 leaves a DC QP
   pthread_mutex_init(&q.mutex, nullptr);
   pthread_cond_init(&q.cond, nullptr);
   q.events_completed = 0;
@@ -447,7 +482,7 @@ ibv_qp* create_qp_common(ibv_context* context, ibv_qp_init_attr_ex* attr) {
 }
 
 ibv_qp* emu_create_qp_ex(ibv_context* context, ibv_qp_init_attr_ex* attr) {
-  return create_qp_common(context, attr);
+  return create_qp_common(context, attr, nullptr);
 }
 
 }  // namespace emu::prov
@@ -464,7 +499,7 @@ ibv_qp* ibv_create_qp(ibv_pd* pd, ibv_qp_init_attr* attr) {
   std::memcpy(&ex, attr, sizeof *attr);
   ex.comp_mask = IBV_QP_INIT_ATTR_PD;
   ex.pd = pd;
-  ibv_qp* qp = create_qp_common(pd->context, &ex);
+  ibv_qp* qp = create_qp_common(pd->context, &ex, nullptr);
   if (qp) attr->cap = ex.cap;
   return qp;
 }
@@ -498,7 +533,11 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   uint32_t next = (mask & IBV_QP_STATE) ? static_cast<uint32_t>(attr->qp_state) : cur;
   if (next > kQpsErr) return EINVAL;
   Rule rule;
-  if (!transition_rule(ibqp->qp_type, cur, next, &rule)) return EINVAL;
+  uint8_t kind = s.type;
+  bool known = kind == kQptDci   ? dci_rule(cur, next, &rule)
+               : kind == kQptDct ? dct_rule(cur, next, &rule)
+                                 : transition_rule(ibqp->qp_type, cur, next, &rule);
+  if (!known) return EINVAL;
   int given = mask & ~IBV_QP_STATE;
   if ((given & rule.required) != rule.required) return EINVAL;
   if (given & ~(rule.required | rule.optional)) return EINVAL;

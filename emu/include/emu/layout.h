@@ -32,7 +32,7 @@ constexpr uint64_t kHeapMinBlock = 64;
 constexpr uint32_t kHeapGrowOrder = 14;  // a growth step: 2^14 blocks of 64 B, 1 MiB of heap
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 38;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 39;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -73,7 +73,12 @@ enum QpType : uint8_t {
   kQptUd = 4,
   kQptRaw = 8,  // raw packet: whole Ethernet frames (emu/raw.h); also an RSS QP's receive WQs
   kQptXrcSend = 9,
-  kQptXrcRecv = 10
+  kQptXrcRecv = 10,
+  // mlx5's dynamically connected transport (the mlx5 personality, mlx5dv_create_qp): a DCI sends
+  // reliably to any DCT, named per WQE by its address vector (the DCT's number and access key);
+  // a DCT receives from any DCI that presents its key, into its SRQ.
+  kQptDci = 12,
+  kQptDct = 13
 };
 
 // Access flags use ibv_access_flags' numbering.
@@ -428,6 +433,7 @@ struct QpSlot {
   uint16_t pkey_index;
   uint16_t uar_index;  // the doorbell register the QP's driver rings (for race reports)
   uint32_t qkey;
+  uint64_t dc_key;  // a DCT: the access key a DCI's WQE must carry
   // Rings.
   uint64_t sq_off;
   uint32_t sq_bbs;      // send ring size in 64-byte blocks (power of two)

@@ -34,6 +34,7 @@ struct QpSpec {
   uint32_t sq_bbs;      // power of two
   uint32_t rq_wqe_cnt;  // power of two
   uint32_t rq_stride;   // bytes per receive WQE
+  uint64_t dc_key = 0;  // a DCT's access key
 };
 
 // no_memory: no free slot or no room for a ring (nothing is left behind). A QP on an SRQ counts

@@ -22,12 +22,14 @@ constexpr uint32_t kMwOps = opcode_bit(kOpBindMw) | opcode_bit(kOpLocalInv);
 
 // UD: only SENDs (a datagram has no remote address). UC: no READs or atomics (nothing answers).
 // Raw packet: plain SENDs. XRC INI: everything RC carries (the request names an XRC SRQ, whose PD
-// guards RDMA and atomics). An XRC TGT QP has no send queue.
+// guards RDMA and atomics). An XRC TGT QP and a DCT have no send queue.
 constexpr uint32_t transport_ops(uint8_t qp_type) {
   switch (qp_type) {
     case kQptRc:
     case kQptXrcSend:
       return kSendOps | kWriteOps | kReadAtomicOps | kMwOps | opcode_bit(kOpSendInval);
+    case kQptDci:  // reliable, to a DCT named per WQE; no memory windows of its own
+      return kSendOps | kWriteOps | kReadAtomicOps;
     case kQptUc:
       return kSendOps | kWriteOps | kMwOps;
     case kQptUd:
