@@ -325,7 +325,8 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp,
   // back: a producer that trusts the cache must see those reads as done, so the cache carries the
   // acquire on to it (release store, acquire load; plain moves on x86, as a NIC's cached copy of
   // the doorbell record in its CQ context is ordered after the DMA read that filled it).
-  if (pi - cq.ci_seen.load(std::memory_order_acquire) >= capacity) [[unlikely]] {
+  if (pi - cq.ci_seen.load(std::memory_order_acquire) >= capacity &&
+      !(cq.format & kCqFormatIgnoreOverrun)) [[unlikely]] {
     uint32_t ci = cq_consumer_index(cq, pi);
     cq.ci_seen.store(ci, std::memory_order_release);
     if (pi - ci >= capacity) {
@@ -509,11 +510,11 @@ void Engine::enter_error(QpSlot& qp) {
   }
 }
 
-// A send completed in error. RC: the whole QP goes to ERR. UC and UD: only the send queue stops
-// (SQE, IBTA 10.3.1): what is left in it is flushed, receives go on, and ibv_modify_qp can take the
-// QP back to RTS.
+// A send completed in error. RC and DCI: the whole QP goes to ERR. UC and UD: only the send queue
+// stops (SQE, IBTA 10.3.1): what is left in it is flushed, receives go on, and ibv_modify_qp can
+// take the QP back to RTS.
 void Engine::send_queue_error(QpSlot& qp) {
-  if (qp.type == kQptRc) {
+  if (qp.type == kQptRc || qp.type == kQptDci) {
     enter_error(qp);
     return;
   }

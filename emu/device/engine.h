@@ -335,7 +335,7 @@ class Engine {
   // A WQE mixing inline data and pointers (ParsedWqe::mixed): its message gathered into `small`
   // (kMixedOnStack bytes) or `large`, and w->local made that one span of the engine's memory.
   // 0, or the syndrome of the requester's error.
-  static constexpr uint32_t kMixedOnStack = 4096;
+  static constexpr uint32_t kMixedOnStack = 1024;  // (the engine may run on a signal stack)
   static constexpr uint32_t kMixedMax = 64u << 20;
   uint8_t gather_mixed(const QpSlot& qp, engine_detail::ParsedWqe* w, uint8_t* small,
                        std::vector<uint8_t>* large);

@@ -159,7 +159,10 @@ ExecOutcome Engine::rnr(Exchange& x) {
 
 ExecOutcome Engine::responder_error(Exchange& x, uint8_t req_syndrome, uint32_t event) {
   if (x.unreliable) return dropped(x);  // UC: the packet is silently dropped (no NAK)
-  enter_error(x.r);                     // before the event: whoever reads it finds the QP in ERR
+  // A DCT serves every initiator: one's bad request is NAKed and only that DCI fails (ConnectX
+  // keeps the DCT going), so no event either.
+  if (x.r.type == kQptDct) return fail(x.out, req_syndrome);
+  enter_error(x.r);  // before the event: whoever reads it finds the QP in ERR
   raise_qp_event(x.r, event);
   return fail(x.out, req_syndrome);
 }
@@ -373,7 +376,7 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   if (tm.matched()) return tm_matched(x, *rq.srq, tm);
   if (placed) step_raise_event(recv_cq(rq), rc);
   if (resp_syndrome) {
-    enter_error(x.r);
+    if (x.r.type != kQptDct) enter_error(x.r);  // (a DCT serves its other initiators on)
     if (x.unreliable) return dropped(x);
     return fail(x.out, resp_syndrome == kSynLocalLength ? kSynRemoteInvalReq : kSynRemoteOp);
   }

@@ -132,7 +132,7 @@ void note_store_writer(UarReg& reg, uint32_t buf, uint32_t me) {
 }
 
 void blueflame_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint32_t at,
-                     uint32_t len) {
+                     uint32_t len, bool anonymous) {
   const uint32_t me = writer_tid();
   uint32_t end = at + len < kBfAt + 2 * kBfBufSize ? at + len : kBfAt + 2 * kBfBufSize;
   bool flush = false;
@@ -143,12 +143,14 @@ void blueflame_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint
       uint32_t in_chunk = rel % kSendWqeBB;
       uint32_t piece = end - pos < kSendWqeBB - in_chunk ? end - pos : kSendWqeBB - in_chunk;
       StoreAssembly::Chunk& ch = as.chunk[buf][i];
-      note_store_writer(reg, buf, me);
       ch.bytes |= byte_bits(in_chunk, in_chunk + piece);
-      if (!ch.writer)
-        ch.writer = me;
-      else if (ch.writer != me && !ch.other)
-        ch.other = me;
+      if (!anonymous) {
+        note_store_writer(reg, buf, me);
+        if (!ch.writer)
+          ch.writer = me;
+        else if (ch.writer != me && !ch.other)
+          ch.other = me;
+      }
       const uint8_t* buf_bytes = mirror + kBfAt + buf * kBfBufSize;
       if (ch.bytes == kAllBytes)
         flush = deliver_chunk(reg, as, buf, i, buf_bytes + i * kSendWqeBB, me) || flush;
@@ -174,11 +176,11 @@ bool mmio_word_complete(StoreAssembly& as, uint32_t lo, uint32_t hi) {
 }
 
 void mmio_plain_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint32_t at,
-                      uint32_t len) {
+                      uint32_t len, bool anonymous) {
   if (at < kDbAt + 8) doorbell_store(reg, as, mirror, at, len);
   if (at + len > kBfAt && at < kBfAt + 2 * kBfBufSize) {
     uint32_t from = at > kBfAt ? at : kBfAt;
-    blueflame_store(reg, as, mirror, from, at + len - from);
+    blueflame_store(reg, as, mirror, from, at + len - from, anonymous);
   }
 }
 

@@ -19,6 +19,7 @@
 #include <immintrin.h>
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
+#include <pthread.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
@@ -213,26 +214,26 @@ static void store_rep(void* dst, const void* src, size_t n) {
 
 // The WQE of nbbs blocks at ring position pos, copied to the BlueFlame register (a WQE that wraps
 // the ring is copied from both ends, as drivers do).
-static void blueflame(struct side* s, uint32_t pos, uint32_t nbbs) {
+static void blueflame(struct side* s, uint32_t pos, uint32_t nbbs, const char* store) {
   uint8_t wqe[256] __attribute__((aligned(64)));
   for (uint32_t i = 0; i < nbbs; ++i)
     memcpy(wqe + 64 * i, (uint8_t*)s->dq.sq.buf + 64 * ((pos + i) & (s->dq.sq.wqe_cnt - 1)), 64);
   uint8_t* reg = (uint8_t*)s->dq.bf.reg + s->bf_offset;
   size_t n = 64 * nbbs;
-  if (!strcmp(g_store, "bf8"))
+  if (!strcmp(store, "bf8"))
     store8(reg, wqe, n);
-  else if (!strcmp(g_store, "bf16"))
+  else if (!strcmp(store, "bf16"))
     store16(reg, wqe, n);
-  else if (!strcmp(g_store, "bf32"))
+  else if (!strcmp(store, "bf32"))
     store32(reg, wqe, n);
-  else if (!strcmp(g_store, "rep"))
+  else if (!strcmp(store, "rep"))
     store_rep(reg, wqe, n);
   else
     memcpy(reg, wqe, n);
 }
 
 // Posts the WQE built in wqe (nbbs blocks): into the ring, the doorbell record, then the register.
-static uint16_t post(struct side* s, const void* wqe, uint32_t nbbs) {
+static uint16_t post_as(struct side* s, const void* wqe, uint32_t nbbs, const char* store) {
   uint16_t index = (uint16_t)s->sq_pi;
   for (uint32_t i = 0; i < nbbs; ++i)
     memcpy((uint8_t*)s->dq.sq.buf + 64 * ((s->sq_pi + i) & (s->dq.sq.wqe_cnt - 1)),
@@ -242,12 +243,12 @@ static uint16_t post(struct side* s, const void* wqe, uint32_t nbbs) {
   __atomic_thread_fence(__ATOMIC_SEQ_CST);  // the WQE, then the record
   s->dq.dbrec[MLX5_SND_DBR] = htobe32(s->sq_pi & 0xffff);
   __atomic_thread_fence(__ATOMIC_SEQ_CST);  // the record, then the register
-  if (!strcmp(g_store, "db") || s->dq.bf.size == 0) {
+  if (!strcmp(store, "db") || s->dq.bf.size == 0) {
     uint64_t head;
     memcpy(&head, wqe, 8);
     *(volatile uint64_t*)((uint8_t*)s->dq.bf.reg + s->bf_offset) = head;
   } else {
-    blueflame(s, pos, nbbs);
+    blueflame(s, pos, nbbs, store);
   }
   _mm_sfence();
   s->bf_offset ^= s->dq.bf.size ? s->dq.bf.size : 0;
@@ -339,7 +340,56 @@ static void inline_data(struct wqe* w, const void* data, uint32_t len) {
 }
 
 static uint16_t post_one(struct side* s, struct wqe* w, uint8_t opcode) {
-  return post(s, w->b, finish(s, w, opcode));
+  return post_as(s, w->b, finish(s, w, opcode), g_store);
+}
+
+// ---- Two threads taking turns on one QP (serialised, as a driver's lock makes them): one rings
+// the 8-byte doorbell, the other copies by BlueFlame, and each half of the register gets both
+// (turns A B B: the halves alternate per post). Legal, so the device must see no torn WQE.
+
+struct turns {
+  struct side* s;
+  const struct wire* peer;
+  pthread_mutex_t mu;
+  pthread_cond_t cv;
+  uint32_t next, total;
+};
+
+static bool turn_of_b(uint32_t i) { return i % 3 != 0; }
+
+static void* take_turns(void* arg, bool b) {
+  struct turns* t = arg;
+  const uint8_t text[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+  for (;;) {
+    pthread_mutex_lock(&t->mu);
+    while (t->next < t->total && turn_of_b(t->next) != b) pthread_cond_wait(&t->cv, &t->mu);
+    if (t->next == t->total) {
+      pthread_mutex_unlock(&t->mu);
+      return NULL;
+    }
+    struct wqe w = {.ds = 1};
+    raddr(&w, t->peer->addr + 12288, t->peer->rkey);
+    inline_data(&w, text, sizeof text);
+    uint16_t index =
+        post_as(t->s, w.b, finish(t->s, &w, MLX5_OPCODE_RDMA_WRITE), b ? "bf16" : "db");
+    expect_send_cqe(t->s, index, "a turn");
+    ++t->next;
+    pthread_cond_broadcast(&t->cv);
+    pthread_mutex_unlock(&t->mu);
+  }
+}
+static void* turns_a(void* arg) { return take_turns(arg, false); }
+static void* turns_b(void* arg) { return take_turns(arg, true); }
+
+static void two_posters(struct side* s, const struct wire* peer) {
+  struct turns t = {.s = s, .peer = peer, .next = 0, .total = 3 * 64};
+  pthread_mutex_init(&t.mu, NULL);
+  pthread_cond_init(&t.cv, NULL);
+  pthread_t a, b;
+  if (pthread_create(&a, NULL, turns_a, &t) || pthread_create(&b, NULL, turns_b, &t))
+    die("pthread_create");
+  pthread_join(a, NULL);
+  pthread_join(b, NULL);
 }
 
 // ---- The two processes.
@@ -484,6 +534,7 @@ static void run_requester(struct ibv_device* dev) {
     inline_data(&w, text, sizeof text);
     expect_send_cqe(&s, post_one(&s, &w, MLX5_OPCODE_RDMA_WRITE), "WRITE around the ring");
   }
+  if (s.dq.bf.size) two_posters(&s, &peer);
   // Errors as mlx5 reports them: a WRITE with a key the target never gave is a requester error
   // CQE (opcode 13) with the remote access syndrome 0x13 and the WQE's index; the QP is then in
   // error, and the next WQE completes flushed (syndrome 0x05), in order.

@@ -135,5 +135,49 @@ TEST_F(Lifecycle, CqOverrunIsACqErrorAndItsQpsGoToErr) {
   EXPECT_GE(wcs.size(), static_cast<size_t>(cap)) << "the completions that fitted are still there";
 }
 
+// A CQ made with IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN (UCX asks for one when built without
+// assertions, and then never stores its consumer index) is never found full: more completions than
+// it holds, none polled, and its QP stays in RTS, every WQE completed, the newest CQEs in the ring.
+TEST_F(Lifecycle, IgnoreOverrunCqTakesMoreThanItHolds) {
+  ibv_cq_init_attr_ex attr{};
+  attr.cqe = 1;
+  attr.wc_flags = IBV_WC_STANDARD_FLAGS;
+  attr.comp_mask = IBV_CQ_INIT_ATTR_MASK_FLAGS;
+  attr.flags = IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  ibv_cq_ex* tiny_ex = ibv_create_cq_ex(ctx, &attr);
+  ASSERT_TRUE(tiny_ex) << strerror(errno);
+  ibv_cq* tiny = ibv_cq_ex_to_cq(tiny_ex);
+  cqs.push_back(tiny);  // (the fixture destroys it after its QPs)
+  ibv_cq* big = make_cq(64);
+  ASSERT_TRUE(big);
+  int cap = tiny->cqe;
+  ibv_qp* a = make_qp(tiny, tiny);
+  ibv_qp* b = make_qp(big, big);
+  ASSERT_TRUE(a && b);
+  ASSERT_EQ(connect_qp(a, lid, b->qp_num, 1, 2), 0);
+  ASSERT_EQ(connect_qp(b, lid, a->qp_num, 2, 1), 0);
+  Buf src = make_buf(4096, kAllAccess, 1), dst = make_buf(4096, kAllAccess, 0);
+  const int n = 3 * (cap + 1);
+  for (int i = 0; i < n; ++i) {
+    ibv_sge sg = src.sge(0, 8);
+    ibv_send_wr w = rdma_wr(i, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+    ASSERT_EQ(post_one(a, &w), 0);
+  }
+  // The last WQE's CQE is in the ring (the device is done with the queue once it is there).
+  uint64_t newest = 0;
+  for (auto until = std::chrono::steady_clock::now() + kDeadline;
+       newest != uint64_t(n - 1) && std::chrono::steady_clock::now() < until;) {
+    ibv_wc wc{};
+    if (ibv_poll_cq(tiny, 1, &wc) == 1) {
+      EXPECT_EQ(wc.status, IBV_WC_SUCCESS);
+      newest = wc.wr_id;
+    }
+  }
+  EXPECT_EQ(newest, uint64_t(n - 1));
+  EXPECT_EQ(qp_state(a), IBV_QPS_RTS) << "an overrun-ignoring CQ put its QP in error";
+  pollfd pf{ctx->async_fd, POLLIN, 0};
+  EXPECT_EQ(poll(&pf, 1, 0), 0) << "an async event (CQ error?) for an overrun-ignoring CQ";
+}
+
 }  // namespace
 }  // namespace vt

@@ -63,6 +63,7 @@ int init_cq(mlx5dv_cq& out, ibv_cq* ibcq) {
   out.cq_uar = uar;
   out.cqn = cq->slot;
   out.comp_mask = 0;
+  cq->dv_owned = true;
   return 0;
 }
 
@@ -100,9 +101,9 @@ ibv_cq_ex* dv_create_cq(ibv_context* context, ibv_cq_init_attr_ex* cq_attr,
   bool cqe128 = false;
   if (mlx5_cq_attr) {
     if (mlx5_cq_attr->comp_mask & ~kCqMasks) return fail<ibv_cq_ex>(EINVAL);
-    // No CQE compression (a device without it: libmlx5 answers so too).
+    // No CQE compression: EINVAL, libmlx5's answer for a device whose caps have none.
     if (mlx5_cq_attr->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_COMPRESSED_CQE)
-      return fail<ibv_cq_ex>(EOPNOTSUPP);
+      return fail<ibv_cq_ex>(EINVAL);
     if (mlx5_cq_attr->comp_mask & MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE) {
       if (mlx5_cq_attr->cqe_size != 64 && mlx5_cq_attr->cqe_size != 128)
         return fail<ibv_cq_ex>(EINVAL);
@@ -127,12 +128,15 @@ ibv_qp* dv_create_qp(ibv_context* context, ibv_qp_init_attr_ex* qp_attr,
       ~uint64_t(MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DC |
                 MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS))
     return fail<ibv_qp>(EINVAL);
-  // mlx5's own send operations (the mlx5dv_qp_ex builders) and DCI streams are not emulated.
-  if (mask & (MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS | MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS))
-    return fail<ibv_qp>(EOPNOTSUPP);
-  if ((mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) &&
-      (mlx5_qp_attr->create_flags & ~kQpCreateFlags))
-    return fail<ibv_qp>(EOPNOTSUPP);
+  // mlx5's own send operations (the mlx5dv_qp_ex builders) are not emulated; DCI streams are
+  // EINVAL, as libmlx5 answers for a device whose caps have none.
+  if (mask & MLX5DV_QP_INIT_ATTR_MASK_SEND_OPS_FLAGS) return fail<ibv_qp>(EOPNOTSUPP);
+  if (mask & MLX5DV_QP_INIT_ATTR_MASK_DCI_STREAMS) return fail<ibv_qp>(EINVAL);
+  // Create flags: the scatter-to-CQE pair, not both at once (EINVAL, as libmlx5).
+  uint32_t flags =
+      (mask & MLX5DV_QP_INIT_ATTR_MASK_QP_CREATE_FLAGS) ? mlx5_qp_attr->create_flags : 0;
+  if ((flags & ~kQpCreateFlags) || (flags & kQpCreateFlags) == kQpCreateFlags)
+    return fail<ibv_qp>(EINVAL);
   bool dc = mask & MLX5DV_QP_INIT_ATTR_MASK_DC;
   // A driver QP is a DC one, and a DC QP is a driver one (libmlx5's rule).
   if (dc != (qp_attr->qp_type == IBV_QPT_DRIVER)) return fail<ibv_qp>(EINVAL);

@@ -326,6 +326,7 @@ namespace emu::prov {
 
 void srq_reclaim_cqes(EmuQp* qp) {
   EmuCq* cq = to_cq(qp->qpx.qp_base.recv_cq);
+  if (cq->dv_owned) return;  // its SRQ's WQEs are its consumer's to give back
   uint32_t qpn = qp->qpx.qp_base.qp_num;
   for (uint32_t ci = consumer_index(cq);; ++ci) {
     Cqe64& c = cq_entry(cq->ring, ci, cq->shm->log_cqe_cnt, cq->log_entry);
@@ -507,11 +508,11 @@ constexpr uint64_t kSupportedWcFlags =
     IBV_WC_EX_WITH_COMPLETION_TIMESTAMP | IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK |
     IBV_WC_EX_WITH_TM_INFO;
 
-// stamp: the CQEs carry a timestamp (a CQ made to report one). cqe128: entries of 128 bytes
-// (mlx5dv_create_cq's cqe_size). Under the mlx5 personality every CQ is in mlx5 form: any may be
-// handed to code that polls it from memory (mlx5dv_init_obj).
+// stamp: the CQEs carry a timestamp (a CQ made to report one). format: CqFormat bits asked for
+// (128-byte entries, no overrun check). Under the mlx5 personality every CQ is in mlx5 form too:
+// any may be handed to code that polls it from memory (mlx5dv_init_obj).
 EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_comp_channel* channel,
-                        int comp_vector, bool stamp = false, bool cqe128 = false) {
+                        int comp_vector, bool stamp = false, uint32_t format = 0) {
   if (cqe < 1 || static_cast<uint32_t>(cqe) > Limits::max_cqe || comp_vector < 0 ||
       comp_vector >= context->num_comp_vectors || (channel && channel->context != context))
     return fail_null<EmuCq>(EINVAL);
@@ -527,7 +528,7 @@ EmuCq* create_cq_common(ibv_context* context, int cqe, void* cq_context, ibv_com
               channel ? to_channel(channel)->wfd : -1,
               channel ? to_channel(channel)->uid : 0,
               stamp,
-              (config().personality_mlx5 ? kCqFormatMlx5 : 0u) | (cqe128 ? kCqFormatCqe128 : 0u)};
+              (config().personality_mlx5 ? kCqFormatMlx5 : 0u) | format};
   Segment* seg = segment();
   uint32_t slot;
   if (create_cq(seg, spec, &slot) != Status::ok) {
@@ -629,9 +630,10 @@ ibv_cq_ex* create_cq_ex_entries(ibv_context* context, ibv_cq_init_attr_ex* attr,
       ~static_cast<uint32_t>(IBV_CQ_INIT_ATTR_MASK_FLAGS | IBV_CQ_INIT_ATTR_MASK_PD))
     return fail_null<ibv_cq_ex>(EINVAL);
   if (attr->wc_flags & ~kSupportedWcFlags) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
-  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
-      (attr->flags & ~static_cast<uint32_t>(IBV_CREATE_CQ_ATTR_SINGLE_THREADED)))
-    return fail_null<ibv_cq_ex>(EOPNOTSUPP);
+  constexpr uint32_t kFlags =
+      IBV_CREATE_CQ_ATTR_SINGLE_THREADED | IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN;
+  uint32_t flags = (attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) ? attr->flags : 0;
+  if (flags & ~kFlags) return fail_null<ibv_cq_ex>(EOPNOTSUPP);
   // IBV_CQ_INIT_ATTR_MASK_PD names a parent domain (mlx5: anything else is EINVAL), which the CQ
   // holds. Its thread domain does not unlock the CQ: mlx5 keeps the CQ lock there too.
   EmuPd* parent = nullptr;
@@ -644,8 +646,12 @@ ibv_cq_ex* create_cq_ex_entries(ibv_context* context, ibv_cq_init_attr_ex* attr,
   // Reading the clock per CQE costs a fifth of a small message: only for a CQ that reports it.
   bool stamp = (attr->wc_flags & (IBV_WC_EX_WITH_COMPLETION_TIMESTAMP |
                                   IBV_WC_EX_WITH_COMPLETION_TIMESTAMP_WALLCLOCK)) != 0;
+  // An overrun-ignoring CQ (UCX asks for one when built without assertions, and then never
+  // stores its consumer index) is never checked for a full ring.
+  uint32_t format = (cqe128 ? kCqFormatCqe128 : 0u) |
+                    (flags & IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN ? kCqFormatIgnoreOverrun : 0u);
   EmuCq* cq = create_cq_common(context, static_cast<int>(attr->cqe), attr->cq_context,
-                               attr->channel, static_cast<int>(attr->comp_vector), stamp, cqe128);
+                               attr->channel, static_cast<int>(attr->comp_vector), stamp, format);
   if (!cq) return nullptr;
   if (parent) {
     cq->parent_domain = parent;
@@ -653,9 +659,7 @@ ibv_cq_ex* create_cq_ex_entries(ibv_context* context, ibv_cq_init_attr_ex* attr,
   }
   // A CQ its user polls from one thread: ibv_start_poll..ibv_end_poll take no lock (mlx5 picks
   // its unlocked poll functions; ibv_poll_cq keeps the lock there too).
-  if ((attr->comp_mask & IBV_CQ_INIT_ATTR_MASK_FLAGS) &&
-      (attr->flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED))
-    cq->poll_ex_lockless = true;
+  if (flags & IBV_CREATE_CQ_ATTR_SINGLE_THREADED) cq->poll_ex_lockless = true;
   cq->wc_flags_mask = attr->wc_flags;
   ibv_cq_ex& x = cq->cqx;
   x.start_poll = start_poll;

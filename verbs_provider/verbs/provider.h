@@ -177,6 +177,10 @@ struct EmuCq {
   std::atomic<uint32_t> async_events_read{0};  // IBV_EVENT_CQ_ERR handed out (ack target)
   uint64_t wc_flags_mask;                      // create_cq_ex: which fields may be read
   bool staging_asked = false;  // a CQE asked for a staging area: made (or no room), once
+  // Handed out by mlx5dv_init_obj: its consumer polls it from memory and keeps its own receive
+  // bookkeeping, which a destroyed QP's leftover CQEs must not touch (libmlx5 leaves such a CQ
+  // alone too).
+  bool dv_owned = false;
   // The completion an ibv_start_poll / ibv_next_poll walk stands on.
   ibv_wc cur_wc;
   uint64_t cur_ts = 0;

@@ -61,11 +61,14 @@ void bf_register_store(RegisterPages* pages, uint32_t idx, const uint8_t* from, 
   UarReg& reg = pages->ctx->uars[idx];
   uint8_t* bytes = pages->reg_bytes + size_t(idx) * sizeof(UarReg);
   std::memcpy(bytes + kBfAt + at, from, len);
-  if (whole_store && len == 8 && at % kBfBufSize == 0) {
+  bool doorbell = whole_store && len == 8 && at % kBfBufSize == 0;
+  if (doorbell) {
     std::memcpy(bytes + kDbAt, from, 8);
     mmio_plain_store(reg, pages->assembly[idx], bytes, kDbAt, 8);
   }
-  mmio_plain_store(reg, pages->assembly[idx], bytes, kBfAt + at, len);
+  // (The doorbell's 8 bytes count for the half's first chunk under no writer: a BlueFlame write
+  // of 8-byte stores completes it; another thread's later write there tears nothing.)
+  mmio_plain_store(reg, pages->assembly[idx], bytes, kBfAt + at, len, doorbell);
 }
 
 void on_mlx5_store(void* cookie, uint64_t offset, uint32_t bytes) {

@@ -358,7 +358,10 @@ struct CqSlot {
 //   owner's poll to move into the receive buffer (scatter to CQE, staging).
 // kCqFormatCqe128: entries of 128 bytes, the CQE in the second half (mlx5dv_create_cq's cqe_size
 //   128; the first half is mlx5's scatter-to-CQE area, which the device leaves alone).
-enum CqFormat : uint32_t { kCqFormatMlx5 = 1, kCqFormatCqe128 = 2 };
+// kCqFormatIgnoreOverrun: made with IBV_CREATE_CQ_ATTR_IGNORE_OVERRUN: the device never checks
+//   for an overrun (a full CQ's oldest CQEs are overwritten; its consumer may never store its
+//   index, as UCX built without assertions does not).
+enum CqFormat : uint32_t { kCqFormatMlx5 = 1, kCqFormatCqe128 = 2, kCqFormatIgnoreOverrun = 4 };
 inline uint32_t cq_log_entry(uint32_t format) { return format & kCqFormatCqe128 ? 7 : 6; }
 // The consumer index as a 32-bit count from mlx5's 24 bits: the count nearest `ref` (an index of
 // the same CQ, within 2^23 of it) that has those low bits.
