@@ -93,7 +93,9 @@ BfVerdict inspect_bf(const uint64_t* tags, const uint64_t* taken, uint64_t flush
   }
   v.writers[0] = bf_tag_tid(flusher);
   for (uint32_t i = 0; i < judged; ++i) {
-    if (tags[i] == flusher) continue;
+    // A mixed chunk holds another thread's bytes even when its tag is the flushing write's (a
+    // one-chunk WQE torn inside its chunk completes, and flushes, under the mixed tag).
+    if (tags[i] == flusher && !is_mixed_tag(tags[i])) continue;
     v.foreign_mask |= 1u << i;
     if (!v.writers[1] || v.writers[1] == v.writers[0])
       v.writers[1] = bf_tag_other(tags[i], v.writers[0]);

@@ -27,6 +27,7 @@ constexpr uint32_t kMixedBurst = 1u << 31;
 inline uint64_t bf_mixed_tag(uint32_t tid, uint32_t other) {
   return bf_tag(tid, kMixedBurst | (other & ~kMixedBurst));
 }
+inline bool is_mixed_tag(uint64_t tag) { return static_cast<uint32_t>(tag) & kMixedBurst; }
 // The thread a foreign chunk's tag names for a flush by `flusher`: its writer, or for a mixed
 // chunk whose writer is the flusher, the other thread in it.
 inline uint32_t bf_tag_other(uint64_t tag, uint32_t flusher) {

@@ -91,6 +91,18 @@ TEST(BfDetector, AMixedChunkNamesTheOtherThreadWhoeverFlushes) {
   EXPECT_EQ(v.writers[1], 111u);
 }
 
+// A one-chunk WQE torn inside its chunk: the chunk completes the write, so the flush comes under
+// the mixed tag itself. Equal to the flusher's tag, it is still another thread's bytes.
+TEST(BfDetector, AMixedChunkIsTornEvenWhenItsTagFlushes) {
+  const uint64_t mixed = bf_mixed_tag(111, 222);
+  uint64_t tags[4] = {mixed, 0, 0, 0}, taken[4] = {};
+  BfVerdict v = inspect_bf(tags, taken, mixed, 1);
+  EXPECT_TRUE(v.torn);
+  EXPECT_EQ(v.writers[0], 111u);
+  EXPECT_EQ(v.writers[1], 222u);
+  EXPECT_EQ(v.foreign_mask, 0b1u);
+}
+
 TEST(BfDetector, AnOlderBurstOfTheSameThreadIsTornToo) {
   uint64_t tags[4] = {A2, A1, 0, 0}, taken[4] = {};
   EXPECT_TRUE(inspect_bf(tags, taken, A2, 2).torn);  // chunk 1 is left over from burst 1
