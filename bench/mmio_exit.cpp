@@ -18,7 +18,7 @@
 namespace {
 
 uint64_t g_reports = 0;
-void count(void*, uint64_t, uint32_t) { ++g_reports; }
+void count(void*, uint64_t, const uint8_t*, uint32_t) { ++g_reports; }
 volatile sig_atomic_t g_signals = 0;
 void on_usr1(int) { g_signals = g_signals + 1; }
 

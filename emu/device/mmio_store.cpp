@@ -41,12 +41,15 @@ uint64_t byte_bits(uint32_t lo, uint32_t hi) {
   return upto & ~((1ull << lo) - 1);
 }
 
-void doorbell_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint32_t at,
-                    uint32_t len) {
+// A store of the whole doorbell word rings with its own bytes (two threads ringing one register
+// at once are two doorbells); one assembled from parts rings with the register's bytes.
+void doorbell_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, const uint8_t* stored,
+                    uint32_t at, uint32_t len) {
   uint32_t hi = at + len < kDbAt + 8 ? at + len : kDbAt + 8;
   if (!mmio_word_complete(as, at - kDbAt, hi - kDbAt)) return;
+  const bool whole = at == kDbAt && hi == kDbAt + 8;
   uint64_t head;
-  std::memcpy(&head, mirror + kDbAt, sizeof head);
+  std::memcpy(&head, whole ? stored : mirror + kDbAt, sizeof head);
   device_doorbell(mmio_db64(reg, head));
 }
 
@@ -175,9 +178,9 @@ bool mmio_word_complete(StoreAssembly& as, uint32_t lo, uint32_t hi) {
   return true;
 }
 
-void mmio_plain_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint32_t at,
-                      uint32_t len, bool anonymous) {
-  if (at < kDbAt + 8) doorbell_store(reg, as, mirror, at, len);
+void mmio_plain_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, const uint8_t* stored,
+                      uint32_t at, uint32_t len, bool anonymous) {
+  if (at < kDbAt + 8) doorbell_store(reg, as, mirror, stored, at, len);
   if (at + len > kBfAt && at < kBfAt + 2 * kBfBufSize) {
     uint32_t from = at > kBfAt ? at : kBfAt;
     blueflame_store(reg, as, mirror, from, at + len - from, anonymous);

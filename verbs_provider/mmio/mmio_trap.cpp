@@ -32,6 +32,15 @@ std::mutex g_window_mutex;
 
 std::atomic<uint64_t> g_decoded{0}, g_stepped{0}, g_unknown{0};
 
+// Where a vector store lands during its single step: a page pair of its own per step in flight,
+// so the bytes reported are the ones this store made even when another thread stores to the same
+// register bytes at once (the shared device side would hold whichever came last). When every
+// pair is taken the store lands on the device side itself, as it did before there were pairs.
+constexpr int kScratchPairs = 32;
+uint8_t* g_scratch = nullptr;  // kScratchPairs pairs of pages, mapped with the first window
+uint64_t g_page = 4096;
+std::atomic<bool> g_scratch_taken[kScratchPairs];
+
 // A vector store in flight on this thread: its address register points at the device side until
 // the single step's SIGTRAP.
 struct Step {
@@ -42,6 +51,8 @@ struct Step {
   const Window* window = nullptr;
   uint64_t offset = 0;
   uint32_t bytes = 0;
+  int scratch = -1;           // the pair the store lands in, or -1: the device side
+  uint8_t* landed = nullptr;  // where its bytes are after the step
   sigset_t mask;
 };
 __attribute__((tls_model("initial-exec"))) thread_local Step t_step;
@@ -83,8 +94,9 @@ void* device_at(const Window& w, uint64_t addr) {
   return reinterpret_cast<void*>(w.device + (addr - w.lo.load(std::memory_order_relaxed)));
 }
 
-void report(const Window& w, uint64_t addr, uint32_t bytes) {
-  w.sink(w.cookie, addr - w.lo.load(std::memory_order_relaxed), bytes);
+void report(const Window& w, uint64_t addr, const void* stored, uint32_t bytes) {
+  w.sink(w.cookie, addr - w.lo.load(std::memory_order_relaxed), static_cast<const uint8_t*>(stored),
+         bytes);
 }
 
 // MOV/MOVNTI/MOVBE from a general register, MOV from an immediate: made here.
@@ -97,36 +109,53 @@ bool complete_scalar(const Window& w, const StoreInsn& in, greg_t* g) {
   std::memcpy(device_at(w, addr), &v, in.width);  // little-endian: the low bytes
   g[REG_RIP] += in.length;
   g_decoded.fetch_add(1, std::memory_order_relaxed);
-  report(w, addr, in.width);
+  report(w, addr, &v, in.width);
   return true;
 }
 
-// MOVS/STOS, with REP: the elements whose destination is in the window are made here; if the
-// string goes on past it, the instruction resumes with the rest (RCX, RSI, RDI as the CPU leaves
-// them after an interrupted iteration).
+// MOVS/STOS, with REP: the elements whose destination is in the window, up to kStringPiece
+// bytes, are made here; if the string goes on, the instruction resumes with the rest (RCX, RSI,
+// RDI as the CPU leaves them after an interrupted iteration).
 bool complete_string(const Window& w, const StoreInsn& in, greg_t* g) {
-  uint64_t count = in.rep ? uint64_t(g[REG_RCX]) : 1;
-  const int64_t step = (g[REG_EFL] & kDirectionFlag) ? -int64_t(in.width) : in.width;
+  const uint64_t count = in.rep ? uint64_t(g[REG_RCX]) : 1;
+  const bool down = g[REG_EFL] & kDirectionFlag;
+  const int64_t step = down ? -int64_t(in.width) : in.width;
   uint64_t dst = uint64_t(g[REG_RDI]), src = uint64_t(g[REG_RSI]);
   const uint64_t value = uint64_t(g[REG_RAX]);
-  uint64_t lo = dst, hi = dst, done = 0;
-  while (done < count && inside(w, dst, in.width)) {
-    const void* from = in.from_memory ? reinterpret_cast<const void*>(src) : &value;
-    std::memcpy(device_at(w, dst), from, in.width);
-    lo = dst < lo ? dst : lo;
-    hi = dst + in.width > hi ? dst + in.width : hi;
-    dst += step;
-    src += step;
+  uint64_t done = 0;
+  for (uint64_t d = dst; done < count && done < kStringPiece / in.width && inside(w, d, in.width);
+       d += step)
     ++done;
-  }
   if (!done) return false;
+  const uint64_t lo = down ? dst - (done - 1) * in.width : dst;
+  const uint64_t hi = lo + done * in.width;
+  uint8_t stored[kStringPiece];
+  for (uint64_t k = 0; k < done; ++k, dst += step, src += step) {
+    const void* from = in.from_memory ? reinterpret_cast<const void*>(src) : &value;
+    std::memcpy(stored + (dst - lo), from, in.width);
+    std::memcpy(device_at(w, dst), from, in.width);
+  }
   g[REG_RDI] = greg_t(dst);
   if (in.from_memory) g[REG_RSI] = greg_t(src);
   if (in.rep) g[REG_RCX] = greg_t(count - done);
   if (done == count) g[REG_RIP] += in.length;
   g_decoded.fetch_add(1, std::memory_order_relaxed);
-  report(w, lo, uint32_t(hi - lo));
+  report(w, lo, stored, uint32_t(hi - lo));
   return true;
+}
+
+// The page pair a vector store lands in (its bytes start where the store's address is in its
+// page, prefilled from the device side: a masked store leaves the lanes it skips as they were),
+// or -1 when every pair is in use.
+int take_scratch(const Window& w, uint64_t addr, uint32_t width) {
+  if (!g_scratch) return -1;
+  for (int i = 0; i < kScratchPairs; ++i) {
+    if (g_scratch_taken[i].exchange(true, std::memory_order_acquire)) continue;
+    uint8_t* pair = g_scratch + size_t(i) * 2 * g_page;
+    std::memcpy(pair + addr % g_page, device_at(w, addr), width);
+    return i;
+  }
+  return -1;
 }
 
 // A vector store: its address register moves to the device side for one single step.
@@ -135,8 +164,13 @@ bool start_vector_step(const Window& w, const StoreInsn& in, ucontext_t* uc) {
   if (in.base == kRegRip || t_step.active) return false;
   uint64_t addr = effective_address(in, g);
   if (!inside(w, addr, in.width)) return false;
-  uint64_t delta = w.device - w.lo.load(std::memory_order_relaxed);
   Step& st = t_step;
+  st.scratch = take_scratch(w, addr, in.width);
+  const uint64_t page_of_addr = addr - addr % g_page;
+  uint64_t delta = st.scratch < 0
+                       ? w.device - w.lo.load(std::memory_order_relaxed)
+                       : uint64_t(g_scratch + size_t(st.scratch) * 2 * g_page) - page_of_addr;
+  st.landed = reinterpret_cast<uint8_t*>(addr + delta);
   // The base moves (never RSP: a signal frame could land on the device side), else the index,
   // by delta / scale (delta is whole pages).
   if (in.base != kNoReg && in.base != 4 && in.base != in.index) {
@@ -146,6 +180,7 @@ bool start_vector_step(const Window& w, const StoreInsn& in, ucontext_t* uc) {
     st.greg = greg_of(in.index);
     st.moved_by = delta / in.scale;
   } else {
+    if (st.scratch >= 0) g_scratch_taken[st.scratch].store(false, std::memory_order_release);
     return false;
   }
   st.window = &w;
@@ -222,8 +257,22 @@ bool claim_step(int sig, siginfo_t*, void* ctx) {
   uc->uc_sigmask = st.mask;
   st.active = false;
   g_stepped.fetch_add(1, std::memory_order_relaxed);
-  report(*st.window, st.window->lo.load(std::memory_order_relaxed) + st.offset, st.bytes);
+  const uint64_t addr = st.window->lo.load(std::memory_order_relaxed) + st.offset;
+  if (st.scratch >= 0) std::memcpy(device_at(*st.window, addr), st.landed, st.bytes);
+  report(*st.window, addr, st.landed, st.bytes);
+  if (st.scratch >= 0) g_scratch_taken[st.scratch].store(false, std::memory_order_release);
   return true;
+}
+
+// The vector stores' page pairs, once (under the window mutex). Without them (no memory) vector
+// stores land on the device side.
+void map_scratch(uint64_t page) {
+  if (g_scratch) return;
+  void* p = mmap(nullptr, kScratchPairs * 2 * page, PROT_READ | PROT_WRITE,
+                 MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (p == MAP_FAILED) return;
+  g_page = page;
+  g_scratch = static_cast<uint8_t*>(p);
 }
 
 }  // namespace
@@ -235,6 +284,7 @@ int trap_window_add(void* view, size_t len, void* device, StoreSink sink, void* 
   fault_claimant_add(SIGSEGV, claim_store);
   fault_claimant_add(SIGTRAP, claim_step);
   std::lock_guard<std::mutex> lock(g_window_mutex);
+  map_scratch(page);
   for (int i = 0; i < kWindows; ++i) {
     Window& w = g_windows[i];
     if (w.hi.load(std::memory_order_relaxed)) continue;

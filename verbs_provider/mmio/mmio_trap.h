@@ -14,10 +14,10 @@
 //     points the instruction's address register at the device side, sets the trap flag, and when
 //     the single step's SIGTRAP comes puts the register back: two signals, no window of time in
 //     which another thread could store unobserved (only the storing thread's register moves).
-// Each store is reported once, as (offset in the window, bytes); the sink runs in the signal
-// handler of the thread that stored: it may use atomics, futexes and the device's lock-free paths,
-// nothing that could be held by the code the store interrupted (a store to a register is never
-// made inside the emulation's own locks).
+// Each store is reported once, as (offset in the window, the bytes it stored); the sink runs in the
+// signal handler of the thread that stored: it may use atomics, futexes and the device's lock-free
+// paths, nothing that could be held by the code the store interrupted (a store to a register is
+// never made inside the emulation's own locks).
 //
 // Faults that are not on a window, and stores the decoder does not know (store_decode.h), go to
 // the program's own SIGSEGV handler as if the emulation were not there (fault_signals.h).
@@ -28,8 +28,12 @@
 namespace emu::mmio {
 
 // A completed store: `bytes` at `offset` of the window now hold the stored value in the device
-// side. Runs on the storing thread, in signal context.
-using StoreSink = void (*)(void* cookie, uint64_t offset, uint32_t bytes);
+// side, and `stored` holds them as this store made them (the device side may already hold another
+// thread's store to the same bytes: two threads ringing one doorbell word are two doorbells).
+// Runs on the storing thread, in signal context. A string store is reported in pieces of at most
+// kStringPiece bytes (the instruction resumes with the rest, as after an interrupt).
+using StoreSink = void (*)(void* cookie, uint64_t offset, const uint8_t* stored, uint32_t bytes);
+constexpr uint32_t kStringPiece = 256;
 
 // Traps stores to [view, view + len) (page-aligned, mapped without PROT_WRITE by the caller) into
 // device + offset. Returns a handle (>= 0), or -ENOSPC when every slot is taken, -EINVAL for a

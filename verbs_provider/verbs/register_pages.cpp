@@ -26,30 +26,37 @@ uint64_t regs_of(const EmuContext* ctx) { return ctx->n_uars + ctx->n_td_uars; }
 
 // The trap's report of a completed store in emu's layout: to the registers it covers (a store may
 // span two).
-void on_register_store(void* cookie, uint64_t offset, uint32_t bytes) {
+void on_register_store(void* cookie, uint64_t offset, const uint8_t* stored, uint32_t bytes) {
   auto* pages = static_cast<RegisterPages*>(cookie);
   EmuContext* ctx = pages->ctx;
+  const uint64_t start = offset;
   for (uint64_t end = offset + bytes; offset < end;) {
     uint64_t idx = offset / sizeof(UarReg), at = offset % sizeof(UarReg);
     uint64_t piece = sizeof(UarReg) - at < end - offset ? sizeof(UarReg) - at : end - offset;
     if (idx >= regs_of(ctx)) return;  // the page's tail past the last register: nothing there
     mmio_plain_store(ctx->uars[idx], pages->assembly[idx], pages->mirror + idx * sizeof(UarReg),
-                     uint32_t(at), uint32_t(piece));
+                     stored + (offset - start), uint32_t(at), uint32_t(piece));
     offset += piece;
   }
 }
 
-// mlx5's layout: a store below the BlueFlame registers. Only the CQ doorbell means anything there
-// (as on a NIC, writes to unused register space are dropped).
-void cq_doorbell_store(RegisterPages* pages, uint64_t page, uint32_t in, uint32_t len) {
+// mlx5's layout: a store of `len` bytes (`from`) at byte `in` of a page, below the BlueFlame
+// registers. Only the CQ doorbell means anything there (as on a NIC, writes to unused register
+// space are dropped). A store of the whole word rings with its own bytes (threads arming CQs
+// through one page at once each arm theirs); one assembled from parts, with the page's.
+void cq_doorbell_store(RegisterPages* pages, uint64_t page, const uint8_t* from, uint32_t in,
+                       uint32_t len) {
   uint32_t lo = in > kMlx5CqDoorbell ? in : kMlx5CqDoorbell;
   uint32_t hi = in + len < kMlx5CqDoorbell + 8 ? in + len : kMlx5CqDoorbell + 8;
   if (lo >= hi) return;
   if (!mmio_word_complete(pages->cq_doorbell[page], lo - kMlx5CqDoorbell, hi - kMlx5CqDoorbell))
     return;
-  uint64_t stored;
-  std::memcpy(&stored, pages->mirror + page * kMlx5UarPage + kMlx5CqDoorbell, sizeof stored);
-  device_cq_doorbell(pages->ctx->slot, stored);
+  const bool whole = lo == kMlx5CqDoorbell && hi == kMlx5CqDoorbell + 8;
+  const uint8_t* word =
+      whole ? from + (kMlx5CqDoorbell - in) : pages->mirror + page * kMlx5UarPage + kMlx5CqDoorbell;
+  uint64_t value;
+  std::memcpy(&value, word, sizeof value);
+  device_cq_doorbell(pages->ctx->slot, value);
 }
 
 // mlx5's layout: a store into BlueFlame register idx at byte `at` of its 512 (two halves). The
@@ -64,24 +71,25 @@ void bf_register_store(RegisterPages* pages, uint32_t idx, const uint8_t* from, 
   bool doorbell = whole_store && len == 8 && at % kBfBufSize == 0;
   if (doorbell) {
     std::memcpy(bytes + kDbAt, from, 8);
-    mmio_plain_store(reg, pages->assembly[idx], bytes, kDbAt, 8);
+    mmio_plain_store(reg, pages->assembly[idx], bytes, from, kDbAt, 8);
   }
   // (The doorbell's 8 bytes count for the half's first chunk under no writer: a BlueFlame write
   // of 8-byte stores completes it; another thread's later write there tears nothing.)
-  mmio_plain_store(reg, pages->assembly[idx], bytes, kBfAt + at, len, doorbell);
+  mmio_plain_store(reg, pages->assembly[idx], bytes, from, kBfAt + at, len, doorbell);
 }
 
-void on_mlx5_store(void* cookie, uint64_t offset, uint32_t bytes) {
+void on_mlx5_store(void* cookie, uint64_t offset, const uint8_t* stored, uint32_t bytes) {
   auto* pages = static_cast<RegisterPages*>(cookie);
   const uint64_t n_regs = regs_of(pages->ctx);
   const bool whole = bytes == 8;
+  const uint64_t start = offset;
   for (uint64_t end = offset + bytes; offset < end;) {
     uint64_t page = offset / kMlx5UarPage;
     uint32_t in = uint32_t(offset % kMlx5UarPage);
     uint64_t left = end - offset;
     if (in < kMlx5BfOffset) {
       uint32_t piece = uint32_t(left < kMlx5BfOffset - in ? left : kMlx5BfOffset - in);
-      cq_doorbell_store(pages, page, in, piece);
+      cq_doorbell_store(pages, page, stored + (offset - start), in, piece);
       offset += piece;
       continue;
     }
@@ -89,7 +97,7 @@ void on_mlx5_store(void* cookie, uint64_t offset, uint32_t bytes) {
     uint32_t piece = uint32_t(left < kMlx5BfRegSize - at ? left : kMlx5BfRegSize - at);
     uint64_t idx = page * kMlx5BfRegsPerPage + k;
     if (idx < n_regs)
-      bf_register_store(pages, uint32_t(idx), pages->mirror + offset, at, piece, whole);
+      bf_register_store(pages, uint32_t(idx), stored + (offset - start), at, piece, whole);
     offset += piece;
   }
 }

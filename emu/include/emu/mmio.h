@@ -76,12 +76,14 @@ struct StoreAssembly {
 bool mmio_word_complete(StoreAssembly& as, uint32_t lo, uint32_t hi);
 // A store of len bytes at byte `at` of register reg's layout (UarReg's offsets: the doorbell, the
 // BlueFlame buffers; stores elsewhere are dropped, as a NIC drops writes to unused register
-// space). The stored bytes are at mirror + at: the register's page as the program wrote it.
-// Runs on the storing thread, in its fault handler. anonymous: BlueFlame bytes that count for
-// their chunk under no writer (mlx5's layout: the 8 bytes of a doorbell rung at a half's start,
-// which a later write by another thread replaces without tearing anything).
-void mmio_plain_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, uint32_t at,
-                      uint32_t len, bool anonymous = false);
+// space). `stored` holds the len bytes as this store made them; mirror + at holds them too, in the
+// register's page as the program's threads wrote it (BlueFlame chunks assemble there; another
+// thread may have stored over them since). Runs on the storing thread, in its fault handler.
+// anonymous: BlueFlame bytes that count for their chunk under no writer (mlx5's layout: the 8
+// bytes of a doorbell rung at a half's start, which a later write by another thread replaces
+// without tearing anything).
+void mmio_plain_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, const uint8_t* stored,
+                      uint32_t at, uint32_t len, bool anonymous = false);
 
 // Send ring stores: a WQE of nbbs blocks written at ring position pos (32-bit block counter), and
 // the send doorbell record. rec may be null (nothing recorded).
