@@ -4,6 +4,10 @@
 
   pair.py --emu-run PATH --name NAME [--port P] --server "CMD" --client "CMD" [checks]
   pair.py --emu-run PATH --name NAME --single "CMD" [checks]
+  pair.py --emu-run PATH --name NAME --single "CMD" --fails [checks]
+
+--fails: the program is run to show a failure (the seed's racy variants): it must end with a
+non-zero exit code or a signal, its output must match every --expect, and race events are allowed.
 
 Every run also asserts that the device reported no race event (EMU_RACE_LOG=1 prints them) and
 that no ibv_*_pingpong -c found invalid data.
@@ -62,9 +66,12 @@ def sanitizer_report(text):
     return next((m for m in SANITIZER_REPORTS if m in text), None)
 
 
-def check(label, text, rc, args_rc, patterns, absent):
+def check(label, text, rc, args_rc, patterns, absent, fails=False):
     ok = True
-    if rc != args_rc:
+    if fails and rc == 0:
+        print(f"FAIL {label}: exit code 0, expected a failure")
+        ok = False
+    elif not fails and rc != args_rc:
         print(f"FAIL {label}: exit code {rc}, expected {args_rc}")
         ok = False
     report = sanitizer_report(text)
@@ -98,6 +105,8 @@ def main():
     ap.add_argument("--expect-server", action="append", default=[])
     ap.add_argument("--absent", action="append", default=[], help="regex no output may match")
     ap.add_argument("--env", action="append", default=[], help="K=V for every process")
+    ap.add_argument("--fails", action="store_true",
+                    help="--single must fail (non-zero exit or a signal); race events allowed")
     ap.add_argument("--skip-unless", nargs=2, metavar=("CMD", "REGEX"),
                     help="exit 77 (skipped, with the reason) unless CMD's output matches REGEX")
     ap.add_argument("--clients", type=int, default=1,
@@ -113,7 +122,8 @@ def main():
     # post through the
     # provider's locked path, so any report is a false positive of a detector or a provider bug.
     env["EMU_RACE_LOG"] = "1"
-    a.absent.append(r"^rdmaemu race:")
+    if not a.fails:
+        a.absent.append(r"^rdmaemu race:")
     # What the ibv_*_pingpong programs print for a received buffer that fails their -c check (and
     # go on, exit code 0).
     a.absent.append(r"invalid data in page")
@@ -132,7 +142,7 @@ def main():
             p = subprocess.run(run(a.single), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                text=True, timeout=a.timeout)
             print(p.stdout)
-            ok = check("process", p.stdout, p.returncode, a.rc, a.expect, a.absent)
+            ok = check("process", p.stdout, p.returncode, a.rc, a.expect, a.absent, a.fails)
         else:
             srv = subprocess.Popen(run(a.server), env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                    text=True)
