@@ -20,12 +20,15 @@
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
 #include <pthread.h>
+#include <setjmp.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <time.h>
@@ -455,6 +458,47 @@ static void run_target(struct ibv_device* dev) {
   exit(0);
 }
 
+// The program's own fault handling beside the registers' trap: a SIGSEGV handler it installs
+// after its registers were mapped gets the faults of a guard page it probes, and a program that
+// then puts SIGSEGV back to its default action (as UCX's fatal-error path does while other threads
+// still post) still has its register stores reach the device.
+static sigjmp_buf g_probe;
+static volatile sig_atomic_t g_own_faults;
+static void own_segv(int sig, siginfo_t* si, void* ctx) {
+  (void)sig, (void)si, (void)ctx;
+  ++g_own_faults;
+  siglongjmp(g_probe, 1);
+}
+
+static void write_text(struct side* s, const struct wire* peer, const uint8_t* text,
+                       const char* what) {
+  struct wqe w = {.ds = 1};
+  raddr(&w, peer->addr + 8192, peer->rkey);
+  inline_data(&w, text, 40);
+  expect_send_cqe(s, post_one(s, &w, MLX5_OPCODE_RDMA_WRITE), what);
+}
+
+static void own_handlers(struct side* s, const struct wire* peer, const uint8_t* text) {
+  struct sigaction sa = {0}, before;
+  sa.sa_sigaction = own_segv;
+  sa.sa_flags = SA_SIGINFO;
+  sigemptyset(&sa.sa_mask);
+  if (sigaction(SIGSEGV, &sa, &before)) die("sigaction");
+  volatile uint8_t* guard = mmap(NULL, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+  if (guard == MAP_FAILED) die("mmap");
+  if (sigsetjmp(g_probe, 1) == 0) guard[0] = 1;
+  if (g_own_faults != 1)
+    die("the program's SIGSEGV handler got %d faults of its guard page", g_own_faults);
+  write_text(s, peer, text, "WRITE under the program's SIGSEGV handler");
+  struct sigaction now;
+  if (sigaction(SIGSEGV, NULL, &now) || now.sa_sigaction != own_segv)
+    die("sigaction reads back another handler than the program set");
+  signal(SIGSEGV, SIG_DFL);
+  write_text(s, peer, text, "WRITE with SIGSEGV at its default action");
+  sigaction(SIGSEGV, &before, NULL);
+  munmap((void*)guard, 4096);
+}
+
 static void run_requester(struct ibv_device* dev) {
   struct side s;
   open_side(&s, dev);
@@ -535,6 +579,7 @@ static void run_requester(struct ibv_device* dev) {
     expect_send_cqe(&s, post_one(&s, &w, MLX5_OPCODE_RDMA_WRITE), "WRITE around the ring");
   }
   if (s.dq.bf.size) two_posters(&s, &peer);
+  own_handlers(&s, &peer, text);
   // Errors as mlx5 reports them: a WRITE with a key the target never gave is a requester error
   // CQE (opcode 13) with the remote access syndrome 0x13 and the WQE's index; the QP is then in
   // error, and the next WQE completes flushed (syndrome 0x05), in order.

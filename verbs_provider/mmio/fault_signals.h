@@ -4,11 +4,10 @@
 // and stays in front: a fault goes to each claimant in turn, and one that none claims goes to the
 // handler the program set, as the kernel would have delivered it. sigaction() and signal() are
 // interposed for these signals once ours is installed (what the program sets is what it reads back
-// and what its faults reach; nothing it does takes our handler away) where the interposers are
-// linked in: libemu_verbs.so does not export them yet (under TSan the runtime's sigaction
-// interceptor resolved its real function to ours and the library crashed at load), so there a
-// handler set after ours replaces it. A sanitizer's handler installed before ours is the
-// program's, from our side.
+// and what its faults reach; nothing it does takes our handler away): libemu_verbs.so exports
+// them, except in the sanitizer builds (under TSan the runtime's sigaction interceptor resolved
+// its real function to ours and the library crashed at load), where a handler set after ours
+// replaces it. A sanitizer's handler installed before ours is the program's, from our side.
 #pragma once
 #include <signal.h>
 
