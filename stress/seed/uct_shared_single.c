@@ -308,7 +308,7 @@ int main(int argc, char **argv) {
   pthread_mutex_init(&g.lock, NULL);
   g.seen = calloc((size_t)kThreads * g.opt.iters, 1);
   g.races_recorded = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "emudv_races_recorded");
-  ucs_status_t st = ucs_async_context_create(UCS_ASYNC_MODE_THREAD_SPINLOCK, &g.async);
+  ucs_status_t st = ucs_async_context_create(UCS_ASYNC_MODE_POLL, &g.async);
   if (st != UCS_OK) fail_setup("ucs_async_context_create", st);
   open_md();
   open_side(&g.snd, g.opt.serialized ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE);
