@@ -245,8 +245,7 @@ int main(int argc, char** argv) {
   g.races_before = g.races_recorded ? g.races_recorded() : 0;
   pthread_t rx, tx[kThreads];
   pthread_create(&rx, NULL, receiver, NULL);
-  for (unsigned t = 0; t < kThreads; ++t)
-    pthread_create(&tx[t], NULL, sender, (void*)(uintptr_t)t);
+  for (unsigned t = 0; t < kThreads; ++t) pthread_create(&tx[t], NULL, sender, (void*)(uintptr_t)t);
   for (unsigned t = 0; t < kThreads; ++t) pthread_join(tx[t], NULL);
   pthread_join(rx, NULL);
   race_check(kThreads, g.iters);

@@ -122,10 +122,9 @@ static void post(unsigned t, unsigned i, int put) {
   for (unsigned k = 0; k < sizeof buf; ++k) buf[k] = put ? put_byte(t, i, k) : am_byte(t, i, k);
   for (;;) {
     enter();
-    ucs_status_t st =
-        put ? uct_ep_put_short(g.snd.ep, buf, kPutBytes, (uintptr_t)(g.target + t * kSlot),
-                               g.target_rkey)
-            : uct_ep_am_short(g.snd.ep, kAmId, (uint64_t)t << 32 | i, buf, kAmBytes);
+    ucs_status_t st = put ? uct_ep_put_short(g.snd.ep, buf, kPutBytes,
+                                             (uintptr_t)(g.target + t * kSlot), g.target_rkey)
+                          : uct_ep_am_short(g.snd.ep, kAmId, (uint64_t)t << 32 | i, buf, kAmBytes);
     if (st == UCS_ERR_NO_RESOURCE) uct_worker_progress(g.snd.worker);
     leave();
     if (st == UCS_OK) return;
@@ -244,7 +243,8 @@ static void register_target(void) {
   uct_md_attr_t attr;
   uct_mem_h memh;
   ucs_status_t st = uct_md_query(g.md, &attr);
-  if (st == UCS_OK) st = uct_md_mem_reg(g.md, g.target, sizeof g.target, UCT_MD_MEM_ACCESS_ALL, &memh);
+  if (st == UCS_OK)
+    st = uct_md_mem_reg(g.md, g.target, sizeof g.target, UCT_MD_MEM_ACCESS_ALL, &memh);
   if (st != UCS_OK) fail_setup("uct_md_mem_reg", st);
   void *packed = calloc(1, attr.rkey_packed_size + 1);
   uct_rkey_bundle_t rkey;
