@@ -15,8 +15,9 @@ const char* point_label(uint16_t kind) {
       "yield",    "load",        "store",       "lock",      "unlock",       "wait",
       "finish",   "index load",  "index store", "wqe store", "dbrec store",  "db64",
       "bf chunk", "flush",       "poll",        "spin",      "dev doorbell", "dev dbrec",
-      "dev wqe",  "dev execute", "dev cqe",     "drain",     "spawn",        "signal"};
-  static_assert(std::size(kLabels) == kPointSignal + 1);
+      "dev wqe",  "dev execute", "dev cqe",     "drain",     "spawn",        "signal",
+      "fd wait",  "mmio store"};
+  static_assert(std::size(kLabels) == kPointMmioStore + 1);
   return kind < std::size(kLabels) ? kLabels[kind] : "user";
 }
 
@@ -30,12 +31,27 @@ static bool unwinding(Run* r) {
   throw RunOver{};
 }
 
+// Set while the actor is inside the scheduler's own bookkeeping. Code the bookkeeping calls back
+// into (an allocator's hook: UCX's memory events take its spin lock when the trace grows) is part
+// of the step being taken: its points are not points, and it is not switched out in the middle.
+static EMU_FAST_TLS bool tl_busy;
+
+class Busy {
+ public:
+  Busy() { tl_busy = true; }
+  ~Busy() { tl_busy = false; }
+};
+
 void point_slow(uint16_t kind, uint64_t addr, uint64_t value) {
-  if (!unwinding(tl_run)) tl_run->point(tl_actor, kind, addr, value);
+  if (tl_busy || unwinding(tl_run)) return;
+  Busy busy;
+  tl_run->point(tl_actor, kind, addr, value);
 }
 
 void spin_slow(uint16_t kind, uint64_t addr) {
-  if (!unwinding(tl_run)) tl_run->spin(tl_actor, kind, addr);
+  if (tl_busy || unwinding(tl_run)) return;
+  Busy busy;
+  tl_run->spin(tl_actor, kind, addr);
 }
 
 }  // namespace detail
@@ -62,11 +78,13 @@ void lock_release(ActorId* holder, uint64_t addr) {
 void wait_until(const std::function<bool()>& ready, const char* what, uint16_t kind,
                 uint64_t addr) {
   Run* r = detail::tl_run;
-  if (!r) {
+  if (!r || detail::tl_busy) {
     while (!ready()) std::this_thread::yield();
     return;
   }
-  if (!detail::unwinding(r)) r->wait(detail::tl_actor, ready, what, kind, addr);
+  if (detail::unwinding(r)) return;
+  detail::Busy busy;
+  r->wait(detail::tl_actor, ready, what, kind, addr);
 }
 
 void fail(const std::string& signature) {

@@ -100,6 +100,8 @@ std::string outcome_json(const Spec& spec, const RunResult& r, const std::vector
   return j + "], \"replay\": " + json_quote(replay_command) + "}\n";
 }
 
+constexpr uint32_t kReserveSteps = 1u << 20;
+
 void start(const Spec& spec, StuckHandler stuck) {
   // A process runs one program, which lives as long as it. A test that starts another has joined
   // the threads of the one before, which was leaked here until LeakSanitizer said so.
@@ -116,6 +118,9 @@ void start(const Spec& spec, StuckHandler stuck) {
     std::abort();  // the handler ends the process
   });
   g_run->run->set_step_bound(spec.max_steps);
+  // Untouched pages until used. UCX hooks the allocator (its memory events take a lock), so the
+  // trace must not be reallocated in the middle of a step.
+  g_run->run->reserve(spec.max_steps < kReserveSteps ? spec.max_steps : kReserveSteps);
 }
 
 bool active() { return g_run && !g_run->run->over(); }

@@ -52,6 +52,13 @@ class Run {
   // A program-wide run that makes this many steps ends stuck ("step bound"): a livelock whose
   // actors keep moving (a poller that takes a lock each round) is never all-spinning.
   void set_step_bound(uint32_t steps) { step_bound_ = steps; }
+  // Room for this many points' records, taken now: a run whose trace would otherwise grow by
+  // reallocation (and free its old storage) inside a program whose allocator is hooked.
+  void reserve(uint32_t steps) {
+    result_.trace.reserve(steps);
+    result_.choices.reserve(steps);
+    result_.schedule.choices.reserve(steps);
+  }
 
   // Called by the actor `self` holding the baton.
   void point(ActorId self, uint16_t kind, uint64_t addr, uint64_t value);

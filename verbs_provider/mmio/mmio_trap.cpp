@@ -1,7 +1,9 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "mmio_trap.h"
 
+#include <dlfcn.h>
 #include <errno.h>
+#include <execinfo.h>
 #include <sys/mman.h>
 #include <ucontext.h>
 #include <unistd.h>
@@ -56,6 +58,9 @@ struct Step {
   sigset_t mask;
 };
 __attribute__((tls_model("initial-exec"))) thread_local Step t_step;
+// The instruction whose store the thread's handler is completing (a vector store's single step
+// comes next on the same thread, before any other store of it).
+__attribute__((tls_model("initial-exec"))) thread_local uint64_t t_insn;
 
 const Window* window_at(uint64_t addr) {
   int end = g_window_end.load(std::memory_order_acquire);
@@ -224,6 +229,7 @@ bool claim_store(int sig, siginfo_t* si, void* ctx) {
   auto* uc = static_cast<ucontext_t*>(ctx);
   greg_t* g = uc->uc_mcontext.gregs;
   const auto* rip = reinterpret_cast<const uint8_t*>(g[REG_RIP]);
+  t_insn = uint64_t(g[REG_RIP]);
   StoreInsn in = decode_store(rip);
   bool done = false;
   switch (in.kind) {
@@ -276,6 +282,23 @@ void map_scratch(uint64_t page) {
 }
 
 }  // namespace
+
+uint64_t storing_instruction() { return t_insn; }
+
+uint64_t store_site() {
+  void* frames[24];
+  int n = backtrace(frames, 24);
+  Dl_info self{}, libc{};
+  dladdr(reinterpret_cast<void*>(&store_site), &self);
+  dladdr(reinterpret_cast<void*>(&backtrace), &libc);
+  for (int i = 0; i < n; ++i) {
+    Dl_info at{};
+    if (!dladdr(frames[i], &at)) continue;
+    if (at.dli_fbase != self.dli_fbase && at.dli_fbase != libc.dli_fbase)
+      return reinterpret_cast<uint64_t>(frames[i]);
+  }
+  return t_insn;
+}
 
 int trap_window_add(void* view, size_t len, void* device, StoreSink sink, void* cookie) {
   uint64_t lo = reinterpret_cast<uint64_t>(view);

@@ -35,6 +35,14 @@ namespace emu::mmio {
 using StoreSink = void (*)(void* cookie, uint64_t offset, const uint8_t* stored, uint32_t bytes);
 constexpr uint32_t kStringPiece = 256;
 
+// In a sink: the address of the instruction that made the store being reported.
+uint64_t storing_instruction();
+// In a sink, for a scheduled run's report (not cheap: it unwinds the stack): the first frame of
+// the storing thread that is neither the emulation's nor the C library's, so that a BlueFlame
+// copy made by memcpy is named by memcpy's caller; the instruction's address when none is.
+// backtrace() must have been called once outside the handler (it loads the unwinder).
+uint64_t store_site();
+
 // Traps stores to [view, view + len) (page-aligned, mapped without PROT_WRITE by the caller) into
 // device + offset. Returns a handle (>= 0), or -ENOSPC when every slot is taken, -EINVAL for a
 // range that is not page-aligned.

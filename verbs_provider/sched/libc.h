@@ -4,6 +4,10 @@
 #include <dlfcn.h>
 
 #include <atomic>
+#include <string>
+#include <vector>
+
+#include "emu/sched.h"
 
 namespace emu_sched {
 
@@ -21,7 +25,16 @@ Fn libc_next(std::atomic<Fn>& slot, const char* name, const char* version = null
   return f;
 }
 
-// The program-wide run's end: the report (stderr, EMU_SCHEDULE_OUT), once (program.cpp).
-void finish_program_run();
+// The program-wide run's end: the report (stderr, EMU_SCHEDULE_OUT), once (program.cpp). With
+// `failure`, a run that had not failed is reported as failed with that signature.
+void finish_program_run(const char* failure = nullptr);
+
+// The run's last `n` steps, a line each, with the function of each trapped register store's
+// instruction where the dynamic symbols name it (program_report.cpp).
+std::string last_steps(const emu::sched::RunResult& r, size_t n);
+// EMU_SCHEDULE_TRACE: the run as Perfetto trace-event JSON, a track per thread and one for the
+// device (its steps run inline in the threads that rang it), the race events as instants.
+bool write_program_trace(const std::string& path, const emu::sched::RunResult& r,
+                         const std::vector<std::string>& races);
 
 }  // namespace emu_sched

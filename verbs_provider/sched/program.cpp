@@ -3,6 +3,7 @@
 // ends it when main returns or an actor calls exit(); then it writes what happened to stderr and,
 // as JSON, to the file EMU_SCHEDULE_OUT names: strategy, seed, steps, decisions, the schedule, the
 // trace hash, the device's race events in the run, and the command that replays it.
+#include <execinfo.h>
 #include <unistd.h>
 
 #include <cinttypes>
@@ -22,6 +23,7 @@ namespace sched = emu::sched;
 namespace program = emu::sched::program;
 
 constexpr int kExitStuck = 3;  // the run deadlocked or livelocked: the program cannot go on
+constexpr size_t kListedSteps = 40;  // the report's listing of the run's end
 
 using MainFn = int (*)(int, char**, char**);
 MainFn g_main = nullptr;
@@ -58,7 +60,14 @@ std::string replay_command(const sched::RunResult& r) {
 
 void report(const sched::RunResult& r) {
   std::vector<program::RaceNote> races = races_in_run();
-  std::string out = "emu-sched: " + program::format_spec(g_spec) + ": " + r.describe();
+  std::vector<std::string> race_names;
+  for (const program::RaceNote& e : races) race_names.push_back(e.kind);
+  std::string out = emu_sched::last_steps(r, kListedSteps);
+  if (const char* trace = std::getenv("EMU_SCHEDULE_TRACE"); trace && *trace) {
+    if (!emu_sched::write_program_trace(trace, r, race_names))
+      out += "emu-sched: cannot write EMU_SCHEDULE_TRACE " + std::string(trace) + "\n";
+  }
+  out += "emu-sched: " + program::format_spec(g_spec) + ": " + r.describe();
   out += "emu-sched: " + std::to_string(r.steps) + " steps, " +
          std::to_string(r.schedule.choices.size()) + " decisions, " +
          std::to_string(sched::count_preemptions(r.choices)) + " preemptions, trace hash " +
@@ -66,6 +75,7 @@ void report(const sched::RunResult& r) {
   for (const program::RaceNote& e : races) out += " " + e.kind;
   out += "\nemu-sched: replay: " + replay_command(r) + "\n";
   std::fputs(out.c_str(), stderr);
+  std::fflush(stderr);
   const char* path = std::getenv("EMU_SCHEDULE_OUT");
   if (!path || !*path) return;
   if (FILE* f = std::fopen(path, "w")) {
@@ -92,19 +102,31 @@ int scheduled_main(int argc, char** argv, char** envp) {
     return 2;
   }
   g_argv.assign(argv, argv + argc);
+  void* warm[1];
+  backtrace(warm, 1);  // loads the unwinder now: the register stores' points unwind in a handler
+
   g_races_from = emudv_races_recorded();
   program::start(g_spec, stuck);
+  // After the start: the counter reads the run's clock from here on (threads made later inherit it).
+  if (!program::trap_time_stamp_counter())
+    std::fprintf(stderr, "emu-sched: the time-stamp counter cannot be trapped (PR_SET_TSC)\n");
   int rc = g_main(argc, argv, envp);
-  emu_sched::finish_program_run();
+  std::string failure = "exit " + std::to_string(rc);
+  emu_sched::finish_program_run(rc ? failure.c_str() : nullptr);
   return rc;
 }
 
 }  // namespace
 
-void emu_sched::finish_program_run() {
+void emu_sched::finish_program_run(const char* failure) {
   if (g_reported || !program::active() || !sched::scheduled()) return;
   g_reported = true;
-  report(program::stop());
+  sched::RunResult r = program::stop();
+  if (failure && r.outcome == sched::Outcome::kOk) {
+    r.outcome = sched::Outcome::kFailed;
+    r.signature = failure;
+  }
+  report(r);
 }
 
 extern "C" {
@@ -123,12 +145,35 @@ int __libc_start_main(MainFn main, int argc, char** argv, void (*init)(), void (
                                                          stack_end);
 }
 
-// exit() from an actor ends the run first (the report is then complete).
+// exit() from an actor ends the run first (the report is then complete); a status other than 0
+// fails it with the signature "exit <status>".
 [[noreturn]] void exit(int status) {
   using ExitFn = void (*)(int);
   static std::atomic<ExitFn> real{nullptr};
-  emu_sched::finish_program_run();
+  std::string failure = "exit " + std::to_string(status);
+  emu_sched::finish_program_run(status ? failure.c_str() : nullptr);
   emu_sched::libc_next(real, "exit")(status);
+  __builtin_unreachable();
+}
+
+// _exit() too (a program that stops at once when it has seen a failure: nothing of its state is
+// to be trusted, so no exit handler runs).
+[[noreturn]] void _exit(int status) {
+  using ExitFn = void (*)(int);
+  static std::atomic<ExitFn> real{nullptr};
+  std::string failure = "exit " + std::to_string(status);
+  emu_sched::finish_program_run(status ? failure.c_str() : nullptr);
+  emu_sched::libc_next(real, "_exit")(status);
+  __builtin_unreachable();
+}
+
+// abort() from an actor (a failed assertion: UCX's, the C library's) ends the run as failed with
+// the signature "abort", reported before the process goes.
+[[noreturn]] void abort() {
+  using AbortFn = void (*)();
+  static std::atomic<AbortFn> real{nullptr};
+  emu_sched::finish_program_run("abort");
+  emu_sched::libc_next(real, "abort")();
   __builtin_unreachable();
 }
 

@@ -3,7 +3,7 @@
 // that blocks in the kernel on a mutex another parked actor holds, or spins on a flag another
 // actor must set, would stop the run: the baton lets only one actor move. Interposed here, a
 // mutex taken by an actor is a scheduling lock (the actor is not enabled while another actor holds
-// it) and sched_yield is a spin point. Outside a run each call is the real one after a
+// it), and so is a spin lock (UCX's locks are pthread spin locks), and sched_yield is a spin point. Outside a run each call is the real one after a
 // thread-local load. Loaded by programs that schedule threads (emu-race links it; emu-run preloads
 // it under EMU_SCHEDULE); never part of libemu_verbs.so, so plain verbs programs keep libc's.
 #include <dlfcn.h>
@@ -24,10 +24,11 @@ using MutexFn = int (*)(pthread_mutex_t*);
 
 // libc's function of that name, found on first use (a constructor could run after another
 // library's constructor has locked a mutex). dlsym takes the loader's own locks, not these.
-MutexFn real(std::atomic<MutexFn>& slot, const char* name) {
-  MutexFn f = slot.load(std::memory_order_acquire);
+template <typename Fn>
+Fn real(std::atomic<Fn>& slot, const char* name) {
+  Fn f = slot.load(std::memory_order_acquire);
   if (!f) {
-    f = reinterpret_cast<MutexFn>(dlsym(RTLD_NEXT, name));
+    f = reinterpret_cast<Fn>(dlsym(RTLD_NEXT, name));
     slot.store(f, std::memory_order_release);
   }
   return f;
@@ -51,6 +52,10 @@ ActorId* holder_of(const void* m) {
 }
 
 uint64_t addr_of(const void* m) { return reinterpret_cast<uintptr_t>(m); }
+
+using SpinFn = int (*)(pthread_spinlock_t*);
+std::atomic<SpinFn> g_spin_lock{nullptr}, g_spin_trylock{nullptr}, g_spin_unlock{nullptr};
+const void* key_of(pthread_spinlock_t* l) { return const_cast<const int*>(l); }
 
 }  // namespace
 
@@ -78,6 +83,34 @@ int pthread_mutex_unlock(pthread_mutex_t* m) {
   if (!emu::sched::scheduled()) return real_unlock(m);
   int rc = real_unlock(m);
   emu::sched::lock_release(holder_of(m), addr_of(m));
+  return rc;
+}
+
+// A spin lock is a scheduling lock too: an actor spinning on one a parked actor holds would keep
+// the baton for ever.
+int pthread_spin_lock(pthread_spinlock_t* l) {
+  auto real_spin = real(g_spin_lock, "pthread_spin_lock");
+  if (!emu::sched::scheduled()) return real_spin(l);
+  emu::sched::lock_acquire(holder_of(key_of(l)), "spin lock", addr_of(key_of(l)));
+  return real_spin(l);
+}
+
+int pthread_spin_trylock(pthread_spinlock_t* l) {
+  auto real_try = real(g_spin_trylock, "pthread_spin_trylock");
+  if (!emu::sched::scheduled()) return real_try(l);
+  emu::sched::point(emu::sched::kPointLock, addr_of(key_of(l)));
+  ActorId* h = holder_of(key_of(l));
+  if (*h != emu::sched::kNoActor) return EBUSY;
+  int rc = real_try(l);
+  if (rc == 0) *h = emu::sched::current_actor();
+  return rc;
+}
+
+int pthread_spin_unlock(pthread_spinlock_t* l) {
+  auto real_unlock_spin = real(g_spin_unlock, "pthread_spin_unlock");
+  if (!emu::sched::scheduled()) return real_unlock_spin(l);
+  int rc = real_unlock_spin(l);
+  emu::sched::lock_release(holder_of(key_of(l)), addr_of(key_of(l)));
   return rc;
 }
 

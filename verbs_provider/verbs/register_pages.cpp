@@ -11,11 +11,14 @@
 
 #include "emu/config.h"
 #include "emu/device.h"
+#include "emu/sched.h"
 #include "mmio/mmio_trap.h"
 #include "provider.h"
 
 namespace emu::prov {
 namespace {
+
+namespace sched = emu::sched;
 
 constexpr uint32_t kDbAt = offsetof(UarReg, doorbell);
 constexpr uint32_t kBfAt = offsetof(UarReg, bf);
@@ -24,11 +27,21 @@ static_assert(kMlx5BfOffset + kMlx5BfRegsPerPage * kMlx5BfRegSize == kMlx5UarPag
 
 uint64_t regs_of(const EmuContext* ctx) { return ctx->n_uars + ctx->n_td_uars; }
 
+// Under EMU_SCHEDULE every store to a register is a scheduling point of the thread that made it,
+// whoever's code it is (UCX's BlueFlame copy is a run of such stores): the schedule decides what
+// the other threads do between two of them. The point's value is where in the program the store
+// came from (mmio::store_site; the run's report names the function). One thread-local load
+// outside a run.
+void store_point(uint64_t offset) {
+  if (sched::scheduled()) sched::point(sched::kPointMmioStore, offset, mmio::store_site());
+}
+
 // The trap's report of a completed store in emu's layout: to the registers it covers (a store may
 // span two).
 void on_register_store(void* cookie, uint64_t offset, const uint8_t* stored, uint32_t bytes) {
   auto* pages = static_cast<RegisterPages*>(cookie);
   EmuContext* ctx = pages->ctx;
+  store_point(offset);
   const uint64_t start = offset;
   for (uint64_t end = offset + bytes; offset < end;) {
     uint64_t idx = offset / sizeof(UarReg), at = offset % sizeof(UarReg);
@@ -80,6 +93,7 @@ void bf_register_store(RegisterPages* pages, uint32_t idx, const uint8_t* from, 
 
 void on_mlx5_store(void* cookie, uint64_t offset, const uint8_t* stored, uint32_t bytes) {
   auto* pages = static_cast<RegisterPages*>(cookie);
+  store_point(offset);
   const uint64_t n_regs = regs_of(pages->ctx);
   const bool whole = bytes == 8;
   const uint64_t start = offset;

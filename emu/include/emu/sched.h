@@ -53,6 +53,11 @@ enum PointKind : uint16_t {
   // A program-wide run (emu/sched_program.h): the program's own thread operations.
   kPointSpawn,   // an actor created a thread (value: the new actor)
   kPointSignal,  // a condition variable was signalled or broadcast (addr: it)
+  kPointFdWait,  // a wait on file descriptors found none ready (addr: the first descriptor)
+  // A store by any code to a trapped device register (verbs_provider/mmio/): addr, its offset in
+  // the register pages; value, the code it came from (the first frame
+  // outside the emulation and the C library).
+  kPointMmioStore,
   kPointUser = 64,
 };
 const char* point_label(uint16_t kind);  // a static string

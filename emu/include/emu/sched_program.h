@@ -53,6 +53,13 @@ void drop_thread(ActorId a);  // its thread could not be created after all: it c
 bool enter(ActorId self);
 void leave();  // on that thread, after its function returned
 bool finished(ActorId a);
+// From now on the program's RDTSC and RDTSCP read the run's logical clock (what its
+// clock_gettime reads): code that times itself with the instruction (UCX does) takes the same
+// path in every replay. Defined by the provider's fault handling (verbs_provider/mmio/
+// tsc_trap.cpp; the counter faults, PR_SET_TSC), which libemu_verbs.so exports with the rest of
+// emu::sched. false when the kernel refuses.
+bool trap_time_stamp_counter();
+
 // By actor 0: ends the run (other actors stay parked) and returns what happened.
 RunResult stop();
 
