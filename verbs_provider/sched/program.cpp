@@ -22,7 +22,7 @@ namespace {
 namespace sched = emu::sched;
 namespace program = emu::sched::program;
 
-constexpr int kExitStuck = 3;  // the run deadlocked or livelocked: the program cannot go on
+constexpr int kExitStuck = 3;        // the run deadlocked or livelocked: the program cannot go on
 constexpr size_t kListedSteps = 40;  // the report's listing of the run's end
 
 using MainFn = int (*)(int, char**, char**);
@@ -107,7 +107,8 @@ int scheduled_main(int argc, char** argv, char** envp) {
 
   g_races_from = emudv_races_recorded();
   program::start(g_spec, stuck);
-  // After the start: the counter reads the run's clock from here on (threads made later inherit it).
+  // After the start: the counter reads the run's clock from here on (threads made later inherit
+  // it).
   if (!program::trap_time_stamp_counter())
     std::fprintf(stderr, "emu-sched: the time-stamp counter cannot be trapped (PR_SET_TSC)\n");
   int rc = g_main(argc, argv, envp);

@@ -3,9 +3,10 @@
 // that blocks in the kernel on a mutex another parked actor holds, or spins on a flag another
 // actor must set, would stop the run: the baton lets only one actor move. Interposed here, a
 // mutex taken by an actor is a scheduling lock (the actor is not enabled while another actor holds
-// it), and so is a spin lock (UCX's locks are pthread spin locks), and sched_yield is a spin point. Outside a run each call is the real one after a
-// thread-local load. Loaded by programs that schedule threads (emu-race links it; emu-run preloads
-// it under EMU_SCHEDULE); never part of libemu_verbs.so, so plain verbs programs keep libc's.
+// it), and so is a spin lock (UCX's locks are pthread spin locks), and sched_yield is a spin point.
+// Outside a run each call is the real one after a thread-local load. Loaded by programs that
+// schedule threads (emu-race links it; emu-run preloads it under EMU_SCHEDULE); never part of
+// libemu_verbs.so, so plain verbs programs keep libc's.
 #include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
