@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // emu-run CMD ARGS...: runs CMD with the emulated devices visible (preloads libemu_verbs.so, found
-// beside this executable or in ../lib; under EMU_SCHEDULE libemu_sched.so too).
+// beside this executable or in ../lib; under EMU_SCHEDULE libemu_sched.so too, and the program's
+// address space laid out without randomisation).
+#include <sys/personality.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -49,6 +51,11 @@ int main(int argc, char** argv) {
       return 2;
     }
     lib += ":" + sched;
+    // A replay must take the program down the same paths, and programs decide by addresses (UCX
+    // keys hash tables and its registration cache by them): the same layout in every run, as a
+    // debugger gives. The flag is the process's and survives the exec below.
+    int persona = personality(0xffffffff);
+    if (persona != -1 && !(persona & ADDR_NO_RANDOMIZE)) personality(persona | ADDR_NO_RANDOMIZE);
   }
   // Anything already preloaded stays first (a sanitizer runtime must come before every library).
   std::string preload = lib;

@@ -190,11 +190,18 @@ const KnobDoc kKnobs[] = {
         "`replay:<schedule>` (the `s1:...` text a run prints). The engine then runs inline "
         "whatever "
         "EMU_ENGINE says. At exit the run writes strategy, steps, decisions, schedule, trace hash, "
-        "race events and a replay command to stderr.",
+        "race events, its last 40 steps (naming the function of each store to a device register) "
+        "and a replay command to stderr; an exit status other than 0, `_exit` and `abort` (a "
+        "failed assertion) fail the run (`exit N`, `abort`).",
         KnobKind::grammar, 0, 0, kScheduleGrammar, check_schedule),
     knob("EMU_SCHEDULE_OUT", "",
          "With EMU_SCHEDULE: a file the run's outcome is also written to, as one JSON object "
          "(`schedule`, `trace_hash`, `races`, `replay`, ...).",
+         KnobKind::file),
+    knob("EMU_SCHEDULE_TRACE", "",
+         "With EMU_SCHEDULE: a file the run is also written to as a Chrome/Perfetto trace (open "
+         "it at ui.perfetto.dev): a track per thread and one for the device's steps, each "
+         "scheduling point a slice, the race events and a failure as instants.",
          KnobKind::file),
     knob(
         "EMU_FAULTS", "",

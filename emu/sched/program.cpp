@@ -91,6 +91,16 @@ std::string outcome_json(const Spec& spec, const RunResult& r, const std::vector
   j += ", \"preemptions\": " + std::to_string(count_preemptions(r.choices));
   j += ", \"actors\": " + std::to_string(r.positions.size());
   j += ", \"schedule\": " + json_quote(format_schedule(r.schedule));
+  // Each decision as [chosen, previous (-1: none), whether previous could have moved]: where the
+  // preemptions are, for a shrinker that replays the program (emu-shrink).
+  j += ", \"choice_records\": [";
+  for (size_t i = 0; i < r.choices.size(); ++i) {
+    const ChoiceRecord& c = r.choices[i];
+    j += std::string(i ? "," : "") + "[" + std::to_string(c.chosen) + "," +
+         (c.previous == kNoActor ? std::string("-1") : std::to_string(c.previous)) + "," +
+         (c.previous_enabled ? "1" : "0") + "]";
+  }
+  j += "]";
   j += ", \"trace_hash\": " + json_hex(r.trace_hash);
   j += ", \"races\": [";
   for (size_t i = 0; i < races.size(); ++i)

@@ -2,6 +2,7 @@
 // Shrinking a failing schedule (emu/shrink.h).
 #include "emu/shrink.h"
 
+#include <algorithm>
 #include <cstddef>
 #include <set>
 #include <utility>
@@ -18,6 +19,11 @@ constexpr size_t kTightenWindow = 4;
 bool is_preemption(const ChoiceRecord& r) {
   return r.previous != kNoActor && r.previous_enabled && r.chosen != r.previous;
 }
+
+// A choice of another actor than the one that moved before. Deleting a choice that is not one only
+// shifts the choices after it onto other decisions: worth a replay one at a time, not in blocks
+// (a program's set-up is hundreds of them in a row).
+bool is_switch(const ChoiceRecord& r) { return r.chosen != r.previous; }
 
 Schedule prefix(const Schedule& s, size_t len) {
   return Schedule{{s.choices.begin(), s.choices.begin() + static_cast<std::ptrdiff_t>(len)}};
@@ -96,6 +102,38 @@ class Shrinker {
     return changed;
   }
 
+  // The same edits on blocks of choices, halving the block down to 2 (one is edit_pass's): a long
+  // run of choices that do not matter (a program's set-up, a thread spinning while the others
+  // move) goes in a few replays instead of one each. Giving back the preemptions of a block keeps
+  // the block's other choices; deleting drops them all (a block without a switch is left to
+  // edit_pass). True when it changed the schedule.
+  bool block_pass(bool preemptions_only) {
+    bool changed = false;
+    for (size_t block = current_.choices.size() / 2; block >= 2 && !exhausted_; block /= 2) {
+      for (size_t start = 0; start < current_.choices.size() && !exhausted_;) {
+        const size_t end = std::min(start + block, current_.choices.size());
+        Schedule edited = current_;
+        bool any = false;
+        if (preemptions_only) {
+          for (size_t i = start; i < end; ++i)
+            if (is_preemption(record_[i])) {
+              edited.choices[i] = record_[i].previous;
+              any = true;
+            }
+        } else {
+          for (size_t i = start; i < end && !any; ++i) any = is_switch(record_[i]);
+          edited.choices.erase(edited.choices.begin() + static_cast<std::ptrdiff_t>(start),
+                               edited.choices.begin() + static_cast<std::ptrdiff_t>(end));
+        }
+        if (any && try_accept(std::move(edited)))
+          changed = true;  // the block now holds other choices, or none to give back
+        else
+          start = end;
+      }
+    }
+    return changed;
+  }
+
   const Schedule& current() const { return current_; }
   const std::vector<ChoiceRecord>& record() const { return record_; }
   uint32_t runs() const { return runs_; }
@@ -123,7 +161,9 @@ ShrinkResult shrink_schedule(const Schedule& failing, const std::string& signatu
     out.stats.preemptions_before = count_preemptions(shrinker.record());
     do {
       shrinker.truncate();
-    } while ((shrinker.edit_pass(true) || shrinker.edit_pass(false)) && !shrinker.exhausted());
+    } while ((shrinker.block_pass(true) || shrinker.edit_pass(true) || shrinker.block_pass(false) ||
+              shrinker.edit_pass(false)) &&
+             !shrinker.exhausted());
     out.schedule = shrinker.current();
     out.stats.preemptions_after = count_preemptions(shrinker.record());
   }

@@ -37,6 +37,7 @@ BAD = {
     "EMU_ENGINE": ["bogus", "Thread"],
     "EMU_SCHEDULE": ["pct:seed=x", "sometimes"],
     "EMU_SCHEDULE_OUT": ["/tmp/"],
+    "EMU_SCHEDULE_TRACE": ["/tmp/"],
     "EMU_FAULTS": ["seed=1;explode"],
     "EMU_INJECT": ["wc:status=bogus"],
     "EMU_ACK_TIMEOUT_SCALE": ["0", "fast", "nan", "-1"],

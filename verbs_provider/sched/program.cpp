@@ -58,8 +58,7 @@ std::string replay_command(const sched::RunResult& r) {
   return cmd;
 }
 
-void report(const sched::RunResult& r) {
-  std::vector<program::RaceNote> races = races_in_run();
+void report(const sched::RunResult& r, const std::vector<program::RaceNote>& races) {
   std::vector<std::string> race_names;
   for (const program::RaceNote& e : races) race_names.push_back(e.kind);
   std::string out = emu_sched::last_steps(r, kListedSteps);
@@ -88,7 +87,7 @@ void report(const sched::RunResult& r) {
 
 void stuck(const program::Spec&, const sched::RunResult& r) {
   g_reported = true;
-  report(r);
+  report(r, races_in_run());
   std::fflush(stderr);
   _exit(kExitStuck);  // the actors are parked for good: no destructor can run
 }
@@ -123,11 +122,17 @@ void emu_sched::finish_program_run(const char* failure) {
   if (g_reported || !program::active() || !sched::scheduled()) return;
   g_reported = true;
   sched::RunResult r = program::stop();
-  if (failure && r.outcome == sched::Outcome::kOk) {
+  // The oracles in emu-race's order: the device's race events first (what the program did after
+  // one, an assertion of its own or its exit, is a consequence), then how the program ended.
+  std::vector<program::RaceNote> races = races_in_run();
+  if (!races.empty() && r.outcome != sched::Outcome::kDeadlock) {
+    r.outcome = sched::Outcome::kFailed;
+    r.signature = "race " + races.front().kind;
+  } else if (failure && r.outcome == sched::Outcome::kOk) {
     r.outcome = sched::Outcome::kFailed;
     r.signature = failure;
   }
-  report(r);
+  report(r, races);
 }
 
 extern "C" {

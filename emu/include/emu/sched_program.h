@@ -34,8 +34,8 @@ struct RaceNote {
   uint32_t qpn = 0;
   uint32_t slot = 0;
 };
-// The run's outcome as one JSON object (EMU_SCHEDULE_OUT): spec, outcome, steps, decisions,
-// preemptions, schedule, trace hash, races, replay command.
+// The run's outcome as one JSON object (EMU_SCHEDULE_OUT): spec, outcome, signature, steps,
+// decisions, preemptions, schedule, choice records, trace hash, races, replay command.
 std::string outcome_json(const Spec& spec, const RunResult& r, const std::vector<RaceNote>& races,
                          const std::string& replay_command);
 

@@ -4,9 +4,10 @@
 // schedule (the replay), so it is tested with synthetic runners and used with the real scheduler.
 //
 // Order: truncate first (the choices after the failure, and most before it, are noise), then take
-// preemptions away one at a time (give the choice back to the actor that moved before, or delete
-// it), and when none can go, delete other choices one at a time; truncate again after each pass
-// that changed something, until a pass changes nothing or the replay budget is spent.
+// preemptions away, in blocks of halving size and then one at a time (give the choice back to the
+// actor that moved before, or delete it), and when none can go, delete other choices the same
+// way; truncate again after each pass that changed something, until a pass changes nothing or the
+// replay budget is spent.
 // Every accepted step is a replay that failed with the same signature, so the result always fails.
 #pragma once
 #include <cstdint>
