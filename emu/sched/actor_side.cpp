@@ -58,6 +58,9 @@ void spin_slow(uint16_t kind, uint64_t addr) {
 
 uint64_t logical_time_ns() { return detail::tl_run ? detail::tl_run->logical_time_ns() : 0; }
 
+Unscheduled::Unscheduled() : was_(detail::tl_busy) { detail::tl_busy = true; }
+Unscheduled::~Unscheduled() { detail::tl_busy = was_; }
+
 ActorId current_actor() { return detail::tl_run ? detail::tl_actor : kNoActor; }
 
 bool all_finished_except(ActorId self) {

@@ -3,7 +3,8 @@
 // that blocks in the kernel on a mutex another parked actor holds, or spins on a flag another
 // actor must set, would stop the run: the baton lets only one actor move. Interposed here, a
 // mutex taken by an actor is a scheduling lock (the actor is not enabled while another actor holds
-// it), and so is a spin lock (UCX's locks are pthread spin locks), and sched_yield is a spin point.
+// it), and so are a spin lock (UCX's locks are pthread spin locks) and a reader-writer lock, and
+// sched_yield is a spin point.
 // Outside a run each call is the real one after a thread-local load. Loaded by programs that
 // schedule threads (emu-race links it; emu-run preloads it under EMU_SCHEDULE); never part of
 // libemu_verbs.so, so plain verbs programs keep libc's.
@@ -18,6 +19,7 @@
 #include <unordered_map>
 
 #include "emu/sched.h"
+#include "emu/visibility.h"
 
 namespace {
 
@@ -53,6 +55,20 @@ ActorId* holder_of(const void* m) {
 }
 
 uint64_t addr_of(const void* m) { return reinterpret_cast<uintptr_t>(m); }
+
+// A reader-writer lock taken by actors (UCX's registration cache has one): its writer, if any,
+// and how many actors hold it to read. Touched only under the baton; entries stay in place.
+struct RwHolders {
+  ActorId writer = emu::sched::kNoActor;
+  uint32_t readers = 0;
+};
+RwHolders* rw_holders_of(const void* l) {
+  static auto* m = new std::unordered_map<const void*, RwHolders>();
+  return &(*m)[l];
+}
+using RwFn = int (*)(pthread_rwlock_t*);
+std::atomic<RwFn> g_rdlock{nullptr}, g_wrlock{nullptr}, g_tryrdlock{nullptr}, g_trywrlock{nullptr},
+    g_rwunlock{nullptr};
 
 using SpinFn = int (*)(pthread_spinlock_t*);
 std::atomic<SpinFn> g_spin_lock{nullptr}, g_spin_trylock{nullptr}, g_spin_unlock{nullptr};
@@ -112,6 +128,64 @@ int pthread_spin_unlock(pthread_spinlock_t* l) {
   if (!emu::sched::scheduled()) return real_unlock_spin(l);
   int rc = real_unlock_spin(l);
   emu::sched::lock_release(holder_of(key_of(l)), addr_of(key_of(l)));
+  return rc;
+}
+
+// A reader waits while an actor writes; a writer while any actor holds it. Then the real lock,
+// which is free unless a thread outside the run holds it.
+int pthread_rwlock_rdlock(pthread_rwlock_t* l) {
+  auto real_rd = real(g_rdlock, "pthread_rwlock_rdlock");
+  if (!emu::sched::scheduled()) return real_rd(l);
+  RwHolders* h = rw_holders_of(l);
+  emu::sched::wait_until([h] { return h->writer == emu::sched::kNoActor; }, "rwlock (read)",
+                         emu::sched::kPointLock, addr_of(l));
+  ++h->readers;
+  return real_rd(l);
+}
+
+int pthread_rwlock_wrlock(pthread_rwlock_t* l) {
+  auto real_wr = real(g_wrlock, "pthread_rwlock_wrlock");
+  if (!emu::sched::scheduled()) return real_wr(l);
+  RwHolders* h = rw_holders_of(l);
+  emu::sched::wait_until([h] { return h->writer == emu::sched::kNoActor && h->readers == 0; },
+                         "rwlock (write)", emu::sched::kPointLock, addr_of(l));
+  h->writer = emu::sched::current_actor();
+  return real_wr(l);
+}
+
+int pthread_rwlock_tryrdlock(pthread_rwlock_t* l) {
+  auto real_try = real(g_tryrdlock, "pthread_rwlock_tryrdlock");
+  if (!emu::sched::scheduled()) return real_try(l);
+  emu::sched::point(emu::sched::kPointLock, addr_of(l));
+  RwHolders* h = rw_holders_of(l);
+  if (h->writer != emu::sched::kNoActor) return EBUSY;
+  int rc = real_try(l);
+  if (rc == 0) ++h->readers;
+  return rc;
+}
+
+int pthread_rwlock_trywrlock(pthread_rwlock_t* l) {
+  auto real_try = real(g_trywrlock, "pthread_rwlock_trywrlock");
+  if (!emu::sched::scheduled()) return real_try(l);
+  emu::sched::point(emu::sched::kPointLock, addr_of(l));
+  RwHolders* h = rw_holders_of(l);
+  if (h->writer != emu::sched::kNoActor || h->readers) return EBUSY;
+  int rc = real_try(l);
+  if (rc == 0) h->writer = emu::sched::current_actor();
+  return rc;
+}
+
+int pthread_rwlock_unlock(pthread_rwlock_t* l) {
+  auto real_unlock_rw = real(g_rwunlock, "pthread_rwlock_unlock");
+  if (!emu::sched::scheduled()) return real_unlock_rw(l);
+  int rc = real_unlock_rw(l);
+  RwHolders* h = rw_holders_of(l);
+  if (h->writer == emu::sched::current_actor())
+    h->writer = emu::sched::kNoActor;
+  else if (h->readers)
+    --h->readers;
+  emu::sched::drain_stores();
+  emu::sched::point(emu::sched::kPointUnlock, addr_of(l));
   return rc;
 }
 

@@ -129,7 +129,13 @@ int pthread_create(pthread_t* t, const pthread_attr_t* attr, void* (*fn)(void*),
   if (!in_program_run()) return libc_next(g_create, "pthread_create")(t, attr, fn, arg);
   ActorId id = program::add_thread();
   auto* start = new Start{fn, arg, id};
-  int rc = libc_next(g_create, "pthread_create")(t, attr, start_actor, start);
+  int rc;
+  {
+    // The new actor is counted but its thread does not exist yet: nothing libc does to make it
+    // (the stack's mmap, which UCX hooks and locks around) may hand the baton over.
+    sched::Unscheduled inside_create;
+    rc = libc_next(g_create, "pthread_create")(t, attr, start_actor, start);
+  }
   if (rc) {
     delete start;
     program::drop_thread(id);

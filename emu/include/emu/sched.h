@@ -110,6 +110,20 @@ ActorId current_actor();
 // stop once its queue is empty). Callable from a wait_until condition.
 bool all_finished_except(ActorId self);
 
+// Within its scope the calling actor takes no scheduling point and its waits do not wait: for a
+// call into code that must not be switched out in the middle, such as libc creating a thread the
+// run has already counted as an actor (UCX hooks the stack's mmap and takes a lock there). Nests.
+class Unscheduled {
+ public:
+  Unscheduled();
+  ~Unscheduled();
+  Unscheduled(const Unscheduled&) = delete;
+  Unscheduled& operator=(const Unscheduled&) = delete;
+
+ private:
+  bool was_;
+};
+
 // A lock word owned by code that is not scenario code (the provider's locks): inside a run the
 // lock's holder is kept in *holder and taking a held lock blocks the actor (not enabled) instead
 // of spinning; outside a run these are not called (the caller takes its real lock).
