@@ -4,6 +4,7 @@
 #include <poll.h>
 
 #include <cstring>
+#include <thread>
 
 #include "verbs_fixture.h"
 
@@ -34,6 +35,36 @@ TEST_F(Lifecycle, ResetDropsCompletionsOfTheOldIncarnation) {
   EXPECT_EQ(wcs[0].wr_id, 7u) << "a completion from before the reset came back";
   EXPECT_EQ(wcs[0].status, IBV_WC_SUCCESS);
   EXPECT_TRUE(drain(p.cqa).empty());
+}
+
+// rsockets and librdmacm's thread both move a QP to ERR at a disconnect: each call is one whole
+// transition (the kernel's per-QP mutex), both succeed, and the QP ends in ERR. Under TSan
+// (ci/sanitize.sh) the two threads' calls overlapping were a reported race on the QP's state.
+TEST_F(Lifecycle, TwoThreadsMovingOneQpToErrorTakeTurns) {
+  Pair p = make_pair();
+  ASSERT_TRUE(p.a && p.b);
+  for (int round = 0; round < 50; ++round) {
+    ibv_qp_attr reset{};
+    reset.qp_state = IBV_QPS_RESET;
+    ASSERT_EQ(ibv_modify_qp(p.a, &reset, IBV_QP_STATE), 0);
+    ASSERT_EQ(connect_qp(p.a, lid, p.b->qp_num, 0x100, 0x200), 0);
+    int rc[2] = {-1, -1};
+    auto to_error = [&](int i) {
+      ibv_qp_attr err{};
+      err.qp_state = IBV_QPS_ERR;
+      rc[i] = ibv_modify_qp(p.a, &err, IBV_QP_STATE);
+    };
+    std::thread other(to_error, 1);
+    to_error(0);
+    other.join();
+    EXPECT_EQ(rc[0], 0);
+    EXPECT_EQ(rc[1], 0);
+    ibv_qp_attr attr{};
+    ibv_qp_init_attr init{};
+    ASSERT_EQ(ibv_query_qp(p.a, &attr, IBV_QP_STATE, &init), 0);
+    EXPECT_EQ(attr.qp_state, IBV_QPS_ERR);
+    EXPECT_EQ(p.a->state, IBV_QPS_ERR);
+  }
 }
 
 TEST_F(Lifecycle, DestroyedQpsCompletionsLeaveASharedCq) {

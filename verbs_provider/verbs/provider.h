@@ -282,6 +282,9 @@ struct EmuQp {
   // rq_lock and the register's lock) for a QP made under a thread domain or under
   // EMU_SINGLE_THREADED: then sq_owner/rq_owner check what the locks would have serialised.
   ModeLock sq_lock;
+  // One transition at a time, as the kernel's per-QP mutex keeps them: two threads moving one QP
+  // (rsockets' and librdmacm's, both to ERR at a disconnect) each check and make a whole one.
+  std::mutex modify_mu;
   bool lockless = false;
   // Receive queue.
   uint8_t* rq;

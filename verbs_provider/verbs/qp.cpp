@@ -3,6 +3,7 @@
 // query, destroy.
 #include <cerrno>
 #include <cstring>
+#include <mutex>
 #include <utility>
 
 #include "av.h"
@@ -522,6 +523,7 @@ int ibv_modify_qp(ibv_qp* ibqp, ibv_qp_attr* attr, int mask) {
   if (inherited(qp)) return EPERM;
   QpSlot& s = *qp->shm;
   if (mask & ~kQpAttrAll) return EINVAL;
+  std::lock_guard<std::mutex> one_transition(qp->modify_mu);
   uint32_t cur = s.qp_state.load();
   if (mask & IBV_QP_CUR_STATE) {
     // As the kernel does: a stated current state must be one of these, and the rules are those of
