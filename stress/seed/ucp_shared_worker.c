@@ -17,7 +17,6 @@
  * first event ends the run ("RACE ...", exit 3). Exit 0 and "PASS", 1 with "FAIL ...", 2 when UCP
  * cannot be set up. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -26,6 +25,8 @@
 #include <string.h>
 #include <ucp/api/ucp.h>
 #include <unistd.h>
+
+#include "seed_common.h"
 
 enum { kThreads = 2, kBytes = 48 };
 enum mode { kSingle, kMulti, kPerThread };
@@ -42,26 +43,14 @@ static struct {
   unsigned char* seen; /* [thread][iteration] */
   atomic_ulong bad;
   atomic_int senders_done;
-  uint64_t (*races_recorded)(void);
-  uint64_t races_before;
+  struct seed_races races;
 } g;
-
-static void fail_setup(const char* what, ucs_status_t st) {
-  fprintf(stderr, "SETUP %s: %s\n", what, ucs_status_string(st));
-  exit(2);
-}
 
 static unsigned char msg_byte(unsigned t, unsigned i, unsigned k) {
   return (unsigned char)(t * 89 + i * 13 + k * 5 + 3);
 }
 
-static void race_check(unsigned t, unsigned i) {
-  if (!g.races_recorded || g.races_recorded() == g.races_before) return;
-  printf("RACE found by thread %u at iteration %u (%lu events)\n", t, i,
-         (unsigned long)(g.races_recorded() - g.races_before));
-  fflush(stdout);
-  _exit(3);
-}
+static void race_check(unsigned t, unsigned i) { seed_race_check(&g.races, t, i); }
 
 /* Progresses w until the request completes (NULL: completed at once). */
 static ucs_status_t wait_req(ucp_worker_h w, void* req, unsigned t, unsigned i) {
@@ -171,10 +160,10 @@ static ucp_worker_h make_worker(ucs_thread_mode_t mode) {
   ucp_worker_params_t wp = {.field_mask = UCP_WORKER_PARAM_FIELD_THREAD_MODE, .thread_mode = mode};
   ucp_worker_h w;
   ucs_status_t st = ucp_worker_create(g.ctx, &wp, &w);
-  if (st != UCS_OK) fail_setup("ucp_worker_create", st);
+  if (st != UCS_OK) seed_fail_setup("ucp_worker_create", st);
   ucp_worker_attr_t attr = {.field_mask = UCP_WORKER_ATTR_FIELD_THREAD_MODE};
   st = ucp_worker_query(w, &attr);
-  if (st != UCS_OK) fail_setup("ucp_worker_query", st);
+  if (st != UCS_OK) seed_fail_setup("ucp_worker_query", st);
   if (attr.thread_mode != mode) {
     fprintf(stderr, "SETUP the worker runs in thread mode %d, not %d\n", attr.thread_mode, mode);
     exit(2);
@@ -186,24 +175,24 @@ static ucp_ep_h connect_to_receiver(ucp_worker_h w) {
   ucp_ep_params_t ep = {.field_mask = UCP_EP_PARAM_FIELD_REMOTE_ADDRESS, .address = g.rx_address};
   ucp_ep_h h;
   ucs_status_t st = ucp_ep_create(w, &ep, &h);
-  if (st != UCS_OK) fail_setup("ucp_ep_create", st);
+  if (st != UCS_OK) seed_fail_setup("ucp_ep_create", st);
   return h;
 }
 
 static void set_up(void) {
   ucp_config_t* cfg;
   ucs_status_t st = ucp_config_read(NULL, NULL, &cfg);
-  if (st != UCS_OK) fail_setup("ucp_config_read", st);
+  if (st != UCS_OK) seed_fail_setup("ucp_config_read", st);
   ucp_params_t p = {.field_mask = UCP_PARAM_FIELD_FEATURES | UCP_PARAM_FIELD_MT_WORKERS_SHARED,
                     .features = UCP_FEATURE_TAG,
                     .mt_workers_shared = g.mt_workers_shared};
   st = ucp_init(&p, cfg, &g.ctx);
   ucp_config_release(cfg);
-  if (st != UCS_OK) fail_setup("ucp_init", st);
+  if (st != UCS_OK) seed_fail_setup("ucp_init", st);
   g.rx_worker = make_worker(UCS_THREAD_MODE_SINGLE);
   size_t len;
   st = ucp_worker_get_address(g.rx_worker, &g.rx_address, &len);
-  if (st != UCS_OK) fail_setup("ucp_worker_get_address", st);
+  if (st != UCS_OK) seed_fail_setup("ucp_worker_get_address", st);
   for (unsigned t = 0; t < kThreads; ++t) {
     if (t == 0 || g.mode == kPerThread)
       g.tx_worker[t] =
@@ -235,14 +224,13 @@ static void parse(int argc, char** argv) {
 int main(int argc, char** argv) {
   parse(argc, argv);
   g.seen = calloc((size_t)kThreads * g.iters, 1);
-  g.races_recorded = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "emudv_races_recorded");
   set_up();
   static const char* names[] = {"one SINGLE worker shared", "one MULTI worker shared",
                                 "a SINGLE worker each"};
   printf("ucp-shared-worker: %s by %d threads, mt_workers_shared=%d, %u messages each\n",
          names[g.mode], kThreads, g.mt_workers_shared, g.iters);
   fflush(stdout);
-  g.races_before = g.races_recorded ? g.races_recorded() : 0;
+  seed_races_start(&g.races);
   pthread_t rx, tx[kThreads];
   pthread_create(&rx, NULL, receiver, NULL);
   for (unsigned t = 0; t < kThreads; ++t) pthread_create(&tx[t], NULL, sender, (void*)(uintptr_t)t);

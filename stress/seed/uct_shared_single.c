@@ -16,7 +16,6 @@
  * Exit 0 and "PASS" when everything checked out, 1 with "FAIL ..." otherwise, 2 when the
  * transport cannot be opened. */
 #define _GNU_SOURCE
-#include <dlfcn.h>
 #include <pthread.h>
 #include <sched.h>
 #include <stdatomic.h>
@@ -25,6 +24,8 @@
 #include <string.h>
 #include <uct/api/uct.h>
 #include <unistd.h>
+
+#include "seed_common.h"
 
 enum { kThreads = 2, kAmId = 7, kAmBytes = 24, kPutBytes = 16, kSlot = 64 };
 
@@ -54,15 +55,8 @@ static struct {
   unsigned char *seen; /* [thread][iteration]: active messages received */
   atomic_ulong received, bad;
   atomic_int stop;
-  /* The device's race log (emudv.h), when the provider is loaded. */
-  uint64_t (*races_recorded)(void);
-  uint64_t races_before;
+  struct seed_races races;
 } g;
-
-static void fail_setup(const char *what, ucs_status_t st) {
-  fprintf(stderr, "SETUP %s: %s\n", what, ucs_status_string(st));
-  exit(2);
-}
 
 static unsigned char am_byte(unsigned t, unsigned i, unsigned k) {
   return (unsigned char)(t * 101 + i * 7 + k);
@@ -99,15 +93,7 @@ static void *receiver(void *arg) {
 
 /* ---- the sending threads ---- */
 
-static void race_check(unsigned t, unsigned i) {
-  if (!g.races_recorded || g.races_recorded() == g.races_before) return;
-  /* The device saw the threads' stores collide: what it recorded is in its log (EMU_RACE_LOG,
-   * emu-ctl census); UCX's state is not to be trusted past this point. */
-  printf("RACE found by thread %u at iteration %u (%lu events)\n", t, i,
-         (unsigned long)(g.races_recorded() - g.races_before));
-  fflush(stdout);
-  _exit(3);
-}
+static void race_check(unsigned t, unsigned i) { seed_race_check(&g.races, t, i); }
 
 static void enter(void) {
   if (g.opt.serialized) pthread_mutex_lock(&g.lock);
@@ -154,7 +140,7 @@ static void open_md(void) {
   uct_component_h *comps;
   unsigned n;
   ucs_status_t st = uct_query_components(&comps, &n);
-  if (st != UCS_OK) fail_setup("uct_query_components", st);
+  if (st != UCS_OK) seed_fail_setup("uct_query_components", st);
   for (unsigned c = 0; c < n; ++c) {
     uct_component_attr_t ca = {.field_mask = UCT_COMPONENT_ATTR_FIELD_MD_RESOURCE_COUNT};
     uct_component_query(comps[c], &ca);
@@ -194,10 +180,10 @@ static void open_md(void) {
 
 static void open_side(struct side *s, ucs_thread_mode_t mode) {
   ucs_status_t st = uct_worker_create(g.async, mode, &s->worker);
-  if (st != UCS_OK) fail_setup("uct_worker_create", st);
+  if (st != UCS_OK) seed_fail_setup("uct_worker_create", st);
   uct_iface_config_t *cfg;
   st = uct_md_iface_config_read(g.md, g.opt.tl, NULL, NULL, &cfg);
-  if (st != UCS_OK) fail_setup("uct_md_iface_config_read", st);
+  if (st != UCS_OK) seed_fail_setup("uct_md_iface_config_read", st);
   uct_iface_params_t p = {0};
   p.field_mask = UCT_IFACE_PARAM_FIELD_OPEN_MODE | UCT_IFACE_PARAM_FIELD_DEVICE |
                  UCT_IFACE_PARAM_FIELD_STATS_ROOT | UCT_IFACE_PARAM_FIELD_RX_HEADROOM;
@@ -206,9 +192,9 @@ static void open_side(struct side *s, ucs_thread_mode_t mode) {
   p.mode.device.dev_name = g.opt.dev;
   st = uct_iface_open(g.md, s->worker, &p, cfg, &s->iface);
   uct_config_release(cfg);
-  if (st != UCS_OK) fail_setup("uct_iface_open", st);
+  if (st != UCS_OK) seed_fail_setup("uct_iface_open", st);
   st = uct_iface_query(s->iface, &s->attr);
-  if (st != UCS_OK) fail_setup("uct_iface_query", st);
+  if (st != UCS_OK) seed_fail_setup("uct_iface_query", st);
   if (!(s->attr.cap.flags & UCT_IFACE_FLAG_CONNECT_TO_EP) ||
       !(s->attr.cap.flags & UCT_IFACE_FLAG_PUT_SHORT) ||
       !(s->attr.cap.flags & UCT_IFACE_FLAG_AM_SHORT)) {
@@ -217,7 +203,7 @@ static void open_side(struct side *s, ucs_thread_mode_t mode) {
   }
   uct_ep_params_t ep = {.field_mask = UCT_EP_PARAM_FIELD_IFACE, .iface = s->iface};
   st = uct_ep_create(&ep, &s->ep);
-  if (st != UCS_OK) fail_setup("uct_ep_create", st);
+  if (st != UCS_OK) seed_fail_setup("uct_ep_create", st);
   uct_iface_progress_enable(s->iface, UCT_PROGRESS_SEND | UCT_PROGRESS_RECV);
 }
 
@@ -230,11 +216,11 @@ static void connect_sides(void) {
     ep[k] = calloc(1, sides[k]->attr.ep_addr_len + 1);
     ucs_status_t st = uct_iface_get_device_address(sides[k]->iface, dev[k]);
     if (st == UCS_OK) st = uct_ep_get_address(sides[k]->ep, ep[k]);
-    if (st != UCS_OK) fail_setup("address", st);
+    if (st != UCS_OK) seed_fail_setup("address", st);
   }
   for (int k = 0; k < 2; ++k) {
     ucs_status_t st = uct_ep_connect_to_ep(sides[k]->ep, dev[1 - k], ep[1 - k]);
-    if (st != UCS_OK) fail_setup("uct_ep_connect_to_ep", st);
+    if (st != UCS_OK) seed_fail_setup("uct_ep_connect_to_ep", st);
   }
   for (int k = 0; k < 2; ++k) free(dev[k]), free(ep[k]);
 }
@@ -245,12 +231,12 @@ static void register_target(void) {
   ucs_status_t st = uct_md_query(g.md, &attr);
   if (st == UCS_OK)
     st = uct_md_mem_reg(g.md, g.target, sizeof g.target, UCT_MD_MEM_ACCESS_ALL, &memh);
-  if (st != UCS_OK) fail_setup("uct_md_mem_reg", st);
+  if (st != UCS_OK) seed_fail_setup("uct_md_mem_reg", st);
   void *packed = calloc(1, attr.rkey_packed_size + 1);
   uct_rkey_bundle_t rkey;
   st = uct_md_mkey_pack(g.md, memh, packed);
   if (st == UCS_OK) st = uct_rkey_unpack(g.component, packed, &rkey);
-  if (st != UCS_OK) fail_setup("rkey", st);
+  if (st != UCS_OK) seed_fail_setup("rkey", st);
   g.target_rkey = rkey.rkey;
   free(packed);
 }
@@ -279,7 +265,7 @@ static void parse(int argc, char **argv) {
 static void drain(void) {
   ucs_status_t st;
   while ((st = uct_ep_flush(g.snd.ep, 0, NULL)) != UCS_OK) {
-    if (st != UCS_INPROGRESS && st != UCS_ERR_NO_RESOURCE) fail_setup("uct_ep_flush", st);
+    if (st != UCS_INPROGRESS && st != UCS_ERR_NO_RESOURCE) seed_fail_setup("uct_ep_flush", st);
     uct_worker_progress(g.snd.worker);
   }
   while (uct_worker_progress(g.rcv.worker) || uct_worker_progress(g.snd.worker)) {
@@ -307,21 +293,20 @@ int main(int argc, char **argv) {
   parse(argc, argv);
   pthread_mutex_init(&g.lock, NULL);
   g.seen = calloc((size_t)kThreads * g.opt.iters, 1);
-  g.races_recorded = (uint64_t(*)(void))dlsym(RTLD_DEFAULT, "emudv_races_recorded");
   ucs_status_t st = ucs_async_context_create(UCS_ASYNC_MODE_POLL, &g.async);
-  if (st != UCS_OK) fail_setup("ucs_async_context_create", st);
+  if (st != UCS_OK) seed_fail_setup("ucs_async_context_create", st);
   open_md();
   open_side(&g.snd, g.opt.serialized ? UCS_THREAD_MODE_SERIALIZED : UCS_THREAD_MODE_SINGLE);
   open_side(&g.rcv, UCS_THREAD_MODE_SINGLE);
   st = uct_iface_set_am_handler(g.rcv.iface, kAmId, on_am, NULL, 0);
-  if (st != UCS_OK) fail_setup("uct_iface_set_am_handler", st);
+  if (st != UCS_OK) seed_fail_setup("uct_iface_set_am_handler", st);
   connect_sides();
   register_target();
   printf("uct-shared-single: %s on %s, %s worker shared by %d threads, %u iterations each\n",
          g.opt.tl, g.opt.dev, g.opt.serialized ? "SERIALIZED (own lock)" : "SINGLE", kThreads,
          g.opt.iters);
   fflush(stdout);
-  g.races_before = g.races_recorded ? g.races_recorded() : 0;
+  seed_races_start(&g.races);
   pthread_t rx, tx[kThreads];
   pthread_create(&rx, NULL, receiver, NULL);
   for (unsigned t = 0; t < kThreads; ++t)

@@ -92,6 +92,12 @@ void stuck(const program::Spec&, const sched::RunResult& r) {
   _exit(kExitStuck);  // the actors are parked for good: no destructor can run
 }
 
+// The program ends with this status: the run is over, failed ("exit N") unless it is 0.
+void finish_with_status(int status) {
+  std::string failure = "exit " + std::to_string(status);
+  emu_sched::finish_program_run(status ? failure.c_str() : nullptr);
+}
+
 int scheduled_main(int argc, char** argv, char** envp) {
   std::string err;
   // A malformed schedule stops the program before its main, with the knob check's message.
@@ -111,8 +117,7 @@ int scheduled_main(int argc, char** argv, char** envp) {
   if (!program::trap_time_stamp_counter())
     std::fprintf(stderr, "emu-sched: the time-stamp counter cannot be trapped (PR_SET_TSC)\n");
   int rc = g_main(argc, argv, envp);
-  std::string failure = "exit " + std::to_string(rc);
-  emu_sched::finish_program_run(rc ? failure.c_str() : nullptr);
+  finish_with_status(rc);
   return rc;
 }
 
@@ -156,8 +161,7 @@ int __libc_start_main(MainFn main, int argc, char** argv, void (*init)(), void (
 [[noreturn]] void exit(int status) {
   using ExitFn = void (*)(int);
   static std::atomic<ExitFn> real{nullptr};
-  std::string failure = "exit " + std::to_string(status);
-  emu_sched::finish_program_run(status ? failure.c_str() : nullptr);
+  finish_with_status(status);
   emu_sched::libc_next(real, "exit")(status);
   __builtin_unreachable();
 }
@@ -167,8 +171,7 @@ int __libc_start_main(MainFn main, int argc, char** argv, void (*init)(), void (
 [[noreturn]] void _exit(int status) {
   using ExitFn = void (*)(int);
   static std::atomic<ExitFn> real{nullptr};
-  std::string failure = "exit " + std::to_string(status);
-  emu_sched::finish_program_run(status ? failure.c_str() : nullptr);
+  finish_with_status(status);
   emu_sched::libc_next(real, "_exit")(status);
   __builtin_unreachable();
 }
