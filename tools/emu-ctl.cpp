@@ -5,6 +5,7 @@
 //
 //   emu-ctl port DEV PORT           print the port's state
 //   emu-ctl port DEV PORT down|up   take the port down (a cable pull) or bring it back up
+//   emu-ctl timers [hold|run]       the transport timers (ACK timeout, RNR timer): held or running
 //   emu-ctl census [--json]         every object, its owner process, XRC domains and TGT QPs
 //   emu-ctl check                   the segment consistency checker (emu/check.h)
 //   emu-ctl heap [--reclaim]        the heap audit: blocks leaked by processes killed mid-change
@@ -48,6 +49,7 @@ struct Command {
 };
 
 int cmd_port(int argc, char** argv);
+int cmd_timers(int argc, char** argv);
 int cmd_census(int argc, char** argv);
 int cmd_races(int argc, char** argv);
 int cmd_check(int argc, char** argv);
@@ -66,6 +68,11 @@ const Command kCommands[] = {
      "cable pull: its QPs stop reaching anyone, contexts get IBV_EVENT_PORT_ERR) or up "
      "(IBV_EVENT_PORT_ACTIVE)",
      cmd_port},
+    {"timers", "[hold|run]",
+     "print whether the fabric's transport timers run, or hold them (no QP's ACK timeout or RNR "
+     "timer counts, in any process: a stalled send neither retries nor spends retry_cnt or "
+     "rnr_retry, as while a debugger stops its peer) or let them run on from where they stood",
+     cmd_timers},
     {"census", "[--json]",
      "every live object of the fabric per device with its owner process (alive or dead), XRC "
      "domains with their inode and use counts, TGT QPs with their handles and holders, orphaned "
@@ -206,6 +213,22 @@ int cmd_port(int argc, char** argv) {
   }
   std::printf("%s port %u: state %s (%u), phys_state %s (%u)%s\n", argv[1], port, state_name(state),
               state, phys_name(emu::port_phys_state(state)), emu::port_phys_state(state),
+              set && !changed ? " (unchanged)" : "");
+  return 0;
+}
+
+int cmd_timers(int argc, char** argv) {
+  bool set = argc == 2;
+  std::string_view what = set ? argv[1] : "";
+  if (argc > 2 || (set && what != "hold" && what != "run")) {
+    std::fprintf(stderr, "usage: emu-ctl timers [hold|run]\n");
+    return kExitUsage;
+  }
+  emu::Segment* seg = attach();
+  if (!seg) return kExitFailed;
+  bool changed = false;
+  if (set) emu::set_transport_timers_held(seg, what == "hold", &changed);
+  std::printf("transport timers: %s%s\n", emu::transport_timers_held(seg) ? "held" : "running",
               set && !changed ? " (unchanged)" : "");
   return 0;
 }

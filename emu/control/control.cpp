@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <cstring>
+#include <ctime>
 
 #include "emu/config.h"
 #include "emu/device.h"
@@ -71,6 +72,31 @@ Status set_port_state(Segment* seg, uint32_t dev, uint32_t port, bool up, bool* 
   }
   if (changed) *changed = did;
   return Status::ok;
+}
+
+Status set_transport_timers_held(Segment* seg, bool held, bool* changed) {
+  Header* h = seg->hdr();
+  ShmLockGuard g(h->table_lock, seg->self());  // one hold or release at a time
+  timespec ts;
+  clock_gettime(CLOCK_MONOTONIC, &ts);
+  uint64_t now = uint64_t(ts.tv_sec) * 1000000000ull + uint64_t(ts.tv_nsec);
+  uint64_t since = h->timers_held_since.load(std::memory_order_acquire);
+  bool did = held != (since != 0);
+  if (did && held) {
+    h->timers_held_since.store(now, std::memory_order_release);
+  } else if (did) {
+    // The held time joins the total before the hold ends, so that an engine that sees the hold
+    // gone also sees the time it lasted (its clock never jumps ahead by it).
+    h->timers_held_ns.fetch_add(now - since, std::memory_order_release);
+    h->timers_held_since.store(0, std::memory_order_release);
+  }
+  if (did) log("transport timers %s", held ? "held" : "running again");
+  if (changed) *changed = did;
+  return Status::ok;
+}
+
+bool transport_timers_held(const Segment* seg) {
+  return seg->hdr()->timers_held_since.load(std::memory_order_acquire) != 0;
 }
 
 }  // namespace emu

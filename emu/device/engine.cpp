@@ -157,7 +157,7 @@ Engine::Fetch Engine::fetch_wqe_general(QpSlot& qp, uint32_t pos, uint8_t* buf, 
 void Engine::set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us) {
   uint32_t prev = qp.stall.exchange(kind);
   if (prev != kind) qp.stall_attempts = 0;
-  qp.stall_since_ns = now();
+  qp.stall_since_ns = timer_now();
   qp.stall_delay_us = delay_us;
   if (prev == kStallNone) {
     cq_slot(h_, qp.send_cq).stalled_qps.fetch_add(1);
@@ -167,9 +167,20 @@ void Engine::set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us) {
 
 void Engine::clear_stall(QpSlot& qp) { emu::clear_stall(h_, qp); }
 
+uint64_t Engine::timer_now() const {
+  if (sched::scheduled()) return now();
+  // The hold first: once it reads 0, the total includes the hold that just ended.
+  uint64_t since = h_->timers_held_since.load(std::memory_order_acquire);
+  uint64_t held = h_->timers_held_ns.load(std::memory_order_acquire);
+  return (since ? since : now_()) - held;
+}
+
 bool Engine::retry_due(QpSlot& qp) {
   if (qp.stall_delay_us == 0) return false;  // infinite timeout: only a kick retries
-  return now() - qp.stall_since_ns >= qp.stall_delay_us * 1000;
+  // A reader that met a hold's end half way can see its clock a moment behind a stall's start:
+  // not due.
+  uint64_t t = timer_now();
+  return t >= qp.stall_since_ns && t - qp.stall_since_ns >= qp.stall_delay_us * 1000;
 }
 
 void Engine::run_sq(QpSlot& qp, bool force_retry) {
@@ -240,7 +251,7 @@ bool Engine::retry_now(QpSlot& qp, bool* force_retry) {
   if (!*force_retry && !retry_due(qp)) return false;
   *force_retry = false;
   ++qp.stall_attempts;
-  qp.stall_since_ns = now();
+  qp.stall_since_ns = timer_now();
   return true;
 }
 

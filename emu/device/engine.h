@@ -494,6 +494,9 @@ class Engine {
   Header* h_;
   // Every time the engine reads: the run's logical clock inside a scheduled run, else now_.
   uint64_t now() const { return sched::scheduled() ? sched::logical_time_ns() : now_(); }
+  // The clock of the transport timers (ACK timeout, RNR timer): now() less the time they were held
+  // (Header::timers_held_since/_ns); while held, it stands still.
+  uint64_t timer_now() const;
   Clock now_;
   wire::Pcap* pcap_;  // EMU_PCAP's capture, or nullptr
 };

@@ -2,7 +2,7 @@
 // Port down and up through the control API (emu/control.h), seen by a verbs program: the port's
 // state in ibv_query_port, IBV_EVENT_PORT_ERR / IBV_EVENT_PORT_ACTIVE from ibv_get_async_event,
 // and RC traffic on a port that is down stalling as on a pulled cable (retries exhausted, or
-// resumed when the port comes back in time).
+// resumed when the port comes back while the transport timers are held).
 //
 // The port is taken down and up by the emu-ctl tool (the control API in another process), as a
 // test harness does: a second mapping of the segment inside this process would hide from
@@ -25,23 +25,40 @@ class PortTest : public VerbsTest {
  protected:
   void TearDown() override {
     set_port(true);  // what the test left down comes back for the teardown's destroys
+    set_timers(false);
     VerbsTest::TearDown();
+  }
+
+  // `emu-ctl timers hold|run`; returns whether the state changed.
+  bool set_timers(bool held) {
+    std::string out;
+    int st = run_ctl(std::string("timers ") + (held ? "hold" : "run"), &out);
+    EXPECT_EQ(st, 0) << out;
+    EXPECT_NE(out.find(held ? "transport timers: held" : "transport timers: running"),
+              std::string::npos)
+        << out;
+    return out.find("(unchanged)") == std::string::npos;
   }
 
   // Sets port 1 of emu0 with `emu-ctl port emu0 1 down|up` (same fabric: EMU_FABRIC is inherited);
   // returns whether the state changed.
   bool set_port(bool up) {
-    std::string cmd = std::string(EMU_CTL) + " port emu0 1 " + (up ? "up" : "down");
-    FILE* f = popen(cmd.c_str(), "r");
-    EXPECT_NE(f, nullptr);
-    if (!f) return false;
     std::string out;
-    char buf[256];
-    while (std::fgets(buf, sizeof buf, f)) out += buf;
-    int st = pclose(f);
-    EXPECT_EQ(st, 0) << cmd << ": " << out;
+    int st = run_ctl(std::string("port emu0 1 ") + (up ? "up" : "down"), &out);
+    EXPECT_EQ(st, 0) << out;
     EXPECT_NE(out.find(up ? "state PORT_ACTIVE" : "state PORT_DOWN"), std::string::npos) << out;
     return out.find("(unchanged)") == std::string::npos;
+  }
+
+  // Runs `emu-ctl ARGS`; its exit status, and what it printed (with the command) in *out.
+  static int run_ctl(const std::string& args, std::string* out) {
+    std::string cmd = std::string(EMU_CTL) + " " + args;
+    *out = cmd + ": ";
+    FILE* f = popen(cmd.c_str(), "r");
+    if (!f) return -1;
+    char buf[256];
+    while (std::fgets(buf, sizeof buf, f)) *out += buf;
+    return pclose(f);
   }
 };
 
@@ -180,24 +197,52 @@ TEST_F(PortTest, APortDownAfterTrafficStopsTheNextMessage) {
   EXPECT_TRUE(next_port_event(ctx, IBV_EVENT_PORT_ERR, 1));
 }
 
-// A budget no test step can spend: a retry attempt is spent only when the engine runs past its
-// timer. With the engine inline (progress in this process's own verbs calls) nothing is spent
-// while the test waits for emu-ctl, so the outcome does not depend on how long that takes; with
-// the device thread (variant verbs_thread) the attempts run on their own, and 7 retries of 2.1 s
-// (timeout 19) give 17 s against one emu-ctl call. The wait after the port comes back is one
-// attempt (2.1 s), inside wait_wc's 10 s.
+// While the port is down the transport timers are held (emu-ctl timers hold), so the steps of
+// the test spend no retry however long they take, with the engine inline or on its own thread:
+// what follows depends on the order of the steps, not on their speed. Released with the port
+// back, the attempt under way runs out its timer (16.8 ms, timeout 12) and the message goes again.
 ConnParams patient_params() {
   ConnParams patient;
-  patient.timeout = 19;
-  patient.retry_cnt = 7;
+  patient.timeout = 12;
+  patient.retry_cnt = 2;
   return patient;
 }
 
-TEST_F(PortTest, RcTrafficResumesWhenThePortComesBackInTime) {
+TEST_F(PortTest, HeldTimersSpendNoRetryUntilTheyRunAgain) {
+  ConnParams quick;
+  quick.timeout = 1;  // 8 us per attempt: 24 us of budget
+  quick.retry_cnt = 2;
+  Pair p = make_pair({}, quick, quick);
+  ASSERT_NE(p.a, nullptr);
+  Buf src = make_buf(64, kAllAccess, 0xab), dst = make_buf(64, kAllAccess, 0);
+  ASSERT_TRUE(set_timers(true));
+  EXPECT_FALSE(set_timers(true)) << "already held";
+  ASSERT_TRUE(set_port(false));
+
+  ibv_sge sg = src.sge(0, 64);
+  ibv_send_wr wr = rdma_wr(9, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+  ASSERT_EQ(post_one(p.a, &wr), 0);
+  // Far more polls than the budget lasts (an empty poll is well under a microsecond, and the
+  // inline engine checks a stall's timer at least every millisecond): none spends it.
+  for (int i = 0; i < 200000; ++i) {
+    ibv_wc wc;
+    ASSERT_EQ(ibv_poll_cq(p.cqa, 1, &wc), 0) << "completed while the timers were held";
+  }
+  EXPECT_EQ(qp_state(p.a), IBV_QPS_RTS);
+
+  ASSERT_TRUE(set_timers(false));
+  EXPECT_FALSE(set_timers(false)) << "already running";
+  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_RETRY_EXC_ERR, 9));
+  EXPECT_EQ(qp_state(p.a), IBV_QPS_ERR);
+  EXPECT_EQ(dst.p[0], 0);
+}
+
+TEST_F(PortTest, RcTrafficResumesWhenThePortComesBack) {
   ConnParams patient = patient_params();
   Pair p = make_pair({}, patient, patient);
   ASSERT_NE(p.a, nullptr);
   Buf src = make_buf(64, kAllAccess, 0xcd), dst = make_buf(64, kAllAccess, 0);
+  ASSERT_TRUE(set_timers(true));
   ASSERT_TRUE(set_port(false));
 
   ibv_sge sg = src.sge(0, 64);
@@ -207,6 +252,7 @@ TEST_F(PortTest, RcTrafficResumesWhenThePortComesBackInTime) {
   EXPECT_EQ(dst.p[0], 0);
 
   ASSERT_TRUE(set_port(true));
+  ASSERT_TRUE(set_timers(false));
   ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 8));
   EXPECT_EQ(dst.p[0], 0xcd);
   EXPECT_EQ(dst.p[63], 0xcd);
@@ -214,6 +260,7 @@ TEST_F(PortTest, RcTrafficResumesWhenThePortComesBackInTime) {
 }
 
 TEST_F(PortTest, ConnectingOnADownPortSucceedsAndSendsWaitForTheLink) {
+  ASSERT_TRUE(set_timers(true));
   ASSERT_TRUE(set_port(false));
   ConnParams patient = patient_params();
   Pair p = make_pair({}, patient, patient);  // INIT, RTR, RTS on a down port: accepted, as hardware
@@ -231,6 +278,7 @@ TEST_F(PortTest, ConnectingOnADownPortSucceedsAndSendsWaitForTheLink) {
   EXPECT_TRUE(drain(p.cqb).empty()) << "received through a port that is down";
 
   ASSERT_TRUE(set_port(true));
+  ASSERT_TRUE(set_timers(false));
   ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 20));
   ibv_wc wc;
   ASSERT_TRUE(wait_wc(p.cqb, IBV_WC_SUCCESS, 21, &wc));

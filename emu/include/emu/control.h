@@ -26,4 +26,12 @@ Status get_port_state(const Segment* seg, uint32_t dev, uint32_t port, uint8_t* 
 // IBV_EVENT_PORT_ACTIVE for the port; *changed (if given) says whether there was one.
 Status set_port_state(Segment* seg, uint32_t dev, uint32_t port, bool up, bool* changed = nullptr);
 
+// Holds or releases the fabric's transport timers: while held, no QP's ACK timeout (retry_cnt) or
+// RNR timer (rnr_retry) counts, in any process, so a stall neither retries nor spends its budget;
+// released, each timer goes on from where it stood. For a debugger that stops one side of a
+// connection, or a test that must take a port down and up without racing the retry budget.
+// Scheduled runs (EMU_SCHEDULE) keep their logical clock. *changed says whether the state changed.
+Status set_transport_timers_held(Segment* seg, bool held, bool* changed = nullptr);
+bool transport_timers_held(const Segment* seg);
+
 }  // namespace emu

@@ -32,7 +32,7 @@ constexpr uint64_t kHeapMinBlock = 64;
 constexpr uint32_t kHeapGrowOrder = 14;  // a growth step: 2^14 blocks of 64 B, 1 MiB of heap
 
 constexpr uint64_t kMagic = 0x30554d45414d4452ull;  // "RDMAEMU0"
-constexpr uint32_t kLayoutVersion = 39;             // bump with every change to a shared struct
+constexpr uint32_t kLayoutVersion = 40;             // bump with every change to a shared struct
 
 constexpr uint32_t kMaxDevices = 8;
 constexpr uint32_t kMaxPorts = 4;
@@ -674,6 +674,12 @@ struct Header {
   // destination (ibv_modify_qp) and a port's state (device_routes_changed, emu/device.h). Read per
   // message by engines in every process, written only by those changes: a line of its own.
   alignas(64) std::atomic<uint64_t> route_gen;
+  // The transport timers' hold (set_transport_timers_held, emu/control.h): while held_since is
+  // set (CLOCK_MONOTONIC of the hold), every QP's ACK timeout and RNR timer stop counting; held_ns
+  // is the time all past holds lasted. The engines' timer clock is the monotonic clock less both
+  // (Engine::timer_now). Written under table_lock: held_ns before held_since returns to 0.
+  alignas(64) std::atomic<uint64_t> timers_held_since;
+  std::atomic<uint64_t> timers_held_ns;
 };
 
 // A QP table chunk: the slots, then per slot its head message on the packet wire (emu/wire/).
