@@ -1,13 +1,15 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-2-Clause
-# Installs what is missing, checks the format and the layers' includes (fast, so first), builds
-# with warnings as errors, and runs every test (unit, verbs-level, acceptance with the unmodified
-# Debian binaries), then the sanitizer subset. Exits non-zero on any failure.
+# Installs what is missing, checks the format, the layers' includes and the functions' length
+# (fast, so first), builds with warnings as errors, and runs every test (unit, verbs-level,
+# acceptance with the unmodified Debian binaries), then the sanitizer subset. Exits non-zero on
+# any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
 bash ci/format-check.sh
 bash ci/check-layering.sh
+bash ci/function-size.sh
 bash ci/build.sh
 # The sanitizer subset's two instrumented builds (README "Sanitizers") start now at the lowest
 # priority: they take what the suite leaves of the cores (its processes wait on each other, on

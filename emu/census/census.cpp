@@ -109,77 +109,106 @@ std::string object_json(const CensusObject& x) {
 
 }  // namespace
 
-Census take_census(Segment* seg) {
-  const Header* h = seg->hdr();
-  Census c;
-  c.fabric = config().fabric;
+namespace {
+
+// Adds objects to a census, with their owners looked up.
+struct CensusBuilder {
+  Segment* seg;
+  const Header* h;
+  Census* c;
+
+  void add(const char* kind, uint32_t i, uint32_t dev, uint64_t number, uint32_t owner,
+           std::string type, std::string state, bool dying) {
+    Owner o = owner_of(h, owner);
+    c->objects.push_back(
+        {kind, i, dev, number, std::move(type), std::move(state), o.pid, o.alive, dying});
+  }
+  uint32_t dev_of_ctx(uint32_t ctx) const { return ctx < kMaxContexts ? h->ctxs[ctx].dev : 0; }
+
+  void procs();
+  void contexts_pds_mrs();
+  void cqs_srqs();
+  void qps();
+  void tgt_qp(const QpSlot& q, uint32_t i, bool dying);
+  void xrcds();
+  void dead_owned_and_locks();
+  void heap_and_races();
+};
+
+void CensusBuilder::procs() {
   for (uint32_t i = 0; i < kMaxProcs; ++i) {
     const ProcRecord& r = h->procs[i];
     if (r.state.load(std::memory_order_acquire) == kProcFree) continue;
-    c.procs.push_back({i, r.pid, r.state.load() == kProcAlive && runs(r.pid, r.start_time)});
+    c->procs.push_back({i, r.pid, r.state.load() == kProcAlive && runs(r.pid, r.start_time)});
   }
-  auto add = [&](const char* kind, uint32_t i, uint32_t dev, uint64_t number, uint32_t owner,
-                 std::string type, std::string state, bool dying) {
-    Owner o = owner_of(h, owner);
-    c.objects.push_back(
-        {kind, i, dev, number, std::move(type), std::move(state), o.pid, o.alive, dying});
-  };
+}
+
+void CensusBuilder::contexts_pds_mrs() {
   bool dying = false;
   for (uint32_t i = 0; i < kMaxContexts; ++i)
     if (present(h->ctxs[i], &dying))
       add("context", i, h->ctxs[i].dev, i, h->ctxs[i].owner, "", "", dying);
   for (uint32_t i = 0; i < table_end(h->pd_dir); ++i)
-    if (present(pd_slot(h, i), &dying)) {
-      uint32_t ctx = pd_slot(h, i).ctx;
-      add("pd", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, i, pd_slot(h, i).owner, "", "",
-          dying);
-    }
+    if (present(pd_slot(h, i), &dying))
+      add("pd", i, dev_of_ctx(pd_slot(h, i).ctx), i, pd_slot(h, i).owner, "", "", dying);
   for (uint32_t i = 0; i < table_end(h->mr_dir); ++i)
     if (present(mr_slot(h, i), &dying)) {
       const MrSlot& m = mr_slot(h, i);
       uint32_t ctx = pd_at(h, m.pd) ? pd_at(h, m.pd)->ctx : 0;
       // SHARED: engines in other processes reach it through a mapping (share_len, layout.h).
-      add("mr", i, ctx < kMaxContexts ? h->ctxs[ctx].dev : 0, m.key, m.owner,
-          m.share_len ? "SHARED" : "", "", dying);
+      add("mr", i, dev_of_ctx(ctx), m.key, m.owner, m.share_len ? "SHARED" : "", "", dying);
     }
+}
+
+void CensusBuilder::cqs_srqs() {
+  bool dying = false;
   for (uint32_t i = 0; i < table_end(h->cq_dir); ++i)
     if (present(cq_slot(h, i), &dying)) {
-      const CqSlot& c = cq_slot(h, i);
+      const CqSlot& cq = cq_slot(h, i);
       // A CQ with a receive staging area: its slots holding payloads not yet polled.
-      uint64_t off = c.staging_off.load(std::memory_order_acquire);
+      uint64_t off = cq.staging_off.load(std::memory_order_acquire);
       std::string staged =
           off ? "STAGED " + std::to_string(staging_taken(seg->at<StagingArea>(off))) : "";
-      add("cq", i, c.dev, i, c.owner, "", staged.c_str(), dying);
+      add("cq", i, cq.dev, i, cq.owner, "", staged.c_str(), dying);
     }
   for (uint32_t i = 0; i < table_end(h->srq_dir); ++i)
     if (present(srq_slot(h, i), &dying))
       add("srq", i, srq_slot(h, i).dev, srq_slot(h, i).srqn, srq_slot(h, i).owner,
           srq_slot(h, i).xrcd_ref ? "XRC" : "BASIC", "", dying);
+}
+
+// A TGT QP is its creator's only by name: the creator as it was recorded, and the handles that
+// hold the QP.
+void CensusBuilder::tgt_qp(const QpSlot& q, uint32_t i, bool dying) {
+  bool alive = runs(q.creator_pid, q.creator_start);
+  c->objects.push_back({"qp", i, q.dev, q.qpn, "XRC_RECV", qp_state_name(q.qp_state.load()),
+                        q.creator_pid, alive, dying});
+  if (dying) return;
+  CensusTgtQp t{q.qpn,
+                q.xrcd_ref ? q.xrcd_ref - 1 : 0,
+                qp_state_name(q.qp_state.load()),
+                q.handles.load(),
+                q.dies_with_xrcd != 0,
+                q.creator_pid,
+                alive,
+                !alive,
+                {}};
+  for (uint32_t k = 0; k < kMaxXrcHandles; ++k) {
+    const XrcHandle& x = h->xrc_handles[k];
+    if (x.state.load(std::memory_order_acquire) == kSlotLive && x.kind == kHandleTgtQp &&
+        x.object == i)
+      t.holders.push_back(handle_of(h, k));
+  }
+  c->tgt_qps.push_back(std::move(t));
+}
+
+void CensusBuilder::qps() {
+  bool dying = false;
   for (uint32_t i = 0; i < table_end(h->qp_dir); ++i) {
     const QpSlot& q = qp_slot(h, i);
     if (!present(q, &dying)) continue;
     if (q.type == kQptXrcRecv) {
-      // A TGT QP is its creator's only by name: report the creator as it was recorded.
-      bool alive = runs(q.creator_pid, q.creator_start);
-      c.objects.push_back({"qp", i, q.dev, q.qpn, "XRC_RECV", qp_state_name(q.qp_state.load()),
-                           q.creator_pid, alive, dying});
-      if (dying) continue;
-      CensusTgtQp t{q.qpn,
-                    q.xrcd_ref ? q.xrcd_ref - 1 : 0,
-                    qp_state_name(q.qp_state.load()),
-                    q.handles.load(),
-                    q.dies_with_xrcd != 0,
-                    q.creator_pid,
-                    alive,
-                    !alive,
-                    {}};
-      for (uint32_t k = 0; k < kMaxXrcHandles; ++k) {
-        const XrcHandle& x = h->xrc_handles[k];
-        if (x.state.load(std::memory_order_acquire) == kSlotLive && x.kind == kHandleTgtQp &&
-            x.object == i)
-          t.holders.push_back(handle_of(h, k));
-      }
-      c.tgt_qps.push_back(std::move(t));
+      tgt_qp(q, i, dying);
       continue;
     }
     add("qp", i, q.dev, q.qpn, q.owner, qp_type_name(q.type), qp_state_name(q.qp_state.load()),
@@ -187,9 +216,12 @@ Census take_census(Segment* seg) {
     if (!dying && q.dbrec_off) {
       // The driver's send counter (big-endian, 16 bits) against the device's next block.
       uint32_t posted = __builtin_bswap32(static_cast<const uint32_t*>(seg->at(q.dbrec_off))[1]);
-      c.objects.back().sq_pending = (posted - q.sq_ci) & 0xffff;
+      c->objects.back().sq_pending = (posted - q.sq_ci) & 0xffff;
     }
   }
+}
+
+void CensusBuilder::xrcds() {
   for (uint32_t i = 0; i < kMaxXrcds; ++i) {
     const XrcdSlot& d = h->xrcds[i];
     if (d.state.load(std::memory_order_acquire) != kSlotLive) continue;
@@ -212,15 +244,18 @@ Census take_census(Segment* seg) {
           hx.object == i)
         x.openers.push_back(handle_of(h, k));
     }
-    c.xrcds.push_back(std::move(x));
+    c->xrcds.push_back(std::move(x));
   }
+}
+
+void CensusBuilder::dead_owned_and_locks() {
   // Owned by the dead and kept by nothing: a TGT QP is kept by its handles or its domain's policy,
   // every other object has no business outliving its process once the sweep has seen it die.
-  for (const CensusObject& o : c.objects)
-    if (!o.owner_alive && !(o.kind == "qp" && o.type == "XRC_RECV")) c.dead_owned.push_back(o);
+  for (const CensusObject& o : c->objects)
+    if (!o.owner_alive && !(o.kind == "qp" && o.type == "XRC_RECV")) c->dead_owned.push_back(o);
   auto held_by_dead = [&](const ShmLock& l) {
     uint32_t w = l.word.load(std::memory_order_relaxed);
-    if (w != 0 && !proc_slot_alive(w - 1)) ++c.locks_held_by_dead;
+    if (w != 0 && !proc_slot_alive(w - 1)) ++c->locks_held_by_dead;
   };
   held_by_dead(h->table_lock);
   held_by_dead(h->atomic_lock);
@@ -230,17 +265,35 @@ Census take_census(Segment* seg) {
     held_by_dead(q.rq_lock);
   });
   each_srq(h, [&](const SrqSlot& s) { held_by_dead(s.lock); });
+}
+
+void CensusBuilder::heap_and_races() {
   HeapAudit heap = seg->audit_heap(false, true);
   if (heap.done) {
-    c.leaked_heap_blocks = static_cast<int64_t>(heap.leaked_blocks);
-    c.leaked_heap_bytes = heap.leaked_bytes;
+    c->leaked_heap_blocks = static_cast<int64_t>(heap.leaked_blocks);
+    c->leaked_heap_bytes = heap.leaked_bytes;
   }
-  c.races_total = races_recorded(seg);
+  c->races_total = races_recorded(seg);
   for (uint32_t d = 0; d < h->num_devices; ++d) {
-    std::vector<uint64_t>& row = c.race_counts.emplace_back(kRaceKinds, 0);
+    std::vector<uint64_t>& row = c->race_counts.emplace_back(kRaceKinds, 0);
     for (uint32_t k = 0; k < kRaceKinds; ++k) row[k] = h->races.counts[d][k].load();
   }
-  c.races = read_races(seg);
+  c->races = read_races(seg);
+}
+
+}  // namespace
+
+Census take_census(Segment* seg) {
+  Census c;
+  c.fabric = config().fabric;
+  CensusBuilder b{seg, seg->hdr(), &c};
+  b.procs();
+  b.contexts_pds_mrs();
+  b.cqs_srqs();
+  b.qps();
+  b.xrcds();
+  b.dead_owned_and_locks();
+  b.heap_and_races();
   return c;
 }
 

@@ -196,6 +196,12 @@ class Engine {
   // Executes a run of plain RDMA WRITEs at the head with one DMA call; returns how many (0: the
   // head is not such a run, or something in it needs the one-at-a-time path and its errors).
   uint32_t step_execute_writes(QpSlot& qp, uint32_t producer);
+  // Its parts (engine_batch.cpp): the WQEs a run may take at most (0: none here), the run's WQEs
+  // added one by one while they qualify, and the run's completions.
+  struct Run;
+  uint32_t run_span(QpSlot& qp, uint32_t producer);
+  bool add_to_run(QpSlot& qp, const QpSlot& r, Run& run);
+  void complete_run(QpSlot& qp, QpSlot* r, const Run& run);
   // The head WQE (bbs blocks) is done: its CQE if signaled or failed, the consumer index past it,
   // and a failure (other than a flush) stops the send queue.
   void step_complete(QpSlot& qp, const CqeInfo& info, bool signaled, uint32_t bbs) {
@@ -309,6 +315,14 @@ class Engine {
                   uint32_t from, uint32_t count, WireRx& rx);
   bool wire_answer(const Exchange& x, const FaultRules& rules, WireQp& ws, uint8_t op, uint8_t aeth,
                    uint32_t psn);
+  // exec_on_wire's steps: the message executed once all its requests arrived (false with *out:
+  // the requester is done with it for now), its answer's fate after execution (*gap: READ
+  // responses with a hole the requester NAKs), and a sequence NAK's fate.
+  struct WireMessage;
+  bool wire_execute_once(Exchange& x, WireQp& ws, ExecOutcome* out);
+  bool wire_answered(const Exchange& x, const FaultRules& rules, WireQp& ws, const WireMessage& m,
+                     bool* gap);
+  bool wire_nak_answered(const Exchange& x, const FaultRules& rules, WireQp& ws, const WireRx& rx);
   void wire_capture(const Exchange& x, const WirePacket& p);
 
   // Error injection (engine_inject.cpp, emu/inject.h): on while wc rules are set, one test.
@@ -431,6 +445,17 @@ class Engine {
   // (exec_send's only callee of its kind: inlined there.)
   [[gnu::always_inline]] inline bool send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc,
                                                   uint8_t* resp_syndrome, ExecOutcome* early);
+  // Its ways of moving the payload (each returns as send_payload does): in the receive CQE, through
+  // shared windows into the receive buffers, or by a DMA call (with its errors).
+  [[gnu::always_inline]] inline bool payload_into_cqe(Exchange& x, CqeInfo* rc, ExecOutcome* early);
+  [[gnu::always_inline]] inline bool payload_through_windows(Exchange& x,
+                                                             const engine_detail::Sges& scatter,
+                                                             const uint64_t* window,
+                                                             ExecOutcome* early);
+  [[gnu::always_inline]] inline bool payload_by_dma(Exchange& x, const RecvRef& rq,
+                                                    const uint8_t* rwqe,
+                                                    const engine_detail::Sges& scatter,
+                                                    uint8_t* resp_syndrome, ExecOutcome* early);
   // Receive staging (engine_stage.cpp): the payload (after `prefix_len` bytes of `prefix` in this
   // process, a UD GRH) into the staging area of the receive CQ, rc then naming the slots.
   // not_staged: the CQ has no area (rc asks for one) or no room; place the payload directly.

@@ -73,9 +73,46 @@ struct RemoteKeyCache {
   }
 };
 
+// A WQE of the run: what its completion needs.
+struct RunItem {
+  uint32_t bbs;
+  uint32_t len;
+  uint16_t idx;
+  bool signaled;
+};
+
+// Inline payloads of a write run sit in our copies of the WQEs, many small spans the kernel
+// would walk one iovec at a time: gathered into one span, they cost one memcpy each.
+void gather_inline(RunBuffers& b, uint32_t* nl) {
+  uint8_t* gathered = b.gathered;
+  uint64_t at = 0;
+  for (uint32_t i = 0; i < *nl; ++i) {
+    copy_small(gathered + at, reinterpret_cast<const uint8_t*>(b.local[i].addr), b.local[i].len);
+    at += b.local[i].len;
+  }
+  b.local[0] = {reinterpret_cast<uint64_t>(gathered), at};
+  *nl = 1;
+}
+
 }  // namespace
 
-uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
+// The run being formed: its WQEs' copies and spans (in the thread's buffers), where the next WQE
+// is, and what every WQE of it must share (the opcode, the remote address space).
+struct Engine::Run {
+  // The items are written as WQEs join (not cleared first: the run is on the fast path).
+  Run(RunBuffers& b, uint32_t span, uint32_t head) : buf(b), pending(span), pos(head) {}
+  RunBuffers& buf;
+  uint32_t pending;  // blocks the run may take
+  uint32_t pos;      // the next WQE's ring position
+  uint32_t consumed = 0;
+  uint32_t n = 0, nl = 0, nr = 0;  // WQEs, local spans, remote spans
+  bool windows = false;            // remote spans through shared mappings
+  uint8_t op = 0;                  // the run's opcode: its first WQE's
+  RemoteKeyCache keys;
+  RunItem items[kBatch];
+};
+
+uint32_t Engine::run_span(QpSlot& qp, uint32_t producer) {
   uint32_t pending = (producer - qp.sq_ci) & 0xffff;
   // A scheduled run takes each WQE as its own steps, so that a schedule can switch between them.
   if (pending < 2 || sched::scheduled() || !g_runs) return 0;
@@ -91,100 +128,95 @@ uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
   // space only when the requester is this process.
   if (h_->procs[qp.owner].pid != seg_->pid()) return 0;
   if (qp.type == kQptDci) return 0;  // each WQE names its own responder: one at a time
-  QpSlot* r = responder_of(seg_, qp);
-  // An XRC request's keys are its SRQ's (step_execute): one WQE at a time there.
-  if (!r || r->type == kQptXrcRecv) return 0;
+  return pending;
+}
 
-  struct Item {
-    uint32_t bbs;
-    uint32_t len;
-    uint16_t idx;
-    bool signaled;
-  };
-  RunBuffers* held = run_buffers();
-  if (!held) return 0;
-  RunBuffers& buffers = *held;
-  auto& wqes = buffers.wqes;
-  MemSpan* local = buffers.local;
-  MemSpan* remote = buffers.remote;
-  Item items[kBatch];
+bool Engine::add_to_run(QpSlot& qp, const QpSlot& r, Run& run) {
+  uint8_t* wqe = run.buf.wqes[run.n];
+  uint32_t bbs;
+  if (fetch_wqe_at(qp, run.pos, wqe, &bbs) != Fetch::ok) return false;
+  uint8_t o = ctrl_opcode(*reinterpret_cast<const CtrlSeg*>(wqe));
+  if (run.n == 0 && (o == kOpRdmaWrite || o == kOpRdmaRead)) run.op = o;
+  if (o != run.op) return false;
   ParsedWqe w;
-  uint32_t n = 0, nl = 0, nr = 0, pos = qp.sq_ci, consumed = 0;
-  bool windows = false;
-  RemoteKeyCache keys;
-  uint8_t op = 0;  // the run's opcode: its first WQE's
-  while (n < kBatch && consumed < pending) {
-    uint32_t bbs;
-    if (fetch_wqe_at(qp, pos, wqes[n], &bbs) != Fetch::ok) break;
-    uint8_t o = ctrl_opcode(*reinterpret_cast<const CtrlSeg*>(wqes[n]));
-    if (n == 0 && (o == kOpRdmaWrite || o == kOpRdmaRead)) op = o;
-    if (o != op) break;
-    if (parse_wqe(seg_, qp, wqes[n], &w) != 0 || w.mixed) break;  // (mixed: one at a time)
-    uint64_t total = w.local.total;
-    if (nl + w.local.n > kBatch * 4) break;
-    uint64_t rva = 0;
-    const MrSlot* rmr = keys.mr;
-    uint32_t rkey = be32(w.raddr.rkey);
-    if (total && !keys.translate(rkey, be64(w.raddr.raddr), total, &rva)) {
-      if (!translate_remote(seg_, *r, rkey, be64(w.raddr.raddr), total,
-                            op == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite, &rva, &rmr))
-        break;
-      keys = {};
-      if (!rmr->mw_type && rmr->key == rkey) keys = {rkey, rmr};
-    }
-    // One copy call takes one address space: all through shared mappings, or none.
-    if (total) {
-      uint64_t window = rmr->share_len ? shared_window(seg_, *rmr, rva, total) : 0;
-      if (nr == 0) windows = window != 0;
-      if ((window != 0) != windows) break;
-      if (window) rva = window;
-      // Adjacent targets (a stream into consecutive slots) become one span: the kernel pins the
-      // pages of every remote iovec on its own, so 64 spans of one page cost 64 page walks.
-      if (nr && remote[nr - 1].addr + remote[nr - 1].len == rva)
-        remote[nr - 1].len += total;
-      else
-        remote[nr++] = {rva, total};
-    }
-    for (int i = 0; i < w.local.n; ++i) local[nl++] = w.local.span[i];
-    items[n++] = {bbs, static_cast<uint32_t>(total), static_cast<uint16_t>(pos & 0xffff),
-                  ctrl_signaled(*w.ctrl)};
-    pos += bbs;
-    consumed += bbs;
+  if (parse_wqe(seg_, qp, wqe, &w) != 0 || w.mixed) return false;  // (mixed: one at a time)
+  uint64_t total = w.local.total;
+  if (run.nl + w.local.n > kBatch * 4) return false;
+  uint64_t rva = 0;
+  const MrSlot* rmr = run.keys.mr;
+  uint32_t rkey = be32(w.raddr.rkey);
+  if (total && !run.keys.translate(rkey, be64(w.raddr.raddr), total, &rva)) {
+    if (!translate_remote(seg_, r, rkey, be64(w.raddr.raddr), total,
+                          run.op == kOpRdmaRead ? kAccessRemoteRead : kAccessRemoteWrite, &rva,
+                          &rmr))
+      return false;
+    run.keys = {};
+    if (!rmr->mw_type && rmr->key == rkey) run.keys = {rkey, rmr};
   }
-  if (n < 2) return 0;
-  // A failed copy is redone one WQE at a time, which reports it (moving the same bytes again is
-  // harmless for a write or a read).
-  if (windows && !peer_still_there(qp, *r)) return 0;
-  int rpid = windows ? 0 : h_->procs[r->owner].pid;
-  // Inline payloads of a write run sit in our copies of the WQEs, many small spans the kernel
-  // would walk one iovec at a time: gathered into one span first, they cost one memcpy each.
-  if (op == kOpRdmaWrite && rpid && nl > 1 && all_inline(local, nl, wqes, sizeof wqes)) {
-    uint8_t* gathered = buffers.gathered;
-    uint64_t at = 0;
-    for (uint32_t i = 0; i < nl; ++i) {
-      copy_small(gathered + at, reinterpret_cast<const uint8_t*>(local[i].addr), local[i].len);
-      at += local[i].len;
-    }
-    local[0] = {reinterpret_cast<uint64_t>(gathered), at};
-    nl = 1;
+  // One copy call takes one address space: all through shared mappings, or none.
+  if (total) {
+    uint64_t window = rmr->share_len ? shared_window(seg_, *rmr, rva, total) : 0;
+    if (run.nr == 0) run.windows = window != 0;
+    if ((window != 0) != run.windows) return false;
+    if (window) rva = window;
+    // Adjacent targets (a stream into consecutive slots) become one span: the kernel pins the
+    // pages of every remote iovec on its own, so 64 spans of one page cost 64 page walks.
+    MemSpan* remote = run.buf.remote;
+    if (run.nr && remote[run.nr - 1].addr + remote[run.nr - 1].len == rva)
+      remote[run.nr - 1].len += total;
+    else
+      remote[run.nr++] = {rva, total};
   }
-  int nli = static_cast<int>(nl), nri = static_cast<int>(nr);
-  CopyResult cr = op == kOpRdmaRead ? dma_copy(rpid, remote, nri, 0, local, nli)
-                                    : dma_copy(0, local, nli, rpid, remote, nri);
-  if (cr != CopyResult::ok) return 0;
+  for (int i = 0; i < w.local.n; ++i) run.buf.local[run.nl++] = w.local.span[i];
+  run.items[run.n++] = {bbs, static_cast<uint32_t>(total), static_cast<uint16_t>(run.pos & 0xffff),
+                        ctrl_signaled(*w.ctrl)};
+  run.pos += bbs;
+  run.consumed += bbs;
+  return true;
+}
+
+void Engine::complete_run(QpSlot& qp, QpSlot* r, const Run& run) {
   // One CqeInfo for the run: every WQE sets the same fields, and step_complete only reads it.
   CqeInfo info;
   clear_cqe_info(&info);
   info.cqe_opcode = kCqeReq;
-  info.wqe_opcode = op;
+  info.wqe_opcode = run.op;
   info.qpn = qp.qpn;
-  for (uint32_t i = 0; i < n; ++i) {
-    advance_psn(qp, r, packets(items[i].len, qp.path_mtu));
-    info.wqe_counter = items[i].idx;
-    info.byte_cnt = items[i].len;
-    step_complete(qp, info, items[i].signaled, items[i].bbs);
+  for (uint32_t i = 0; i < run.n; ++i) {
+    advance_psn(qp, r, packets(run.items[i].len, qp.path_mtu));
+    info.wqe_counter = run.items[i].idx;
+    info.byte_cnt = run.items[i].len;
+    step_complete(qp, info, run.items[i].signaled, run.items[i].bbs);
   }
-  return n;
+}
+
+uint32_t Engine::step_execute_writes(QpSlot& qp, uint32_t producer) {
+  uint32_t pending = run_span(qp, producer);
+  if (!pending) return 0;
+  QpSlot* r = responder_of(seg_, qp);
+  // An XRC request's keys are its SRQ's (step_execute): one WQE at a time there.
+  if (!r || r->type == kQptXrcRecv) return 0;
+  RunBuffers* held = run_buffers();
+  if (!held) return 0;
+  Run run(*held, pending, qp.sq_ci);
+  while (run.n < kBatch && run.consumed < run.pending && add_to_run(qp, *r, run)) {
+  }
+  if (run.n < 2) return 0;
+  // A failed copy is redone one WQE at a time, which reports it (moving the same bytes again is
+  // harmless for a write or a read).
+  if (run.windows && !peer_still_there(qp, *r)) return 0;
+  int rpid = run.windows ? 0 : h_->procs[r->owner].pid;
+  uint32_t nl = run.nl;
+  if (run.op == kOpRdmaWrite && rpid && nl > 1 &&
+      all_inline(run.buf.local, nl, run.buf.wqes, sizeof run.buf.wqes))
+    gather_inline(run.buf, &nl);
+  int nli = static_cast<int>(nl), nri = static_cast<int>(run.nr);
+  CopyResult cr = run.op == kOpRdmaRead
+                      ? dma_copy(rpid, run.buf.remote, nri, 0, run.buf.local, nli)
+                      : dma_copy(0, run.buf.local, nli, rpid, run.buf.remote, nri);
+  if (cr != CopyResult::ok) return 0;
+  complete_run(qp, r, run);
+  return run.n;
 }
 
 }  // namespace emu

@@ -447,6 +447,69 @@ void Engine::recv_mrs(const RecvRef& rq, const uint8_t* rwqe, const Sges& scatte
   }
 }
 
+// Scatter-to-CQE: the payload rides in the receive CQE, one line for the receiver to read; its
+// poll copies it into the buffers of its own receive WQE (checked here, as the device does).
+bool Engine::payload_into_cqe(Exchange& x, CqeInfo* rc, ExecOutcome* early) {
+  const Sges& local = x.w.local;
+  MemSpan cqe_data{reinterpret_cast<uint64_t>(rc->inline_data), local.total};
+  if (x.local_pid == 0 && local.n == 1) {  // inline data in our copy of the WQE: no DMA call
+    copy_small(rc->inline_data, reinterpret_cast<const void*>(local.span[0].addr), local.total);
+  } else if (CopyResult cr = dma_copy(x.local_pid, local.span, local.n, 0, &cqe_data, 1);
+             cr != CopyResult::ok &&
+             copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, 0, &cqe_data, 1,
+                               nullptr) != CopyResult::ok) {
+    *early = fail(x.out, kSynLocalProt);
+    return false;
+  }
+  rc->inline_scatter = true;
+  return true;
+}
+
+// Straight into the receive buffer through shared mappings (EMU_SHARED_MR).
+bool Engine::payload_through_windows(Exchange& x, const Sges& scatter, const uint64_t* window,
+                                     ExecOutcome* early) {
+  const Sges& local = x.w.local;
+  Sges direct = scatter;
+  uint64_t left = local.total;
+  for (int i = 0; i < direct.n; ++i) {
+    direct.span[i].addr = window[i];
+    if (direct.span[i].len > left) direct.span[i].len = left;
+    left -= direct.span[i].len;
+  }
+  if (CopyResult cr = dma_copy(x.local_pid, local.span, local.n, 0, direct.span, direct.n);
+      cr != CopyResult::ok &&
+      copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, 0, direct.span,
+                        direct.n, nullptr) != CopyResult::ok) {
+    *early = fail(x.out, kSynLocalProt);
+    return false;
+  }
+  return true;
+}
+
+// From the requester's memory into the receive buffers' owner's, one DMA call; a fault goes again
+// through the MRs' own pages (an unmapped buffer the MR still holds).
+bool Engine::payload_by_dma(Exchange& x, const RecvRef& rq, const uint8_t* rwqe,
+                            const Sges& scatter, uint8_t* resp_syndrome, ExecOutcome* early) {
+  const Sges& local = x.w.local;
+  CopyResult cr = dma_copy(x.local_pid, local.span, local.n, x.remote_pid, scatter.span, scatter.n);
+  if (is_fault(cr)) [[unlikely]] {
+    const MrSlot* mrs[kMaxSpans];
+    recv_mrs(rq, rwqe, scatter, local.total, mrs);
+    cr = copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, x.remote_pid,
+                           scatter.span, scatter.n, mrs);
+  }
+  if (cr == CopyResult::dst_gone) {
+    *early = gone(x);
+    return false;
+  }
+  if (cr == CopyResult::src_fault || cr == CopyResult::src_gone) {
+    *early = fail(x.out, kSynLocalProt);
+    return false;
+  }
+  if (cr == CopyResult::dst_fault) *resp_syndrome = kSynLocalProt;
+  return true;
+}
+
 bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
                           ExecOutcome* early) {
   const Sges& local = x.w.local;
@@ -476,41 +539,10 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
   // (Not for a CQ its owner may read from memory: code written for mlx5 finds its data in the
   // buffer it posted.)
   bool cqe_scatter = !(recv_cq(rq).format & kCqFormatMlx5);
-  if (local.total <= kCqeInlineMax && addr_is_va && !by_srqn && elsewhere && cqe_scatter) {
-    // Scatter-to-CQE: the payload rides in the receive CQE, one line for the receiver to read;
-    // its poll copies it into the buffers of its own receive WQE (checked here, as the device
-    // does).
-    MemSpan cqe_data{reinterpret_cast<uint64_t>(rc->inline_data), local.total};
-    if (x.local_pid == 0 && local.n == 1) {  // inline data in our copy of the WQE: no DMA call
-      copy_small(rc->inline_data, reinterpret_cast<const void*>(local.span[0].addr), local.total);
-    } else if (CopyResult cr = dma_copy(x.local_pid, local.span, local.n, 0, &cqe_data, 1);
-               cr != CopyResult::ok &&
-               copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, 0, &cqe_data,
-                                 1, nullptr) != CopyResult::ok) {
-      *early = fail(x.out, kSynLocalProt);
-      return false;
-    }
-    rc->inline_scatter = true;
-    return true;
-  }
-  if (all_windows && elsewhere && peer_still_there(x.qp, x.r)) {
-    // Straight into the receive buffer through shared mappings (EMU_SHARED_MR).
-    Sges direct = scatter;
-    uint64_t left = local.total;
-    for (int i = 0; i < direct.n; ++i) {
-      direct.span[i].addr = window[i];
-      if (direct.span[i].len > left) direct.span[i].len = left;
-      left -= direct.span[i].len;
-    }
-    if (CopyResult cr = dma_copy(x.local_pid, local.span, local.n, 0, direct.span, direct.n);
-        cr != CopyResult::ok &&
-        copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, 0, direct.span,
-                          direct.n, nullptr) != CopyResult::ok) {
-      *early = fail(x.out, kSynLocalProt);
-      return false;
-    }
-    return true;
-  }
+  if (local.total <= kCqeInlineMax && addr_is_va && !by_srqn && elsewhere && cqe_scatter)
+    return payload_into_cqe(x, rc, early);
+  if (all_windows && elsewhere && peer_still_there(x.qp, x.r))
+    return payload_through_windows(x, scatter, window, early);
   // Into the receive CQ's staging area, for the receiver's poll to place (engine_stage.cpp).
   if (addr_is_va && !by_srqn && elsewhere && peer_still_there(x.qp, x.r)) {
     Staged st = stage_payload(recv_cq(rq), nullptr, 0, x.local_pid, local, rc);
@@ -520,23 +552,7 @@ bool Engine::send_payload(Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* 
       return false;
     }
   }
-  CopyResult cr = dma_copy(x.local_pid, local.span, local.n, x.remote_pid, scatter.span, scatter.n);
-  if (is_fault(cr)) [[unlikely]] {
-    const MrSlot* mrs[kMaxSpans];
-    recv_mrs(rq, rwqe, scatter, local.total, mrs);
-    cr = copy_via_mr_pages(cr, x.local_pid, local.span, local.n, x.w.local_mr, x.remote_pid,
-                           scatter.span, scatter.n, mrs);
-  }
-  if (cr == CopyResult::dst_gone) {
-    *early = gone(x);
-    return false;
-  }
-  if (cr == CopyResult::src_fault || cr == CopyResult::src_gone) {
-    *early = fail(x.out, kSynLocalProt);
-    return false;
-  }
-  if (cr == CopyResult::dst_fault) *resp_syndrome = kSynLocalProt;
-  return true;
+  return payload_by_dma(x, rq, rwqe, scatter, resp_syndrome, early);
 }
 
 }  // namespace emu

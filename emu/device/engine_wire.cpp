@@ -235,9 +235,20 @@ bool Engine::wire_answer(const Exchange& x, const FaultRules& rules, WireQp& ws,
   return f != kFaultDrop && f != kFaultCorrupt;
 }
 
-ExecOutcome Engine::exec_on_wire(Exchange& x) {
-  QpSlot& qp = x.qp;
-  WireQp& ws = wire_slot(h_, qp.qpn & (kMaxQps - 1));
+// The message a send queue's head carries on the wire: how many request packets it sends (READ
+// and atomics: one), and its last PSN (the one its ACK names).
+struct Engine::WireMessage {
+  bool read;
+  bool atomic;
+  uint32_t requests;
+  uint32_t last_psn;
+};
+
+namespace {
+
+// The wire state of qp's head message, new for a QP's new incarnation or a new head WQE.
+WireQp& wire_state_of(Header* h, const QpSlot& qp) {
+  WireQp& ws = wire_slot(h, qp.qpn & (kMaxQps - 1));
   uint32_t inc = qp.incarnation.load(std::memory_order_relaxed);
   if (ws.incarnation != inc || !ws.based) {
     ws = WireQp{};
@@ -252,73 +263,95 @@ ExecOutcome Engine::exec_on_wire(Exchange& x) {
     ws.accepted = ws.round = ws.retries = 0;
     ws.executed = 0;
   }
+  return ws;
+}
+
+// One retry of qp's budget, if it has one left.
+bool spend_retry(WireQp& ws, const QpSlot& qp) {
+  if (ws.retries >= qp.retry_cnt) return false;
+  ++ws.retries;
+  return true;
+}
+
+}  // namespace
+
+bool Engine::wire_execute_once(Exchange& x, WireQp& ws, ExecOutcome* out) {
+  if (ws.executed) return true;
+  ExecOutcome o = exec_message(x);
+  if (o != ExecOutcome::done) {
+    ws.accepted = 0;  // RNR or no responder: the message goes again from its start
+    *out = o;
+    return false;
+  }
+  if (x.out->cqe_opcode == kCqeReqErr || x.unreliable) {
+    ws.active = 0;  // an error NAK (not subject to faults) or UC: done with this message
+    *out = ExecOutcome::done;
+    return false;
+  }
+  ws.executed = 1;
+  return true;
+}
+
+bool Engine::wire_answered(const Exchange& x, const FaultRules& rules, WireQp& ws,
+                           const WireMessage& m, bool* gap) {
+  if (!m.read)
+    return wire_answer(x, rules, ws, m.atomic ? wire::kAtomicAck : wire::kAck, wire::kAethAck,
+                       m.last_psn);
+  WireRx back{0};
+  wire_burst(x, rules, ws, true, 0, x.npk, back);
+  *gap = back.accepted != x.npk && back.nak;
+  return back.accepted == x.npk;
+}
+
+bool Engine::wire_nak_answered(const Exchange& x, const FaultRules& rules, WireQp& ws,
+                               const WireRx& rx) {
+  h_->faults.naks.fetch_add(1, std::memory_order_relaxed);
+  uint32_t nak_psn = (ws.msg_psn + rx.nak_at) & 0xffffff;
+  return wire_answer(x, rules, ws, wire::kAck, wire::kAethNakSeq, nak_psn);
+}
+
+ExecOutcome Engine::exec_on_wire(Exchange& x) {
+  QpSlot& qp = x.qp;
+  WireQp& ws = wire_state_of(h_, qp);
   FaultRules rules = faults_get(seg_);
   uint8_t op = x.w.opcode;
-  bool read = op == kOpRdmaRead;
-  bool atomic = is_atomic(op);
-  uint32_t requests = read || atomic ? 1 : x.npk;
-  uint32_t last_psn = (ws.msg_psn + x.npk - 1) & 0xffffff;
+  WireMessage m{op == kOpRdmaRead, is_atomic(op), 0, (ws.msg_psn + x.npk - 1) & 0xffffff};
+  m.requests = m.read || m.atomic ? 1 : x.npk;
   uint32_t from = 0;  // a timeout resends the message from its first PSN
   for (;; ++ws.round) {
     uint32_t before = ws.accepted;  // what the responder held when this round began
     WireRx rx{ws.accepted};
-    wire_burst(x, rules, ws, false, from, requests, rx);
+    wire_burst(x, rules, ws, false, from, m.requests, rx);
     ws.accepted = rx.accepted;
-    if (x.unreliable && ws.accepted < requests) {
+    if (x.unreliable && ws.accepted < m.requests) {
       ws.active = 0;  // UC: the message is lost, its receive WQE stays for the next one
       return dropped(x);
     }
-    bool answered = false;
-    if (ws.accepted == requests) {
-      if (!ws.executed) {
-        ExecOutcome out = exec_message(x);
-        if (out != ExecOutcome::done) {
-          ws.accepted = 0;  // RNR or no responder: the message goes again from its start
-          return out;
-        }
-        if (x.out->cqe_opcode == kCqeReqErr || x.unreliable) {
-          ws.active = 0;  // an error NAK (not subject to faults) or UC: done with this message
-          return ExecOutcome::done;
-        }
-        ws.executed = 1;
-      }
-      if (read) {
-        WireRx back{0};
-        wire_burst(x, rules, ws, true, 0, x.npk, back);
-        answered = back.accepted == x.npk;
-        if (!answered && back.nak) {
-          // A gap in the responses: the requester asks again at once.
-          if (ws.retries >= qp.retry_cnt) break;
-          ++ws.retries;
-          from = 0;
-          continue;
-        }
-      } else {
-        answered = wire_answer(x, rules, ws, atomic ? wire::kAtomicAck : wire::kAck, wire::kAethAck,
-                               last_psn);
-      }
-      if (answered) {
+    if (ws.accepted == m.requests) {
+      ExecOutcome out;
+      if (!wire_execute_once(x, ws, &out)) return out;
+      bool gap = false;
+      if (wire_answered(x, rules, ws, m, &gap)) {
         ws.active = 0;
         return ExecOutcome::done;
       }
-    } else if (rx.nak) {
-      h_->faults.naks.fetch_add(1, std::memory_order_relaxed);
-      uint32_t nak_psn = (ws.msg_psn + rx.nak_at) & 0xffffff;
-      if (wire_answer(x, rules, ws, wire::kAck, wire::kAethNakSeq, nak_psn)) {
-        // A NAK acknowledges the packets before its PSN: progress renews the retry budget, as a
-        // new acknowledgement does on hardware and in rxe (else a long message under steady loss
-        // would fail although every round moves it on).
-        if (rx.nak_at > before) ws.retries = 0;
-        if (ws.retries >= qp.retry_cnt) break;
-        ++ws.retries;
-        from = rx.nak_at;
+      if (gap) {  // a gap in the READ responses: the requester asks again at once
+        if (!spend_retry(ws, qp)) break;
+        from = 0;
         continue;
       }
+    } else if (rx.nak && wire_nak_answered(x, rules, ws, rx)) {
+      // A NAK acknowledges the packets before its PSN: progress renews the retry budget, as a new
+      // acknowledgement does on hardware and in rxe (else a long message under steady loss would
+      // fail although every round moves it on).
+      if (rx.nak_at > before) ws.retries = 0;
+      if (!spend_retry(ws, qp)) break;
+      from = rx.nak_at;
+      continue;
     }
     // Nothing (or no answer) came back: the local ACK timeout, then everything again.
     h_->faults.timeouts.fetch_add(1, std::memory_order_relaxed);
-    if (ws.retries >= qp.retry_cnt) break;
-    ++ws.retries;
+    if (!spend_retry(ws, qp)) break;
     ++ws.round;
     return ExecOutcome::stall_retry;
   }

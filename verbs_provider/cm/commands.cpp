@@ -308,6 +308,7 @@ int on_id(const rdma_ucm_cmd_hdr& hdr, const uint8_t* buf, Fn fn) {
 
 }  // namespace
 
+// The ucma commands librdmacm writes, each read and handed to its handler: a dispatch table.
 int command(Channel& ch, const rdma_ucm_cmd_hdr& hdr, const uint8_t* buf) {
   using Addr = sockaddr_storage;
   switch (hdr.cmd) {

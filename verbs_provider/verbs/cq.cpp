@@ -212,6 +212,95 @@ inline void clear_wc(ibv_wc* wc) {
   std::memcpy(p + 32, &zero, 16);
 }
 
+// The CQE at the consumer index is used: past it, and the device told.
+[[gnu::always_inline]] inline void consume_cqe(EmuCq* cq) {
+  ++cq->ci;
+  publish_ci(cq);
+}
+
+// A tag-matching CQE, found by its SRQ (list operations name no QP); false: it completes no WR.
+bool tm_cqe(EmuCq* cq, const Cqe64& c, uint8_t opcode, ibv_wc* wc, uint64_t* ts) {
+  bool got = tm_wc(c, wc, &cq->cur_tm);
+  if (got && opcode == kCqeRespErr) {
+    auto& e = reinterpret_cast<const ErrCqe&>(c);
+    wc->status = status_of(e.syndrome);
+    wc->vendor_err = e.vendor_err_synd;
+  }
+  *ts = be64(c.timestamp);
+  return got;
+}
+
+// A completion of a QP destroyed or reset since: it names nothing the user still has. A receive
+// from an SRQ still gives its WQE back (a destroyed QP's were given back by srq_reclaim_cqes).
+void drop_stale_cqe(EmuCq* cq, EmuQp* qp, const Cqe64& c, uint8_t opcode) {
+  if (qp && qp->srq && is_recv_cqe(opcode)) srq_complete(qp->srq, be16(c.wqe_counter));
+  if (c.emu_flags & kCqeFlagStaged) staged_recv(cq, nullptr, 0, c, 0);
+}
+
+// What every CQE of a QP gives its ibv_wc: the QP, length, source, immediate, status.
+[[gnu::always_inline]] inline void common_wc(const Cqe64& c, uint8_t opcode, uint32_t qpn,
+                                             ibv_wc* wc, uint64_t* ts) {
+  clear_wc(wc);
+  wc->qp_num = qpn;
+  wc->byte_len = be32(c.byte_cnt);
+  uint32_t rqpn = be32(c.flags_rqpn);
+  wc->src_qp = rqpn & 0xffffff;
+  wc->sl = (rqpn >> 24) & 0xf;
+  if (rqpn & kCqeRqpnGrh) wc->wc_flags |= IBV_WC_GRH;
+  wc->slid = be16(c.slid);
+  recv_imm_or_inval(c, wc);
+  *ts = be64(c.timestamp);
+  if (opcode == kCqeReqErr || opcode == kCqeRespErr) {
+    auto& e = reinterpret_cast<const ErrCqe&>(c);
+    wc->status = status_of(e.syndrome);
+    wc->vendor_err = e.vendor_err_synd;
+  } else {
+    wc->status = IBV_WC_SUCCESS;
+  }
+}
+
+// A send completion: its WR's id, and the send ring's blocks up to its WQE free again.
+[[gnu::always_inline]] inline void send_wc(EmuQp* qp, const Cqe64& c, uint16_t idx, ibv_wc* wc) {
+  wc->opcode = send_opcode(cqe_wqe_opcode(c));
+  uint32_t slot = idx & (qp->sq_bbs - 1);
+  wc->wr_id = qp->sq_wrid[slot];
+  // The device completes in order: every block up to the end of this WQE is free again. The
+  // 16-bit distance from the tail (the ring is at most 32768 blocks) gives the full index.
+  uint32_t tail = qp->sq_tail.load(std::memory_order_relaxed);
+  qp->sq_tail.store(tail + static_cast<uint16_t>(idx + qp->sq_wqe_bbs[slot] - tail),
+                    std::memory_order_release);
+  qp->sq_retired.store(qp->sq_seq[slot], std::memory_order_release);
+}
+
+// A receive completion: the payload placed where the device left it elsewhere (staged, or in the
+// CQE itself), its WR's id, and the receive WQE given back.
+[[gnu::always_inline]] inline void recv_wc(EmuCq* cq, EmuQp* qp, const Cqe64& c, uint8_t op_own,
+                                           uint8_t opcode, uint16_t idx, ibv_wc* wc) {
+  wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
+  bool placed = true;
+  if (c.emu_flags & (kCqeFlagStaged | kCqeFlagWantStaging)) [[unlikely]]
+    placed = staged_recv(cq, qp, idx, c, wc->byte_len);
+  if (op_own & kCqeInlineScatter32) {
+    // The peer's QPN and LID were set at RTR, before any message could arrive. What orders
+    // that for this thread runs through the peer's process; the acquire of the state the
+    // modify published orders it within this one (and lets TSan see it).
+    (void)qp->shm->qp_state.load(std::memory_order_acquire);
+    placed = scatter_to_wqe(qp, idx, reinterpret_cast<const uint8_t*>(&c), wc->byte_len);
+    wc->src_qp = qp->shm->dest_qpn;  // bytes 0..31 held the payload; a connected QP knows its peer
+    wc->slid = qp->shm->dlid;
+    wc->sl = 0;
+    wc->wc_flags &= ~IBV_WC_GRH;
+  }
+  if (!placed) [[unlikely]]
+    wc->status = IBV_WC_LOC_PROT_ERR;
+  if (qp->srq) {
+    wc->wr_id = srq_complete(qp->srq, idx);  // the WQE goes back to the SRQ's free list
+  } else {
+    wc->wr_id = qp->rq_wrid[idx & (qp->rq_cnt - 1)];
+    qp->rq_tail += static_cast<uint16_t>(idx + 1 - qp->rq_tail);
+  }
+}
+
 // Takes the next completion, if the device has published one. Caller holds cq->lock (unless the
 // CQ's mode has none).
 [[gnu::always_inline]] inline bool next_cqe(EmuCq* cq, ibv_wc* wc, uint64_t* ts) {
@@ -223,99 +312,32 @@ inline void clear_wc(ibv_wc* wc) {
     uint8_t opcode = cqe_opcode_of(op_own);
     from_device_barrier();
     if (c.emu_flags & kCqeFlagTm) [[unlikely]] {
-      // Tag matching: found by its SRQ (list operations name no QP).
-      bool got = tm_wc(c, wc, &cq->cur_tm);
-      if (got && opcode == kCqeRespErr) {
-        auto& e = reinterpret_cast<const ErrCqe&>(c);
-        wc->status = status_of(e.syndrome);
-        wc->vendor_err = e.vendor_err_synd;
-      }
-      *ts = be64(c.timestamp);
-      ++cq->ci;
-      publish_ci(cq);
+      bool got = tm_cqe(cq, c, opcode, wc, ts);
+      consume_cqe(cq);
       if (got) return true;
       continue;
     }
     if (is_recv_cqe(opcode) && c.srqn_uidx) {
       bool got = xrc_recv_wc(c, opcode, wc);
       *ts = be64(c.timestamp);
-      ++cq->ci;
-      publish_ci(cq);
+      consume_cqe(cq);
       if (got) return true;
       continue;
     }
     uint32_t qpn = cqe_qpn(c);
     EmuQp* qp = qp_by_num(qpn);
     if (!qp || c.qp_gen != static_cast<uint16_t>(qp->incarnation)) {
-      // A completion of a QP destroyed or reset since: it names nothing the user still has. A
-      // receive from an SRQ still gives its WQE back (a destroyed QP's were given back by
-      // srq_reclaim_cqes).
-      if (qp && qp->srq && is_recv_cqe(opcode)) srq_complete(qp->srq, be16(c.wqe_counter));
-      if (c.emu_flags & kCqeFlagStaged) staged_recv(cq, nullptr, 0, c, 0);
-      ++cq->ci;
-      publish_ci(cq);
+      drop_stale_cqe(cq, qp, c, opcode);
+      consume_cqe(cq);
       continue;
     }
-    uint8_t wqe_opcode = cqe_wqe_opcode(c);
     uint16_t idx = be16(c.wqe_counter);
-    clear_wc(wc);
-    wc->qp_num = qpn;
-    wc->byte_len = be32(c.byte_cnt);
-    uint32_t rqpn = be32(c.flags_rqpn);
-    wc->src_qp = rqpn & 0xffffff;
-    wc->sl = (rqpn >> 24) & 0xf;
-    if (rqpn & kCqeRqpnGrh) wc->wc_flags |= IBV_WC_GRH;
-    wc->slid = be16(c.slid);
-    recv_imm_or_inval(c, wc);
-    *ts = be64(c.timestamp);
-    bool is_err = opcode == kCqeReqErr || opcode == kCqeRespErr;
-    if (is_err) {
-      auto& e = reinterpret_cast<ErrCqe&>(c);
-      wc->status = status_of(e.syndrome);
-      wc->vendor_err = e.vendor_err_synd;
-    } else {
-      wc->status = IBV_WC_SUCCESS;
-    }
-    if (opcode == kCqeReq || opcode == kCqeReqErr) {
-      wc->opcode = send_opcode(wqe_opcode);
-      {
-        uint32_t slot = idx & (qp->sq_bbs - 1);
-        wc->wr_id = qp->sq_wrid[slot];
-        // The device completes in order: every block up to the end of this WQE is free again. The
-        // 16-bit distance from the tail (the ring is at most 32768 blocks) gives the full index.
-        uint32_t tail = qp->sq_tail.load(std::memory_order_relaxed);
-        qp->sq_tail.store(tail + static_cast<uint16_t>(idx + qp->sq_wqe_bbs[slot] - tail),
-                          std::memory_order_release);
-        qp->sq_retired.store(qp->sq_seq[slot], std::memory_order_release);
-      }
-    } else {
-      wc->opcode = opcode == kCqeRespWrImm ? IBV_WC_RECV_RDMA_WITH_IMM : IBV_WC_RECV;
-      bool placed = true;
-      if (c.emu_flags & (kCqeFlagStaged | kCqeFlagWantStaging)) [[unlikely]]
-        placed = staged_recv(cq, qp, idx, c, wc->byte_len);
-      if (op_own & kCqeInlineScatter32) {
-        // The peer's QPN and LID were set at RTR, before any message could arrive. What orders
-        // that for this thread runs through the peer's process; the acquire of the state the
-        // modify published orders it within this one (and lets TSan see it).
-        (void)qp->shm->qp_state.load(std::memory_order_acquire);
-        placed = scatter_to_wqe(qp, idx, reinterpret_cast<const uint8_t*>(&c), wc->byte_len);
-        wc->src_qp =
-            qp->shm->dest_qpn;  // bytes 0..31 held the payload; a connected QP knows its peer
-        wc->slid = qp->shm->dlid;
-        wc->sl = 0;
-        wc->wc_flags &= ~IBV_WC_GRH;
-      }
-      if (!placed) [[unlikely]]
-        wc->status = IBV_WC_LOC_PROT_ERR;
-      if (qp->srq) {
-        wc->wr_id = srq_complete(qp->srq, idx);  // the WQE goes back to the SRQ's free list
-      } else {
-        wc->wr_id = qp->rq_wrid[idx & (qp->rq_cnt - 1)];
-        qp->rq_tail += static_cast<uint16_t>(idx + 1 - qp->rq_tail);
-      }
-    }
-    ++cq->ci;
-    publish_ci(cq);
+    common_wc(c, opcode, qpn, wc, ts);
+    if (opcode == kCqeReq || opcode == kCqeReqErr)
+      send_wc(qp, c, idx, wc);
+    else
+      recv_wc(cq, qp, c, op_own, opcode, idx, wc);
+    consume_cqe(cq);
     return true;
   }
 }
