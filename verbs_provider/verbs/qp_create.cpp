@@ -4,6 +4,7 @@
 // segment, then the provider's side of it and the ibv_qp the program sees. RSS and XRC TGT QPs
 // have creators of their own (raw/wq.cpp, xrc.cpp).
 #include <algorithm>
+#include <bit>
 #include <cerrno>
 #include <cstring>
 #include <mutex>
@@ -18,12 +19,6 @@ using namespace emu;
 using namespace emu::prov;
 
 namespace {
-
-uint32_t pow2_at_least(uint32_t v) {
-  uint32_t p = 1;
-  while (p < v) p <<= 1;
-  return p;
-}
 
 // Blocks one WQE of this QP may need: control, then remote address and atomic (RC, UC) or the
 // address vector (UD), then data or inline.
@@ -97,13 +92,13 @@ bool size_rings(const ibv_qp_init_attr_ex& attr, const DcKind* dc, QpGeometry* g
   g->send_sge = cap.max_send_sge ? cap.max_send_sge : 1;
   g->bbs_per_wqe = wqe_bbs_for(attr.qp_type, g->send_sge, cap.max_inline_data, g->dci);
   uint32_t send_wr = cap.max_send_wr ? cap.max_send_wr : 1;
-  g->sq_bbs = pow2_at_least(send_wr * g->bbs_per_wqe);
+  g->sq_bbs = std::bit_ceil(send_wr * g->bbs_per_wqe);
   if (g->sq_bbs > 32768) return false;
   // A QP on an SRQ has no receive queue of its own (its receive capacities are ignored).
   g->srq = attr.srq ? to_srq(attr.srq) : nullptr;
   g->no_rq = g->srq || attr.qp_type == IBV_QPT_XRC_SEND;
-  g->rq_cap = g->no_rq ? 0 : pow2_at_least(cap.max_recv_wr ? cap.max_recv_wr : 1);
-  g->recv_sge = g->no_rq ? 1 : pow2_at_least(cap.max_recv_sge ? cap.max_recv_sge : 1);
+  g->rq_cap = g->no_rq ? 0 : std::bit_ceil(cap.max_recv_wr ? cap.max_recv_wr : 1);
+  g->recv_sge = g->no_rq ? 1 : std::bit_ceil(cap.max_recv_sge ? cap.max_recv_sge : 1);
   g->rq_stride = g->recv_sge * sizeof(DataSeg);
   // The ring keeps two cache lines more than the queue can hold: a full queue then re-posts into
   // a line the device is not about to read, so the receiver's store and the device's next fetch
@@ -111,7 +106,7 @@ bool size_rings(const ibv_qp_init_attr_ex& attr, const DcKind* dc, QpGeometry* g
   // libmlx5's, no larger than the queue: code posting into it directly sizes its CQs by it (UCX's
   // ud_mlx5 asserts its receive CQ is longer than the ring).
   uint32_t slack = config().personality_mlx5 ? 0 : 2 * std::max<uint32_t>(1, 64 / g->rq_stride);
-  g->rq_cnt = g->no_rq ? 1 : pow2_at_least(g->rq_cap + slack);
+  g->rq_cnt = g->no_rq ? 1 : std::bit_ceil(g->rq_cap + slack);
   return true;
 }
 

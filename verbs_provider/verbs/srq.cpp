@@ -2,6 +2,7 @@
 // Shared receive queues: create, modify (limit arming), query, destroy, post. The ring is mlx5's:
 // WQEs linked by their next segments; the driver posts at the free list's head and returns
 // completed WQEs to its tail; the device takes them in list order (emu/device/engine_recv.cpp).
+#include <bit>
 #include <cerrno>
 #include <cstring>
 
@@ -18,12 +19,6 @@ using namespace emu;
 using namespace emu::prov;
 
 namespace {
-
-uint32_t pow2_at_least(uint32_t v) {
-  uint32_t p = 1;
-  while (p < v) p <<= 1;
-  return p;
-}
 
 void set_next(EmuSrq* s, uint32_t idx, uint32_t next) {
   SrqNextSeg n{};
@@ -150,9 +145,9 @@ EmuSrq* create_srq_common(ibv_pd* pd, ibv_srq_attr& a, void* srq_context, EmuXrc
                           EmuCq* cq = nullptr, uint32_t tm_tags = 0) {
   if (a.max_wr == 0 || a.max_wr > Limits::max_srq_wr || a.max_sge > Limits::max_srq_sge)
     return fail_null<EmuSrq>(EINVAL);
-  uint32_t sge = pow2_at_least(a.max_sge ? a.max_sge : 1);
-  uint32_t stride = pow2_at_least(sizeof(SrqNextSeg) + sge * sizeof(DataSeg));
-  uint32_t cnt = pow2_at_least(a.max_wr + 1);  // one WQE always stays free as the tail
+  uint32_t sge = std::bit_ceil(a.max_sge ? a.max_sge : 1);
+  uint32_t stride = std::bit_ceil(sizeof(SrqNextSeg) + sge * sizeof(DataSeg));
+  uint32_t cnt = std::bit_ceil(a.max_wr + 1);  // one WQE always stays free as the tail
   EmuContext* ctx = to_ctx(pd->context);
   if (int err = inject_verb_check(segment(), kVerbCreateSrq)) return fail_null<EmuSrq>(err);
   auto* s = new (std::nothrow) EmuSrq();
