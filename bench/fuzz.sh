@@ -11,7 +11,8 @@ seeds=${1:-20} iters=${2:-50000}
 export FUZZ_ITERS=$iters
 for ((s = 1; s <= seeds; s++)); do
   export FUZZ_SEED=$s
-  for run in "build/tests/emu_fuzz_direct" "build/bin/emu-run build/tests/emu_fuzz_verbs"; do
+  for run in "build/tests/fuzz/emu_fuzz_direct" \
+             "build/bin/emu-run build/tests/fuzz/emu_fuzz_verbs"; do
     # shellcheck disable=SC2086  # $run: a command and its arguments
     if ! timeout 3600 $run --gtest_brief=1 >"/tmp/fuzz-$$.log" 2>&1; then
       cat "/tmp/fuzz-$$.log"

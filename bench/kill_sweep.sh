@@ -11,4 +11,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 exec timeout 7200 python3 tests/acceptance/kill_sweep.py --emu-run build/bin/emu-run \
   --emu-ctl build/bin/emu-ctl --kills "${1:-800}" --xrc-iterations "${2:-150}" --seed "${3:-1616}" \
-  --max-n 300 --xrc-test build/tests/emu_xrc_tests
+  --max-n 300 --xrc-test build/tests/verbs/emu_xrc_tests

@@ -8,4 +8,4 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export EMU_FABRIC=wire-sweep-$$ WIRE_SWEEP_SEEDS=${1:-200}
 trap 'rm -f "${EMU_SHM_DIR:-/dev/shm}/rdmaemu-$(id -u)-$EMU_FABRIC"' EXIT
-timeout 3600 build/bin/emu-run build/tests/emu_wire_tests --gtest_filter='*RcSweep*'
+timeout 3600 build/bin/emu-run build/tests/verbs/emu_wire_tests --gtest_filter='*RcSweep*'

@@ -12,8 +12,9 @@ kinds=("$@")
 # shellcheck disable=SC2054  # the comma is part of the first sanitizer's name
 [ ${#kinds[@]} -gt 0 ] || kinds=(address,undefined thread)
 bash ci/setup.sh
-# The subset's binaries (tests/sanitize.cmake and the fuzz, XRC, wire and injection tests of
-# tests/CMakeLists.txt; cm_probe and ucp_sockaddr for the RDMA CM pairs); TSan runs fewer.
+# The subset's binaries (tests/sanitize.cmake, the fuzz tests of tests/fuzz/ and the XRC, wire and
+# injection tests of tests/verbs/; cm_probe and ucp_sockaddr for the RDMA CM pairs); TSan runs
+# fewer.
 TARGETS_COMMON=(emu_unit_tests emu_san_verbs_tests emu-run emu_verbs emu-ctl emu_fuzz_verbs
                 emu_xrc_tests cm_probe)
 TARGETS_ASAN=(emu_fuzz_direct emu_wire_tests emu_inject_tests ucp_sockaddr)

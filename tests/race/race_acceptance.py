@@ -13,8 +13,8 @@
       delays: delay bound, for many actors)
   searched NAME SEARCH:BOUND SIG[,SIG..]
       the bounded exhaustive search finds the buggy scenario's failure, with one of the signatures
-      given: its `buggy` test's, one more where tests/CMakeLists.txt says why (a deadlock or
-      another failure is not the bug)
+      given: its `buggy` test's, one more where tests/race/CMakeLists.txt says why (a deadlock
+      or another failure is not the bug)
   shards NAME SEED BUDGET
       shards 1, 2 and 4 of one campaign merge to identical totals
 """

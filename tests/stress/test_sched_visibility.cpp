@@ -84,7 +84,7 @@ TEST(SchedVisibility, X86KeepsTheUnfencedPosterCorrect) {
 
 // About 110,000 schedules (2–3 minutes on 2 cores: each schedule makes and releases a context,
 // which scans the segment's tables): four actors, two of them drain actors. Run by itself (ALONE
-// in tests/CMakeLists.txt).
+// in tests/stress/CMakeLists.txt).
 TEST(SchedVisibility, WeakWithTheBarrierPasses) {
   expect_clean_within_two(Visibility::kWeak, true);
 }

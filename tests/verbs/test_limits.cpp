@@ -97,8 +97,9 @@ TEST_F(Limits, CreateQpBeyondMaxQpWrAndMaxSge) {
 // QPs can be made until the table (max_qp) or the segment's heap is full, whichever comes
 // first: the next one is ENOMEM, and destroying one makes room. Since the tables are heap chunks
 // (issue 18 item 3) max_qp is 65,534; ctest runs this test in a 48 MiB segment (EMU_SHM_SIZE,
-// tests/CMakeLists.txt), so the heap is what fills (once max_qp was 4,094 and the segment sized
-// for it). In the default 4 GiB the heap grows as needed: tests/verbs/test_scale.cpp makes 10,000.
+// tests/verbs/CMakeLists.txt), so the heap is what fills (once max_qp was 4,094 and the segment
+// sized for it). In the default 4 GiB the heap grows as needed: tests/verbs/test_scale.cpp makes
+// 10,000.
 TEST_F(Limits, QpsCanBeMadeUntilTheTableOrTheHeapIsFull) {
   std::vector<ibv_qp*> qps;
   ibv_qp_init_attr ia;

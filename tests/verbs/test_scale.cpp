@@ -110,8 +110,8 @@ void Scale::run(int n_qps) {
 // The ctest default (labels verbs and scale): a size every run can afford.
 TEST_F(Scale, ThousandQpsInPairsEachCarryOneMessage) { run(1000); }
 
-// Label scale only (its own ctest entry: tests/CMakeLists.txt), in a segment of the default
-// size, whose heap grows to hold them.
+// Label scale only (its own ctest entry: tests/verbs/CMakeLists.txt), in a segment of the
+// default size, whose heap grows to hold them.
 TEST_F(Scale, TenThousandQpsInPairsEachCarryOneMessage) { run(10000); }
 
 }  // namespace
