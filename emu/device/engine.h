@@ -36,7 +36,7 @@
 #include "emu/segment.h"
 #include "emu/staging.h"
 #include "emu/wqe.h"
-#include "shm/memory.h"
+#include "dma/memory.h"
 
 namespace emu::engine_detail {
 struct ParsedWqe;

@@ -12,7 +12,7 @@
 #include "emu/visibility.h"
 #include "emu/wqe.h"
 #include "ports/link_layer.h"
-#include "shm/memory.h"
+#include "dma/memory.h"
 
 namespace emu::engine_detail {
 
