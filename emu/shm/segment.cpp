@@ -25,7 +25,7 @@
 #include "emu/reclaim.h"
 #include "emu/wqe.h"
 #include "emu/xrc.h"
-#include "ports/link_layer.h"
+#include "ports/port_setup.h"
 #include "shm/segment_file.h"
 #include "shm/shm_heap.h"
 
@@ -327,29 +327,7 @@ void Segment::init_devices(const Config& cfg) {
     std::snprintf(dev.name, sizeof dev.name, "emu%u", d);
     dev.node_guid = 0x0002c90300000000ull | (uint64_t(d + 1) << 8);
     dev.num_ports = cfg.ports_per_dev;
-    for (uint32_t p = 0; p < cfg.ports_per_dev; ++p) {
-      if (cfg.link_layer(p + 1) == PortLinkLayer::ethernet) {
-        init_roce_port_from(cfg, d, p + 1);
-      } else {
-        init_ib_port(&dev.ports[p], dev.node_guid, p + 1,
-                     static_cast<uint16_t>(1 + d * kMaxPorts + p));
-      }
-    }
-  }
-}
-
-// The interface is read once, here, by the process that makes the segment: every process then
-// sees the same GIDs, and a later address change is not followed (a new fabric sees it).
-void Segment::init_roce_port_from(const Config& cfg, uint32_t d, uint32_t port) {
-  DeviceState& dev = hdr_->devices[d];
-  Netdev nd;
-  std::string err;
-  if (read_netdev(cfg.roce_netdev(port), &nd, &err)) {
-    init_roce_port(&dev.ports[port - 1], dev.node_guid, port, nd);
-  } else {
-    std::fprintf(stderr, "rdmaemu: RoCE port %s/%u is down: %s (EMU_ROCE_NETDEV)\n", dev.name, port,
-                 err.c_str());
-    init_roce_port_down(&dev.ports[port - 1], dev.node_guid, port);
+    init_device_ports(cfg, d, &dev);
   }
 }
 
