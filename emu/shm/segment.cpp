@@ -31,7 +31,7 @@
 
 namespace emu {
 
-// heap_audit.cpp: its mutex at fork, taken by this file's handlers in the audit's order.
+// audit/heap_audit.cpp: its mutex at fork, taken by this file's handlers in the audit's order.
 void heap_use_fork_prepare();
 void heap_use_fork_parent();
 void heap_use_fork_child();
@@ -66,7 +66,7 @@ class AllocLock {
 
 // fork(): no other thread may hold the allocator's mutex in the child's copy, and the child is
 // not its parent's process record (Segment::get() registers it anew).
-// The heap-use mutex (heap_audit.cpp) is taken first, as Segment::audit_heap takes them.
+// The heap-use mutex (audit/heap_audit.cpp) is taken first, as Segment::audit_heap takes them.
 void fork_prepare() {
   heap_use_fork_prepare();
   g_alloc_mu.lock();
