@@ -2,10 +2,11 @@
 # SPDX-License-Identifier: BSD-2-Clause
 # The layers' includes. The provider (verbs_provider/), stress/, tools/ and pyharness/ see the
 # device model only through its public face, and that face includes nothing private. Each "..."
-# include of a file there must name a public "emu/<name>.h" (a file of emu/include/emu/), a file
-# of the including file's own folder (under stress/, also stress/ itself), or the provider's
-# public header ("emudv.h", verbs_provider/include/, as mlx5dv.h); under pyharness/ also a header
-# of stress/ or stress/race/; a <...> include is a system header and must not name a file of emu/.
+# include of a file there must name a public "emu/<name>.h" (a file of emu/include/emu/; the
+# scheduler's are "emu/sched/<name>.h", in emu/include/emu/sched/), a file of the including file's
+# own folder (under stress/, also stress/ itself), or the provider's public header ("emudv.h",
+# verbs_provider/include/, as mlx5dv.h); under pyharness/ also a header of stress/ or stress/race/;
+# a <...> include is a system header and must not name a file of emu/.
 #
 # Inside the provider, each room (a folder of verbs_provider/) includes its own headers by name
 # and another room's as "<room>/<name>.h", and only along an arrow of the table below: the rooms
@@ -94,9 +95,10 @@ while IFS=: read -r f line kind name; do
   dir=${f%/*}
   room_of "$f"
   ok=0
-  why="is not a public \"emu/<name>.h\" (emu/include/emu/), a file of $dir/ or a system header"
+  why="is not a public \"emu/<name>.h\" or \"emu/sched/<name>.h\" (emu/include/emu/), a file of"
+  why+=" $dir/ or a system header"
   if [ "$kind" = '"' ]; then
-    if [[ $name =~ ^emu/[A-Za-z0-9_]+\.h$ && -f emu/include/$name ]]; then ok=1
+    if [[ $name =~ ^emu/(sched/)?[A-Za-z0-9_]+\.h$ && -f emu/include/$name ]]; then ok=1
     elif [[ $name != */* && -f $dir/$name ]]; then ok=1
     # stress/'s subfolders (stress/race/) build on stress/'s own headers.
     elif [[ $name != */* && $dir == stress/* && -f stress/$name ]]; then ok=1

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Seeds, shards and campaign totals (emu/seeds.h).
-#include "emu/seeds.h"
+// Seeds, shards and campaign totals (emu/sched/seeds.h).
+#include "emu/sched/seeds.h"
 
 #include "json_text.h"
 
