@@ -2,7 +2,7 @@
 // Seeds, shards and campaign totals (emu/sched/seeds.h).
 #include "emu/sched/seeds.h"
 
-#include "json_text.h"
+#include "sched/json_text.h"
 
 namespace emu::sched {
 

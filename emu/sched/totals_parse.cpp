@@ -2,7 +2,7 @@
 // Reading campaign totals back (emu/sched/seeds.h's parse_totals): a strict reader of the one JSON
 // object format_totals writes, for the step that merges shard results.
 #include "emu/sched/seeds.h"
-#include "json_text.h"
+#include "sched/json_text.h"
 
 namespace emu::sched {
 

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <fstream>
 
-#include "json_text.h"
+#include "sched/json_text.h"
 
 namespace emu::sched {
 
