@@ -54,7 +54,8 @@ struct WorkerConfig {
   MmioMode mmio = MmioMode::bf_post_mt;  // direct only
   ThreadMode thread_mode = ThreadMode::serialized;
   // direct only: false leaves out the barrier between the WQE and the doorbell record (the
-  // "missing udma_to_device_barrier" mutant; emu/visibility.h shows what it lets the device see).
+  // "missing udma_to_device_barrier" mutant; emu/sched/visibility.h shows what the device then
+  // sees).
   bool dbrec_fence = true;
   // direct only: the register writes as plain stores into the register emudv_init_qp maps (a
   // memcpy into the BlueFlame buffer, an 8-byte store to the doorbell, then a store fence), the way

@@ -3,9 +3,9 @@
 // unmodified program run under EMU_SCHEDULE (docs/guides/races.md, "Scheduled"). EMU_SCHEDULE
 // names the failing run (a seed, or a replay); COMMAND is how it was run (emu-run PROGRAM ...).
 // Each replay is a process of its own in a fabric of its own (removed after it), whose outcome
-// comes back through EMU_SCHEDULE_OUT; the shrinking itself is emu-race's (emu/shrink.h): only
-// replays that fail with the same signature are kept. Prints the shrunk schedule and the command
-// that replays it; exit status 0 when the failure was reproduced, 1 when not, 2 on usage.
+// comes back through EMU_SCHEDULE_OUT; the shrinking itself is emu-race's (emu/sched/shrink.h):
+// only replays that fail with the same signature are kept. Prints the shrunk schedule and the
+// command that replays it; exit status 0 when the failure was reproduced, 1 when not, 2 on usage.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -21,8 +21,8 @@
 
 #include "emu/config.h"
 #include "emu/fabrics.h"
-#include "emu/schedule.h"
-#include "emu/shrink.h"
+#include "emu/sched/schedule.h"
+#include "emu/sched/shrink.h"
 
 namespace {
 

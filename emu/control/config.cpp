@@ -17,7 +17,7 @@
 #include "emu/faults.h"
 #include "emu/inject.h"
 #include "emu/kill_point.h"
-#include "emu/sched_program.h"
+#include "emu/sched/program.h"
 
 namespace emu {
 namespace {

@@ -5,7 +5,7 @@
 #include "device/engine.h"
 #include "device/progress.h"
 #include "emu/config.h"
-#include "emu/sched_device.h"
+#include "emu/sched/device_actor.h"
 
 namespace emu {
 

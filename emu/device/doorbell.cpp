@@ -9,7 +9,7 @@
 #include "emu/config.h"
 #include "emu/race_log.h"
 #include "emu/reclaim.h"
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 #include "emu/wqe.h"
 
 namespace emu {

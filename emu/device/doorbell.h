@@ -12,7 +12,7 @@
 
 #include "emu/device.h"
 #include "emu/layout.h"
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
 
@@ -145,8 +145,9 @@ inline void note_fetch(Segment* seg, QpSlot& qp, uint32_t pos, bool from_bf) {
 
 // The device's fetch of the common WQE without a call: one block, in the ring, no BlueFlame copy
 // waiting, copied into buf whole. False for anything else (a copy to take, a longer or stale
-// WQE), which Engine::fetch_wqe_general then reads the general way. Not for a scheduled run, whose
-// device sees the ring through the stores it has not drained (emu/visibility.h). Engine lock held.
+// WQE), which Engine::fetch_wqe_general then reads the general way. Engine lock held. Not for a
+// scheduled run, whose device sees the ring through the stores it has not drained
+// (emu/sched/visibility.h).
 inline bool fetch_one_block(Segment* seg, QpSlot& qp, uint32_t pos, uint8_t* buf) {
   if (bf_copy_waiting(qp)) return false;
   std::memcpy(buf, seg->at<uint8_t>(qp.sq_off) + (pos & (qp.sq_bbs - 1)) * kSendWqeBB, kSendWqeBB);

@@ -10,6 +10,8 @@
 
 #include "device/doorbell.h"
 #include "device/engine_internal.h"
+#include "dma/memory.h"
+#include "dma/shared_map.h"
 #include "emu/barriers.h"
 #include "emu/kill_point.h"
 #include "emu/notify.h"
@@ -17,8 +19,6 @@
 #include "emu/reclaim.h"
 #include "emu/small_copy.h"
 #include "emu/xrc.h"
-#include "shm/memory.h"
-#include "shm/shared_map.h"
 #include "wire/pcap.h"
 
 namespace emu {

@@ -29,14 +29,14 @@
 
 #include "device/doorbell.h"
 #include "device/engine_internal.h"
+#include "dma/memory.h"
 #include "emu/device.h"
 #include "emu/faults.h"
 #include "emu/layout.h"
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 #include "emu/segment.h"
 #include "emu/staging.h"
 #include "emu/wqe.h"
-#include "shm/memory.h"
 
 namespace emu::engine_detail {
 struct ParsedWqe;

@@ -11,9 +11,9 @@
 #include "device/engine.h"
 #include "device/engine_internal.h"
 #include "device/wqe_parse.h"
+#include "dma/shared_map.h"
 #include "emu/config.h"
 #include "emu/small_copy.h"
-#include "shm/shared_map.h"
 
 namespace emu {
 using namespace engine_detail;

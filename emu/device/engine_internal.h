@@ -5,14 +5,14 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "dma/memory.h"
 #include "emu/barriers.h"
 #include "emu/layout.h"
 #include "emu/port.h"
+#include "emu/sched/visibility.h"
 #include "emu/segment.h"
-#include "emu/visibility.h"
 #include "emu/wqe.h"
 #include "ports/link_layer.h"
-#include "shm/memory.h"
 
 namespace emu::engine_detail {
 
@@ -24,7 +24,7 @@ inline uint32_t* dbrec_of(Segment* seg, const QpSlot& qp) {
 }
 
 // The send record as the device sees it: in a scheduled run with store buffers, without the
-// stores not yet drained (emu/visibility.h).
+// stores not yet drained (emu/sched/visibility.h).
 inline uint32_t sq_producer(Segment* seg, const QpSlot& qp) {
   uint32_t raw = device_load32(&dbrec_of(seg, qp)[1]);
   sched::device_view(qp.dbrec_off + sizeof raw, &raw, sizeof raw);

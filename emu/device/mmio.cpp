@@ -8,7 +8,7 @@
 #include "emu/config.h"
 #include "emu/kill_point.h"
 #include "emu/race_log.h"
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 #include "emu/segment.h"
 #include "emu/wqe.h"
 

@@ -5,7 +5,7 @@
 #include <exception>
 #include <thread>
 
-#include "emu/visibility.h"
+#include "emu/sched/visibility.h"
 #include "sched/run.h"
 
 namespace emu::sched {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-#include "emu/campaign_stats.h"
+#include "emu/sched/campaign_stats.h"
 
 #include <algorithm>
 #include <cmath>

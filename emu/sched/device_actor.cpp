@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-2-Clause
+#include "emu/sched/device_actor.h"
+
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 
 #include "device/engine.h"
-#include "emu/sched_device.h"
 
 namespace emu::sched {
 DeviceActor::DeviceActor() {

@@ -2,7 +2,7 @@
 // Preemption-bounded exhaustive search (CHESS-style, depth first) and seeded campaigns.
 #include <algorithm>
 
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 
 namespace emu::sched {
 

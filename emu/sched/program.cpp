@@ -1,9 +1,10 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The one program-wide run of a process (emu/sched_program.h).
+// The one program-wide run of a process (emu/sched/program.h).
+#include "emu/sched/program.h"
+
 #include <cstdlib>
 #include <memory>
 
-#include "emu/sched_program.h"
 #include "sched/json_text.h"
 #include "sched/run.h"
 

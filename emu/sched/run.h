@@ -4,7 +4,7 @@
 // holds the baton (an actor, or the runner before the first hand-over and after the run is over):
 // the baton's release/acquire hand-over orders all of it.
 //
-// A program-wide run (EMU_SCHEDULE, emu/sched_program.h) has no runner and no scenario: the thread
+// A program-wide run (EMU_SCHEDULE, emu/sched/program.h) has no runner and no scenario: the thread
 // that starts it is actor 0, and a thread an actor creates is added by its creator under the baton
 // (add_actor: appended, pointers so existing states do not move; Decision::actor_count grows and
 // PCT gives the newcomer a priority when it first sees it). The new thread parks in enter() until
@@ -18,7 +18,7 @@
 #include <thread>
 #include <vector>
 
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 
 namespace emu::sched {
 

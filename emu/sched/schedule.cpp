@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The schedule's text form (emu/schedule.h).
-#include "emu/schedule.h"
+// The schedule's text form (emu/sched/schedule.h).
+#include "emu/sched/schedule.h"
 
 #include <charconv>
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Seeds, shards and campaign totals (emu/seeds.h).
-#include "emu/seeds.h"
+// Seeds, shards and campaign totals (emu/sched/seeds.h).
+#include "emu/sched/seeds.h"
 
-#include "json_text.h"
+#include "sched/json_text.h"
 
 namespace emu::sched {
 

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Shrinking a failing schedule (emu/shrink.h).
-#include "emu/shrink.h"
+// Shrinking a failing schedule (emu/sched/shrink.h).
+#include "emu/sched/shrink.h"
 
 #include <algorithm>
 #include <cstddef>

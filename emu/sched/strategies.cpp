@@ -2,7 +2,7 @@
 // The strategies: replay, uniform random walk, PCT (Burckhardt et al., ASPLOS 2010).
 #include <algorithm>
 
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 
 namespace emu::sched {
 

@@ -1,8 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Reading campaign totals back (emu/seeds.h's parse_totals): a strict reader of the one JSON
+// Reading campaign totals back (emu/sched/seeds.h's parse_totals): a strict reader of the one JSON
 // object format_totals writes, for the step that merges shard results.
-#include "emu/seeds.h"
-#include "json_text.h"
+#include "emu/sched/seeds.h"
+#include "sched/json_text.h"
 
 namespace emu::sched {
 

@@ -1,10 +1,11 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The trace-event JSON writer and the trace hash (emu/sched_trace.h).
+// The trace-event JSON writer and the trace hash (emu/sched/trace.h).
+#include "emu/sched/trace.h"
+
 #include <algorithm>
 #include <fstream>
 
-#include "emu/sched_trace.h"
-#include "json_text.h"
+#include "sched/json_text.h"
 
 namespace emu::sched {
 

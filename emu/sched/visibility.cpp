@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The store buffers of emu/visibility.h: entries, drains, drain actors, the device's view.
-#include "emu/visibility.h"
+// The store buffers of emu/sched/visibility.h: entries, drains, drain actors, the device's view.
+#include "emu/sched/visibility.h"
 
 #include <algorithm>
 #include <atomic>

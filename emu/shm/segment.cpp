@@ -25,13 +25,13 @@
 #include "emu/reclaim.h"
 #include "emu/wqe.h"
 #include "emu/xrc.h"
-#include "ports/link_layer.h"
+#include "ports/port_setup.h"
 #include "shm/segment_file.h"
 #include "shm/shm_heap.h"
 
 namespace emu {
 
-// heap_audit.cpp: its mutex at fork, taken by this file's handlers in the audit's order.
+// audit/heap_audit.cpp: its mutex at fork, taken by this file's handlers in the audit's order.
 void heap_use_fork_prepare();
 void heap_use_fork_parent();
 void heap_use_fork_child();
@@ -66,7 +66,7 @@ class AllocLock {
 
 // fork(): no other thread may hold the allocator's mutex in the child's copy, and the child is
 // not its parent's process record (Segment::get() registers it anew).
-// The heap-use mutex (heap_audit.cpp) is taken first, as Segment::audit_heap takes them.
+// The heap-use mutex (audit/heap_audit.cpp) is taken first, as Segment::audit_heap takes them.
 void fork_prepare() {
   heap_use_fork_prepare();
   g_alloc_mu.lock();
@@ -327,29 +327,7 @@ void Segment::init_devices(const Config& cfg) {
     std::snprintf(dev.name, sizeof dev.name, "emu%u", d);
     dev.node_guid = 0x0002c90300000000ull | (uint64_t(d + 1) << 8);
     dev.num_ports = cfg.ports_per_dev;
-    for (uint32_t p = 0; p < cfg.ports_per_dev; ++p) {
-      if (cfg.link_layer(p + 1) == PortLinkLayer::ethernet) {
-        init_roce_port_from(cfg, d, p + 1);
-      } else {
-        init_ib_port(&dev.ports[p], dev.node_guid, p + 1,
-                     static_cast<uint16_t>(1 + d * kMaxPorts + p));
-      }
-    }
-  }
-}
-
-// The interface is read once, here, by the process that makes the segment: every process then
-// sees the same GIDs, and a later address change is not followed (a new fabric sees it).
-void Segment::init_roce_port_from(const Config& cfg, uint32_t d, uint32_t port) {
-  DeviceState& dev = hdr_->devices[d];
-  Netdev nd;
-  std::string err;
-  if (read_netdev(cfg.roce_netdev(port), &nd, &err)) {
-    init_roce_port(&dev.ports[port - 1], dev.node_guid, port, nd);
-  } else {
-    std::fprintf(stderr, "rdmaemu: RoCE port %s/%u is down: %s (EMU_ROCE_NETDEV)\n", dev.name, port,
-                 err.c_str());
-    init_roce_port_down(&dev.ports[port - 1], dev.node_guid, port);
+    init_device_ports(cfg, d, &dev);
   }
 }
 

@@ -48,15 +48,15 @@ class ShmHeap {
   void free(uint64_t off);
   // Blocks free at each order summed, and the heap not grown over yet, in bytes (tests, census).
   uint64_t free_bytes() const;
-  // The consistency checker's walk (shm_heap_check.cpp): every block is free at exactly one order
-  // or inside exactly one allocated block; problems are appended as text. Returns the allocated
-  // blocks as {offset, bytes}.
+  // The consistency checker's walk (audit/shm_heap_check.cpp): every block is free at exactly one
+  // order or inside exactly one allocated block; problems are appended as text. Returns the
+  // allocated blocks as {offset, bytes}.
   struct Block {
     uint64_t off, bytes;
   };
   std::vector<Block> check(uint64_t segment_size, std::vector<std::string>* problems) const;
 
-  // The heap audit (shm/heap_audit.cpp): the blocks neither free nor inside a block whose head
+  // The heap audit (audit/heap_audit.cpp): the blocks neither free nor inside a block whose head
   // offset is in `heads` (what the objects name) are leaked — taken by a process killed inside an
   // allocation, or left by one killed while freeing. With `reclaim` they are given back. The
   // caller holds the allocator's lock, and no block may be between its allocation and the store

@@ -6,7 +6,7 @@
 #include <cstdio>
 
 #include "campaign.h"
-#include "emu/campaign_stats.h"
+#include "emu/sched/campaign_stats.h"
 #include "scenario.h"
 
 namespace race {

@@ -7,14 +7,15 @@
 #include <string>
 #include <vector>
 
-#include "emu/sched.h"
-#include "emu/seeds.h"
-#include "emu/shrink.h"
+#include "emu/sched/sched.h"
+#include "emu/sched/seeds.h"
+#include "emu/sched/shrink.h"
 #include "scenario.h"
 
 namespace race {
 
-// kDfs: preemption-bounded exhaustive search; kDelays: delay-bounded (emu/sched.h's BoundKind).
+// kDfs: preemption-bounded exhaustive search; kDelays: delay-bounded (BoundKind in
+// emu/sched/sched.h).
 enum class Search { kRandom, kPct, kDfs, kDelays };
 inline bool exhaustive(Search s) { return s == Search::kDfs || s == Search::kDelays; }
 bool parse_search(const std::string& s, Search* out);

@@ -10,8 +10,8 @@
 #include <string>
 #include <vector>
 
-#include "emu/sched.h"
-#include "emu/sched_device.h"
+#include "emu/sched/device_actor.h"
+#include "emu/sched/sched.h"
 #include "emudv_link.h"
 #include "fabric.h"
 #include "races.h"

@@ -9,8 +9,8 @@
 #include <string>
 #include <vector>
 
-#include "emu/sched.h"
-#include "emu/visibility.h"
+#include "emu/sched/sched.h"
+#include "emu/sched/visibility.h"
 #include "rig.h"
 
 namespace race {

@@ -14,7 +14,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 #include "rig.h"
 
 namespace race {

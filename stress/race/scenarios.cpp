@@ -4,7 +4,7 @@
 #include <memory>
 #include <mutex>
 
-#include "emu/visibility.h"
+#include "emu/sched/visibility.h"
 #include "run_state.h"
 #include "scenario.h"
 

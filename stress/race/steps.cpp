@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "steps.h"
 
-#include "emu/visibility.h"
+#include "emu/sched/visibility.h"
 #include "run_state.h"
 
 namespace race {

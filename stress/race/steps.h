@@ -35,7 +35,7 @@ struct StepSpec {
   std::vector<uint32_t> pairs{0};      // endpoint i is on rig pair pairs[i]
   std::string thread_mode = "single";  // uctlite: single | serialized
   std::string mmio = "bf_post";        // uctlite: bf_post | bf_post_mt | db_lock
-  std::string profile = "sc";          // sc | x86 | weak (store buffers, emu/visibility.h)
+  std::string profile = "sc";          // sc | x86 | weak (store buffers, emu/sched/visibility.h)
   bool write_combining = false;        // not sc: BlueFlame chunks held in WC buffers too
   std::vector<StepActor> actors;
 };

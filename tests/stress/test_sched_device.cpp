@@ -7,7 +7,7 @@
 #include <memory>
 #include <string>
 
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 #include "sched_rig.h"
 
 using namespace emu::sched;

@@ -1,16 +1,16 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The visibility model (emu/visibility.h) over the real post path: one poster, two inline WRITEs
-// through a uctlite direct endpoint, the device as an actor, and store buffers of a profile. The
-// poster that leaves out the barrier between the WQE and the doorbell record is the mutant: under
-// `weak` the record can reach the device before the WQE it publishes, and the device, still busy
-// with the first WRITE, reads the second record and a slot that holds no WQE yet.
+// The visibility model (emu/sched/visibility.h) over the real post path: one poster, two inline
+// WRITEs through a uctlite direct endpoint, the device as an actor, and store buffers of a profile.
+// The poster that leaves out the barrier between the WQE and the doorbell record is the mutant:
+// under `weak` the record can reach the device before the WQE it publishes, and the device, still
+// busy with the first WRITE, reads the second record and a slot that holds no WQE yet.
 #include <gtest/gtest.h>
 
 #include <memory>
 #include <string>
 
-#include "emu/sched.h"
-#include "emu/visibility.h"
+#include "emu/sched/sched.h"
+#include "emu/sched/visibility.h"
 #include "sched_rig.h"
 
 using namespace emu::sched;

@@ -1,8 +1,9 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-2-Clause
 # ci/check-layering.sh on copies of the tree: it passes on the tree as it is, and fails, naming
-# the file, line and header, on one planted wrong-way include of the provider's rooms, on a
-# private provider header included from stress/, and on an arrow table with a cycle.
+# the file, line and header, on one planted wrong-way include of the provider's rooms, on one
+# between emu/'s folders, on a private provider header included from stress/, and on an arrow
+# table with a cycle.
 # Usage: check_layering.sh SOURCE_DIR
 set -euo pipefail
 src=$1
@@ -12,9 +13,8 @@ trap 'rm -rf "$tmp"' EXIT
 
 # A fresh copy of what the script reads (not a git work tree: it checks every file there).
 copy() {
-  rm -rf "$tmp/tree" && mkdir -p "$tmp/tree/emu/include"
-  cp -r "$src/verbs_provider" "$src/stress" "$src/tools" "$src/pyharness" "$tmp/tree/"
-  cp -r "$src/emu/include/emu" "$tmp/tree/emu/include/"
+  rm -rf "$tmp/tree" && mkdir -p "$tmp/tree"
+  cp -r "$src/verbs_provider" "$src/stress" "$src/tools" "$src/pyharness" "$src/emu" "$tmp/tree/"
 }
 # expect_fail NAME SCRIPT PATTERN...: SCRIPT fails on the copy and says each PATTERN.
 expect_fail() {
@@ -40,6 +40,14 @@ line=$(($(grep -n '#include "provider.h"' "$tmp/tree/$f" | cut -d: -f1) + 1))
 sed -i "${line}i #include \"cm/state.h\"" "$tmp/tree/$f"
 expect_fail "wrong-way include" "$script" "$f:$line: #include \"cm/state.h\"" "verbs -> cm"
 
+# emu/shm/ builds on ports/ only: the engine's header there goes the wrong way.
+copy
+f=emu/shm/reclaim.cpp
+line=$(($(grep -n '#include "emu/reclaim.h"' "$tmp/tree/$f" | cut -d: -f1) + 1))
+sed -i "${line}i #include \"device/engine.h\"" "$tmp/tree/$f"
+expect_fail "wrong-way include inside emu/" "$script" "$f:$line: #include \"device/engine.h\"" \
+  "shm -> device"
+
 # Outside the provider only emudv.h of it is public.
 copy
 f=stress/fabric.cpp
@@ -51,4 +59,4 @@ copy
 sed -E 's/^  \[verbs\]="([a-z ]*)"/  [verbs]="\1 cm"/' "$script" >"$tmp/check-layering.sh"
 grep -qE '\[verbs\]="[a-z ]*cm"' "$tmp/check-layering.sh" ||
   { echo "FAIL: no [verbs] row to edit" && exit 1; }
-expect_fail "a cycle in the arrow table" "$tmp/check-layering.sh" "cycle of the arrow table"
+expect_fail "a cycle in the arrow table" "$tmp/check-layering.sh" "cycle of the provider arrow table"

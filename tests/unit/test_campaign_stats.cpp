@@ -2,7 +2,7 @@
 // The benchmark's statistics: Wilson intervals, quantiles with misses, the PCT bound.
 #include <gtest/gtest.h>
 
-#include "emu/campaign_stats.h"
+#include "emu/sched/campaign_stats.h"
 
 using namespace emu::sched;
 

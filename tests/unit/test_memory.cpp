@@ -8,8 +8,8 @@
 #include <cstring>
 #include <vector>
 
+#include "dma/memory.h"
 #include "emu/dma_guard.h"
-#include "shm/memory.h"
 
 using namespace emu;
 

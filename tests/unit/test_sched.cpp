@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <stdexcept>
 
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 
 namespace emu::sched {
 namespace {

@@ -1,12 +1,12 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The program-wide run (emu/sched_program.h) without libemu_sched.so: the test's thread is actor 0
+// The program-wide run (emu/sched/program.h) without libemu_sched.so: the test's thread is actor 0
 // and starts its threads by hand as pthread_create's interposer would.
 #include <gtest/gtest.h>
 
 #include <thread>
 #include <vector>
 
-#include "emu/sched_program.h"
+#include "emu/sched/program.h"
 
 using namespace emu::sched;
 namespace program = emu::sched::program;

@@ -8,9 +8,9 @@
 #include <fstream>
 #include <sstream>
 
-#include "emu/sched_trace.h"
-#include "emu/seeds.h"
-#include "emu/shrink.h"
+#include "emu/sched/seeds.h"
+#include "emu/sched/shrink.h"
+#include "emu/sched/trace.h"
 
 namespace emu::sched {
 namespace {

@@ -2,7 +2,7 @@
 // The schedule's text form: what a person copies into a replay command must come back the same.
 #include <gtest/gtest.h>
 
-#include "emu/schedule.h"
+#include "emu/sched/schedule.h"
 
 namespace emu::sched {
 namespace {

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The receive staging area's slot map (emu/shm/staging.cpp): producers in several threads claim
+// The receive staging area's slot map (emu/dma/staging.cpp): producers in several threads claim
 // runs while a consumer releases them in another order; nothing is handed out twice, every slot
 // comes back, and a full area refuses rather than waits.
 #include <gtest/gtest.h>

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// The store buffers of emu/visibility.h on a toy memory: a "ring" line and a "record" word, a
+// The store buffers of emu/sched/visibility.h on a toy memory: a "ring" line and a "record" word, a
 // poster that stores the first and then the second, and an observer that reads both as the device
 // does. Under x86 the observer never sees the record without the line; under weak it can, unless
 // the poster drains (a barrier) between the two.
@@ -9,7 +9,7 @@
 #include <cstring>
 #include <memory>
 
-#include "emu/visibility.h"
+#include "emu/sched/visibility.h"
 
 namespace emu::sched {
 namespace {

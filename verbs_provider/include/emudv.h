@@ -80,7 +80,7 @@ void emudv_sq_dbrec(struct emudv_qp *qp, uint32_t producer); /* the barrier, the
 /* The record store without the barrier before it, and the barrier alone (udma_to_device_barrier):
  * a driver that stores WQE, barrier, record with these is emudv_sq_dbrec; one that leaves the
  * barrier out lets the device see the record before the WQE (a weak visibility profile in a
- * scheduled run, emu/visibility.h). */
+ * scheduled run, emu/sched/visibility.h). */
 void emudv_sq_dbrec_unfenced(struct emudv_qp *qp, uint32_t producer);
 void emudv_to_device_barrier(void);
 

@@ -3,9 +3,9 @@
 // progress engine's slow paths with RDTSC (ucs_get_time is the instruction, inlined): read from
 // the CPU, the same schedule took different paths from one run to the next. With PR_SET_TSC set
 // to PR_TSC_SIGSEGV, RDTSC and RDTSCP fault; the handler here completes them with the clock the
-// program's clock_gettime reads inside the run (emu/sched.h's logical time, from 1 s), and with
-// CLOCK_MONOTONIC in nanoseconds for a thread that is not an actor (or once the run is over), so
-// the counter never goes backwards for any thread. Never armed outside a scheduled program.
+// program's clock_gettime reads inside the run (emu/sched/sched.h's logical time, from 1 s), and
+// with CLOCK_MONOTONIC in nanoseconds for a thread that is not an actor (or once the run is over),
+// so the counter never goes backwards for any thread. Never armed outside a scheduled program.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <time.h>
@@ -14,7 +14,7 @@
 #include <cstdint>
 #include <cstring>
 
-#include "emu/sched_program.h"
+#include "emu/sched/program.h"
 #include "fault_signals.h"
 
 namespace {

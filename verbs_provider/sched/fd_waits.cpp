@@ -12,7 +12,7 @@
 
 #include <csignal>
 
-#include "emu/sched_program.h"
+#include "emu/sched/program.h"
 #include "libc.h"
 
 namespace {

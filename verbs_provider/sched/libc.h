@@ -7,7 +7,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 
 namespace emu_sched {
 

@@ -1,8 +1,10 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// libemu_sched.so: EMU_SCHEDULE starts a program-wide run (emu/sched_program.h) before main and
+// libemu_sched.so: EMU_SCHEDULE starts a program-wide run (emu/sched/program.h) before main and
 // ends it when main returns or an actor calls exit(); then it writes what happened to stderr and,
 // as JSON, to the file EMU_SCHEDULE_OUT names: strategy, seed, steps, decisions, the schedule, the
 // trace hash, the device's race events in the run, and the command that replays it.
+#include "emu/sched/program.h"
+
 #include <execinfo.h>
 #include <unistd.h>
 
@@ -13,7 +15,6 @@
 #include <vector>
 
 #include "emu/config.h"
-#include "emu/sched_program.h"
 #include "emudv.h"
 #include "libc.h"
 

@@ -8,7 +8,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "emu/sched_trace.h"
+#include "emu/sched/trace.h"
 #include "libc.h"
 
 namespace {

@@ -1,6 +1,6 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// libemu_sched.so: a program's own synchronisation inside a scheduled run (emu/sched.h). An actor
-// that blocks in the kernel on a mutex another parked actor holds, or spins on a flag another
+// libemu_sched.so: a program's own synchronisation inside a scheduled run (emu/sched/sched.h). An
+// actor that blocks in the kernel on a mutex another parked actor holds, or spins on a flag another
 // actor must set, would stop the run: the baton lets only one actor move. Interposed here, a
 // mutex taken by an actor is a scheduling lock (the actor is not enabled while another actor holds
 // it), and so are a spin lock (UCX's locks are pthread spin locks) and a reader-writer lock, and
@@ -18,8 +18,8 @@
 #include <cerrno>
 #include <unordered_map>
 
-#include "emu/sched.h"
-#include "emu/visibility.h"
+#include "emu/sched/sched.h"
+#include "emu/sched/visibility.h"
 
 namespace {
 

@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// libemu_sched.so in a program-wide run (EMU_SCHEDULE, emu/sched_program.h): the program's threads
+// libemu_sched.so in a program-wide run (EMU_SCHEDULE, emu/sched/program.h): the program's threads
 // are actors, and nothing an actor does while it holds the baton may block in the kernel or read
 // the wall clock. A thread an actor creates joins the run in its creator's step and parks until
 // chosen; pthread_join, condition variables and futex waits (std::latch, std::atomic::wait) are
@@ -16,7 +16,7 @@
 #include <cstdarg>
 #include <unordered_map>
 
-#include "emu/sched_program.h"
+#include "emu/sched/program.h"
 #include "libc.h"
 
 namespace {
@@ -183,7 +183,7 @@ int pthread_cond_broadcast(pthread_cond_t* c) {
   return cond_wake(c, g_broadcast, "pthread_cond_broadcast");
 }
 
-// The monotonic clocks of an actor read the run's logical clock (emu/sched.h): a program's
+// The monotonic clocks of an actor read the run's logical clock (emu/sched/sched.h): a program's
 // timeouts are then a function of the schedule. CLOCK_REALTIME stays real (dates in a report).
 int clock_gettime(clockid_t clk, timespec* ts) {
   if (clk == CLOCK_REALTIME || clk == CLOCK_REALTIME_COARSE || !in_program_run())

@@ -16,7 +16,7 @@
 #include "emu/device.h"
 #include "emu/layout.h"
 #include "emu/race_log.h"
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 #include "emu/segment.h"
 #include "emu/spin_lock.h"
 #include "emu/wqe.h"
@@ -46,8 +46,8 @@ struct EmuXrcd;
 // under a thread domain and everything under EMU_SINGLE_THREADED are unlocked. The mode is fixed
 // when the object is made, so the default path pays one predictable branch on a line it touches
 // anyway.
-// Inside a scheduled run (emu/sched.h) taking and dropping it are scheduling points, and a thread
-// that finds it held is blocked by the schedule instead of spinning.
+// Inside a scheduled run (emu/sched/sched.h) taking and dropping it are scheduling points, and a
+// thread that finds it held is blocked by the schedule instead of spinning.
 struct ModeLock {
   SpinLock spin;
   bool off = false;

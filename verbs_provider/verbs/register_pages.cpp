@@ -11,7 +11,7 @@
 
 #include "emu/config.h"
 #include "emu/device.h"
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 #include "mmio/mmio_trap.h"
 #include "provider.h"
 

@@ -15,7 +15,7 @@
 #include "emu/barriers.h"
 #include "emu/layout.h"
 #include "emu/race_log.h"  // writer_tid
-#include "emu/visibility.h"
+#include "emu/sched/visibility.h"
 #include "emu/wqe.h"  // kSendWqeBB
 
 namespace emu {
@@ -87,8 +87,8 @@ void mmio_plain_store(UarReg& reg, StoreAssembly& as, const uint8_t* mirror, con
 
 // Send ring stores: a WQE of nbbs blocks written at ring position pos (32-bit block counter), and
 // the send doorbell record. rec may be null (nothing recorded).
-// Before the ring copy: in a scheduled run with store buffers (emu/visibility.h) the blocks' old
-// bytes are kept so the device does not see the new ones before they drain.
+// Before the ring copy: in a scheduled run with store buffers (emu/sched/visibility.h) the blocks'
+// old bytes are kept so the device does not see the new ones before they drain.
 void sq_note_wqe_before_slow(QpSlot& qp, uint32_t pos, uint32_t nbbs);
 inline void sq_note_wqe_before(QpSlot& qp, uint32_t pos, uint32_t nbbs) {
   if (sched::scheduled()) sq_note_wqe_before_slow(qp, pos, nbbs);

@@ -127,7 +127,6 @@ class Segment {
   Segment* rejoin_after_fork();
   void unmap_and_close();
   void init_devices(const Config& cfg);
-  void init_roce_port_from(const Config& cfg, uint32_t dev, uint32_t port);
   size_t release_proc_objects(uint32_t proc);
   template <class Owned>
   size_t release_objects(Owned owned, bool owner_dead);

@@ -1,7 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // What a benchmark of a race search reports over many master seeds (concurrency-testing.md's
 // measurement protocol): schedules to the first failure (median, p95), the hit rate with its
-// Wilson 95% interval, and the PCT bound to compare with. Pure functions, unit-tested.
+// Wilson 95% interval, and the PCT bound to compare with. Pure functions, unit-tested, in the
+// emu_tools library: a program that reports them links it (libemu_verbs.so does not carry them).
 #pragma once
 #include <cstdint>
 #include <vector>

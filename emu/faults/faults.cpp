@@ -7,7 +7,7 @@
 #include <cstdlib>
 #include <cstring>
 
-#include "control/rule_text.h"
+#include "faults/rule_text.h"
 
 namespace emu {
 namespace {

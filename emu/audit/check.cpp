@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <map>
 
-#include "check/problems.h"
+#include "audit/problems.h"
 #include "emu/staging.h"
 #include "shm/shm_heap.h"
 

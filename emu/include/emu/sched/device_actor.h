@@ -10,7 +10,7 @@
 #include <deque>
 
 #include "emu/layout.h"
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 
 namespace emu::sched {
 

@@ -11,9 +11,9 @@
 #include <cstring>
 #include <mutex>
 
-#include "control/rule_text.h"
 #include "emu/config.h"
 #include "emu/wqe.h"
+#include "faults/rule_text.h"
 
 namespace emu {
 namespace {

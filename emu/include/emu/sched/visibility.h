@@ -36,7 +36,7 @@
 #include <cstdint>
 #include <vector>
 
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 
 namespace emu::sched {
 

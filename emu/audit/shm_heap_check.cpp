@@ -2,7 +2,7 @@
 // The heap's half of the segment checker (emu/check.h): the buddy allocator's bitmaps and order
 // bytes must describe each block once. A block in no state is a leak (a death between two of the
 // allocator's stores); a block in two states would be handed out twice.
-#include "check/problems.h"
+#include "audit/problems.h"
 #include "shm/shm_heap.h"
 
 namespace emu {

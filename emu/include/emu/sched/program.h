@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "emu/sched.h"
+#include "emu/sched/sched.h"
 
 namespace emu::sched::program {
 

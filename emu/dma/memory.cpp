@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-#include "shm/memory.h"
+#include "dma/memory.h"
 
 #include <pthread.h>
 #include <setjmp.h>

@@ -2,7 +2,7 @@
 // The deterministic scheduler: a scenario's actors are real OS threads that pass one baton, so
 // exactly one of them runs between two scheduling points. At each point the scheduler picks the
 // next actor with a Strategy; a run is a function of the scenario and the strategy's choices only
-// (no wall clock, no unseeded randomness), so a Schedule (emu/schedule.h) replays it exactly.
+// (no wall clock, no unseeded randomness), so a Schedule (emu/sched/schedule.h) replays it exactly.
 //
 // Actor side (any code, any thread): point(), wait_until(), Mutex, fail(). Outside a scheduled
 // run they cost one thread_local load (point) or behave as their plain counterparts, so the
@@ -17,10 +17,10 @@
 #include <string>
 #include <vector>
 
-#include "emu/barriers.h"     // EMU_FAST_TLS
-#include "emu/sched_trace.h"  // TraceEvent, trace_hash
-#include "emu/schedule.h"
-#include "emu/seeds.h"  // run_seed, splitmix64
+#include "emu/barriers.h"  // EMU_FAST_TLS
+#include "emu/sched/schedule.h"
+#include "emu/sched/seeds.h"  // run_seed, splitmix64
+#include "emu/sched/trace.h"  // TraceEvent, trace_hash
 
 namespace emu::sched {
 
@@ -50,7 +50,7 @@ enum PointKind : uint16_t {
   kPointDevExecute,   // executes it
   kPointDevCqe,       // writes a CQE
   kPointDrain,        // a buffered store reaches the device (the visibility model)
-  // A program-wide run (emu/sched_program.h): the program's own thread operations.
+  // A program-wide run (emu/sched/program.h): the program's own thread operations.
   kPointSpawn,   // an actor created a thread (value: the new actor)
   kPointSignal,  // a condition variable was signalled or broadcast (addr: it)
   kPointFdWait,  // a wait on file descriptors found none ready (addr: the first descriptor)
@@ -82,7 +82,7 @@ inline void point(uint16_t kind, uint64_t addr = 0, uint64_t value = 0) {
 // A point where the caller found nothing to do (an empty CQ, a lock it polls): the actor stays
 // out of the choice until another actor has moved, so a strategy that favours it (PCT) cannot
 // spin it forever. A run whose every live actor spins ends as a deadlock ("livelock"); in a
-// program-wide run (emu/sched_program.h) time passes instead and the spinners move again.
+// program-wide run (emu/sched/program.h) time passes instead and the spinners move again.
 inline void spin(uint16_t kind = kPointSpin, uint64_t addr = 0) {
   if (detail::tl_run) detail::spin_slow(kind, addr);
 }
@@ -184,7 +184,7 @@ struct RunResult {
   std::string describe() const;          // a line per actor, for people
 };
 
-// trace_hash (sched_trace.h) of the events with each address replaced by its order of first
+// trace_hash (emu/sched/trace.h) of the events with each address replaced by its order of first
 // appearance: addresses differ between processes (ASLR, allocators), so a replay in another
 // process, or under ASan, hashes the same.
 uint64_t canonical_trace_hash(const std::vector<TraceEvent>& events);

@@ -50,7 +50,7 @@ bool merge_totals(const CampaignTotals& shard, CampaignTotals* into);
 // "first_failing_run":..|null,"first_failing_seed":"0x..","failures_by_signature":{..}}.
 std::string format_totals(const CampaignTotals& t);
 // Reads what format_totals writes (keys in any order, whitespace between tokens); false (and *out
-// untouched) otherwise.
+// untouched) otherwise. In the emu_tools library (the tools' merge of shards), not in emu's.
 bool parse_totals(std::string_view text, CampaignTotals* out);
 
 }  // namespace emu::sched

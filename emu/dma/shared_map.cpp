@@ -1,5 +1,5 @@
 // SPDX-License-Identifier: BSD-2-Clause
-#include "shm/shared_map.h"
+#include "dma/shared_map.h"
 
 #include <fcntl.h>
 #include <sys/mman.h>

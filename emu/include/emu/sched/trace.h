@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "emu/schedule.h"
+#include "emu/sched/schedule.h"
 
 namespace emu::sched {
 
