@@ -97,7 +97,7 @@ def main():
     ap.add_argument("--server")
     ap.add_argument("--client")
     ap.add_argument("--single")
-    ap.add_argument("--timeout", type=float, default=240)
+    ap.add_argument("--timeout", type=float, default=400)
     ap.add_argument("--no-listen", action="store_true",
                     help="the server is expected to exit before listening (argument errors)")
     ap.add_argument("--rc", type=int, default=0, help="expected exit code of every process")
