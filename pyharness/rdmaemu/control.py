@@ -26,6 +26,18 @@ def port_state(dev: str, port: int, fabric: str = None, timeout: float = 30) -> 
     return _ctl(["port", dev, str(port)], fabric, timeout).strip()
 
 
+def hold_timers(held: bool, fabric: str = None, timeout: float = 30) -> bool:
+    """Holds the fabric's transport timers (no QP's ACK timeout or RNR timer counts, in any
+    process) or lets them run on from where they stood; returns whether the state changed."""
+    out = _ctl(["timers", "hold" if held else "run"], fabric, timeout)
+    return "(unchanged)" not in out
+
+
+def timers_held(fabric: str = None, timeout: float = 30) -> bool:
+    """Whether the fabric's transport timers are held."""
+    return _ctl(["timers"], fabric, timeout).strip() == "transport timers: held"
+
+
 def set_faults(rules: str, fabric: str = None, timeout: float = 30) -> None:
     """Replaces the fabric's wire fault rules (the EMU_FAULTS grammar, docs/design/reliability.md)
     and

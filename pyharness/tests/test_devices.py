@@ -37,6 +37,20 @@ def test_port_down_and_up_show_in_query_port():
 
 
 @pytest.mark.emu_only
+def test_transport_timers_hold_and_run():
+    emu0()
+    fabric = os.environ["EMU_FABRIC"]
+    assert not rdmaemu.timers_held(fabric=fabric)
+    assert rdmaemu.hold_timers(True, fabric=fabric)
+    try:
+        assert rdmaemu.timers_held(fabric=fabric)
+        assert not rdmaemu.hold_timers(True, fabric=fabric), "already held"
+    finally:
+        assert rdmaemu.hold_timers(False, fabric=fabric)
+    assert not rdmaemu.timers_held(fabric=fabric)
+
+
+@pytest.mark.emu_only
 def test_race_log_reads_from_a_position():
     n = rdmaemu.races_recorded()
     assert rdmaemu.race_events(since=n + 1) == []
