@@ -521,11 +521,11 @@ void Engine::enter_error(QpSlot& qp) {
   }
 }
 
-// A send completed in error. RC and DCI: the whole QP goes to ERR. UC and UD: only the send queue
-// stops (SQE, IBTA 10.3.1): what is left in it is flushed, receives go on, and ibv_modify_qp can
-// take the QP back to RTS.
+// A send completed in error. The reliable transports (RC, an XRC INI QP, a DCI): the whole QP goes
+// to ERR. UC and UD: only the send queue stops (SQE, IBTA 10.3.1): what is left in it is flushed,
+// receives go on, and ibv_modify_qp can take the QP back to RTS.
 void Engine::send_queue_error(QpSlot& qp) {
-  if (qp.type == kQptRc || qp.type == kQptDci) {
+  if (qp.type == kQptRc || qp.type == kQptXrcSend || qp.type == kQptDci) {
     enter_error(qp);
     return;
   }

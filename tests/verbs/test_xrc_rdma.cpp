@@ -140,6 +140,9 @@ TEST_F(XrcRdma, AKeyOfAnotherPdIsARemoteAccessError) {
   wr.num_sge = 1;
   wr.wr.rdma = {reinterpret_cast<uint64_t>(mem.data()), mr->rkey};
   EXPECT_EQ(post_one(wr).status, IBV_WC_REM_ACCESS_ERR);
+  // XRC is a reliable transport: an error completion takes the INI QP to ERR, as RC's does (not
+  // to SQE, which only the unreliable ones have).
+  EXPECT_EQ(qp_state(ini), IBV_QPS_ERR);
   ibv_dereg_mr(mr);
   ibv_dealloc_pd(other);
 }
