@@ -112,7 +112,7 @@ TEST_P(UctliteTest, FullQueueIsReportedAndFreedByPolling) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Apis, UctliteTest, ::testing::Values(Api::verbs, Api::direct),
-                         [](const auto& info) { return std::string(api_name(info.param)); });
+                         [](const auto& p) { return std::string(api_name(p.param)); });
 
 // A WQE that wraps the end of the send ring goes to the BlueFlame buffer in two emudv_bf_copy
 // calls, as emudv.h prescribes. They are one write: the device must neither report a torn

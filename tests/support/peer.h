@@ -14,7 +14,6 @@
 #include <infiniband/verbs.h>
 #include <poll.h>
 #include <signal.h>
-#include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -27,6 +26,8 @@
 #include <cstring>
 #include <string>
 #include <vector>
+
+#include "spawn_self.h"
 
 extern char** environ;
 
@@ -151,10 +152,6 @@ class Peer {
   bool spawn(const char* role, const std::string& extra_env = "") {
     int to_peer[2], from_peer[2];
     if (pipe2(to_peer, O_CLOEXEC) || pipe2(from_peer, O_CLOEXEC)) return false;
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_adddup2(&fa, to_peer[0], kPeerIn);
-    posix_spawn_file_actions_adddup2(&fa, from_peer[1], kPeerOut);
     std::vector<std::string> env_s;
     for (char** e = environ; *e; ++e)
       if (std::strncmp(*e, kPeerEnv, std::strlen(kPeerEnv)) != 0) env_s.push_back(*e);
@@ -170,19 +167,13 @@ class Peer {
       env_s.push_back(one);
     }
     env_s.push_back(std::string(kPeerEnv) + "=" + role);
-    std::vector<char*> envp;
-    for (auto& s : env_s) envp.push_back(s.data());
-    envp.push_back(nullptr);
-    char arg0[] = "emu_verbs_tests-peer";
-    char* argv[] = {arg0, nullptr};
-    int rc = posix_spawn(&pid_, "/proc/self/exe", &fa, nullptr, argv, envp.data());
-    posix_spawn_file_actions_destroy(&fa);
+    pid_ = spawn_self_process("emu_verbs_tests-peer", env_s,
+                              {{to_peer[0], kPeerIn}, {from_peer[1], kPeerOut}});
     close(to_peer[0]);
     close(from_peer[1]);
     out_ = to_peer[1];
     in_ = from_peer[0];
-    if (rc != 0) pid_ = -1;
-    return rc == 0;
+    return pid_ >= 0;
   }
   // Spawns the peer in `role` and reads its first message into *info: a fatal failure if the
   // peer did not start or reported a failure (info->ok 0).

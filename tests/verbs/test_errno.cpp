@@ -361,16 +361,16 @@ TEST_F(Errno, WaitOnADestroyedChannelFails) {
   ibv_comp_channel* ch = ibv_create_comp_channel(ctx);
   ASSERT_NE(ch, nullptr);
   std::future<int> waiter = std::async(std::launch::async, [ch] {
-    ibv_cq* cq;
+    ibv_cq* event_cq;
     void* cq_ctx;
-    return ibv_get_cq_event(ch, &cq, &cq_ctx);
+    return ibv_get_cq_event(ch, &event_cq, &cq_ctx);
   });
   ASSERT_EQ(ibv_destroy_comp_channel(ch), 0);
   EXPECT_EQ(waiter.get(), -1);
-  ibv_cq* cq;
+  ibv_cq* event_cq;
   void* cq_ctx;
   errno = 0;
-  EXPECT_EQ(ibv_get_cq_event(ch, &cq, &cq_ctx), -1);
+  EXPECT_EQ(ibv_get_cq_event(ch, &event_cq, &cq_ctx), -1);
   EXPECT_EQ(errno, EBADF);
 }
 
@@ -424,15 +424,15 @@ TEST_F(Errno, CreateAhBeyondMaxAh) {
   std::memset(&a, 0, sizeof a);
   a.dlid = lid;
   a.port_num = 1;
-  std::vector<ibv_ah*> ahs;
+  std::vector<ibv_ah*> made;
   for (int i = 0; i < da.max_ah; ++i) {
     ibv_ah* ah = ibv_create_ah(pd, &a);
     ASSERT_NE(ah, nullptr) << "AH " << i;
-    ahs.push_back(ah);
+    made.push_back(ah);
   }
   ASSERT_NO_FATAL_FAILURE(expect_full_until_one_goes(
-      ahs, [&] { return ibv_create_ah(pd, &a); }, ibv_destroy_ah));
-  expect_destroyed(ahs, ibv_destroy_ah);
+      made, [&] { return ibv_create_ah(pd, &a); }, ibv_destroy_ah));
+  expect_destroyed(made, ibv_destroy_ah);
 }
 
 }  // namespace

@@ -123,7 +123,7 @@ TEST_P(Events, CommEstAgainAfterReset) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transport, Events, ::testing::Values(IBV_QPT_RC, IBV_QPT_UC),
-                         [](const auto& info) { return info.param == IBV_QPT_RC ? "RC" : "UC"; });
+                         [](const auto& p) { return p.param == IBV_QPT_RC ? "RC" : "UC"; });
 
 }  // namespace
 }  // namespace vt

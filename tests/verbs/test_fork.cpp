@@ -215,7 +215,7 @@ TEST_P(ForkTest, ParentAndChildRunTheirOwnObjects) {
 }
 
 INSTANTIATE_TEST_SUITE_P(ExitOrKill, ForkTest, ::testing::Values(false, true),
-                         [](const auto& info) { return info.param ? "killed" : "exits"; });
+                         [](const auto& p) { return p.param ? "killed" : "exits"; });
 
 }  // namespace
 }  // namespace vt

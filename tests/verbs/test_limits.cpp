@@ -101,7 +101,7 @@ TEST_F(Limits, CreateQpBeyondMaxQpWrAndMaxSge) {
 // sized for it). In the default 4 GiB the heap grows as needed: tests/verbs/test_scale.cpp makes
 // 10,000.
 TEST_F(Limits, QpsCanBeMadeUntilTheTableOrTheHeapIsFull) {
-  std::vector<ibv_qp*> qps;
+  std::vector<ibv_qp*> made;
   ibv_qp_init_attr ia;
   std::memset(&ia, 0, sizeof ia);
   ia.send_cq = cq;
@@ -115,15 +115,15 @@ TEST_F(Limits, QpsCanBeMadeUntilTheTableOrTheHeapIsFull) {
       EXPECT_EQ(errno, ENOMEM) << "QP " << i << " of max_qp " << da.max_qp;
       break;
     }
-    qps.push_back(qp);
+    made.push_back(qp);
   }
   // More than the old fixed table held: a 48 MiB segment has room for over 4,094 such QPs.
-  EXPECT_GT(qps.size(), 4094u);
-  if (!qps.empty()) {
+  EXPECT_GT(made.size(), 4094u);
+  if (!made.empty()) {
     ASSERT_NO_FATAL_FAILURE(expect_full_until_one_goes(
-        qps, [&] { return ibv_create_qp(pd, &ia); }, ibv_destroy_qp));
+        made, [&] { return ibv_create_qp(pd, &ia); }, ibv_destroy_qp));
   }
-  expect_destroyed(qps, ibv_destroy_qp);
+  expect_destroyed(made, ibv_destroy_qp);
 }
 
 }  // namespace

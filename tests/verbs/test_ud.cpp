@@ -550,7 +550,7 @@ TEST_P(UdReply, AhFromWcReachesTheSender) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Grh, UdReply, ::testing::Bool(),
-                         [](const auto& info) { return info.param ? "Global" : "LidOnly"; });
+                         [](const auto& p) { return p.param ? "Global" : "LidOnly"; });
 
 // ---- multicast ----
 
@@ -633,16 +633,16 @@ constexpr uint8_t kMcastSeed[2] = {0x31, 0x47};
   }
   for (size_t k = 0; rep.ok && k < wcs.size(); ++k) {
     const ibv_wc& wc = wcs[k];
-    const uint8_t* d = buf + 4096 * k;
+    const uint8_t* dgram = buf + 4096 * k;
     if (wc.status != IBV_WC_SUCCESS || wc.wr_id != 100 + k || wc.byte_len != kGrh + kMcastLen[k] ||
         wc.src_qp != parent.sender_qpn || wc.slid != parent.sender_lid ||
         !(wc.wc_flags & IBV_WC_GRH)) {
       peer_report_failure(rep, "wc %zu: status %d wr_id %llu len %u src_qp 0x%x slid %u flags 0x%x",
                           k, wc.status, (unsigned long long)wc.wr_id, wc.byte_len, wc.src_qp,
                           wc.slid, wc.wc_flags);
-    } else if (std::memcmp(d + 24, g.raw, 16) != 0 || d[6] != 0x1b) {
+    } else if (std::memcmp(dgram + 24, g.raw, 16) != 0 || dgram[6] != 0x1b) {
       peer_report_failure(rep, "datagram %zu: GRH without the group's GID", k);
-    } else if (!same_pattern(d + kGrh, kMcastLen[k], kMcastSeed[k])) {
+    } else if (!same_pattern(dgram + kGrh, kMcastLen[k], kMcastSeed[k])) {
       peer_report_failure(rep, "datagram %zu: payload differs", k);
     }
   }

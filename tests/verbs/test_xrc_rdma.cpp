@@ -47,11 +47,11 @@ class XrcRdma : public VerbsTest {
     ia.cap.max_send_sge = 1;
     ini = ibv_create_qp_ex(ctx, &ia);
     ASSERT_NE(ini, nullptr);
-    uint16_t lid = port_lid(ctx);
+    uint16_t port1 = port_lid(ctx);
     ASSERT_EQ(to_init(tgt, kAllAccess), 0);
-    ASSERT_EQ(to_rtr(tgt, lid, ini->qp_num, 0, 1), 0);
+    ASSERT_EQ(to_rtr(tgt, port1, ini->qp_num, 0, 1), 0);
     ASSERT_EQ(to_init(ini, kAllAccess), 0);
-    ASSERT_EQ(to_rtr(ini, lid, tgt->qp_num, 0, 1), 0);
+    ASSERT_EQ(to_rtr(ini, port1, tgt->qp_num, 0, 1), 0);
     ASSERT_EQ(to_rts(ini, 0, 14, 7, 7), 0);
   }
   void TearDown() override {
