@@ -102,6 +102,8 @@ void Engine::run_or_leave(QpSlot& qp) {
     {
       ShmTryLockGuard runner(qp.sq_engine, seg_->self());
       if (!runner.owns()) return;  // the runner re-checks for us
+      if (runner.took_over()) [[unlikely]]
+        stop_if_owner_died(qp);
       EMU_KILL_POINT(KillPoint::engine_lock);
       // A load first: an exchange per doorbell would be one more full barrier per post.
       run_sq(qp,
@@ -116,6 +118,17 @@ void Engine::run_or_leave(QpSlot& qp) {
     if (pending == 0 || pending > qp.sq_bbs) return;  // nothing new (or a record gone backwards)
     if (stalled && qp.qp_state.load() != kQpsErr && !qp.retry_now.load()) return;
   }
+}
+
+// The runner before this one died inside qp's send queue, perhaps in the middle of its head WQE
+// (a SEND delivered and its receive completed, the send not yet). If the one that died is the
+// QP's owner, the QP is gone as the kernel destroys a dead process's QPs: it goes to ERR, so that
+// what is left is flushed instead of run (running the head again would deliver it twice). A live
+// owner's queue goes on from its head (docs/design/reliability.md, "Process death").
+void Engine::stop_if_owner_died(QpSlot& qp) {
+  if (proc_slot_alive(qp.owner)) return;
+  log("QP 0x%x: its owner died running it: nothing more leaves it", qp.qpn);
+  qp.qp_state.store(kQpsErr, std::memory_order_release);
 }
 
 // A NIC executes a WQE that came by BlueFlame from the copy it received, and fetches the others

@@ -513,6 +513,7 @@ class Engine {
   void send_queue_error(QpSlot& qp);
   bool peer_still_there(QpSlot& qp, const QpSlot& r);
   void set_stall(QpSlot& qp, uint32_t kind, uint64_t delay_us);
+  void stop_if_owner_died(QpSlot& qp);
   void clear_stall(QpSlot& qp);
 
   Segment* seg_;

@@ -93,7 +93,12 @@ TEST(ShmLock, DeadHoldersLockIsTakenOver) {
   ASSERT_LT(slot, kMaxProcs);
   ASSERT_TRUE(lock->try_lock(slot));
   EXPECT_FALSE(lock->try_lock(s->self())) << "held";
-  EXPECT_TRUE(lock->try_lock_or_recover(s->self())) << "the holder is dead";
+  bool took_over = false;
+  EXPECT_TRUE(lock->try_lock_or_recover(s->self(), &took_over)) << "the holder is dead";
+  EXPECT_TRUE(took_over) << "and says it was a dead holder's";
+  lock->unlock();
+  EXPECT_TRUE(lock->try_lock_or_recover(s->self(), &took_over));
+  EXPECT_FALSE(took_over) << "a free lock is no one's";
   lock->unlock();
   lock->lock(s->self());  // and the blocking form works on a free lock
   lock->unlock();

@@ -37,12 +37,15 @@ struct ShmLock {
       sched_yield();
     }
   }
-  // A try that also takes over the lock of a dead holder (a NIC reset of that queue's context).
-  bool try_lock_or_recover(uint32_t self_slot) {
+  // A try that also takes over the lock of a dead holder (a NIC reset of that queue's context);
+  // *took_over says it was a dead holder's, so what it guarded may be half done.
+  bool try_lock_or_recover(uint32_t self_slot, bool* took_over) {
+    *took_over = false;
     if (try_lock(self_slot)) return true;
     uint32_t owner = word.load(std::memory_order_relaxed);
-    return owner != 0 && !proc_slot_alive(owner - 1) &&
-           word.compare_exchange_strong(owner, self_slot + 1, std::memory_order_acquire);
+    if (owner == 0 || proc_slot_alive(owner - 1)) return false;
+    *took_over = word.compare_exchange_strong(owner, self_slot + 1, std::memory_order_acquire);
+    return *took_over;
   }
   void unlock() { word.store(0, std::memory_order_release); }
 };
@@ -62,16 +65,19 @@ class ShmLockGuard {
 // A try-lock held for a scope (taking over a dead holder's lock): owns() says whether it was taken.
 class ShmTryLockGuard {
  public:
-  ShmTryLockGuard(ShmLock& l, uint32_t self) : l_(l), owns_(l.try_lock_or_recover(self)) {}
+  ShmTryLockGuard(ShmLock& l, uint32_t self)
+      : l_(l), owns_(l.try_lock_or_recover(self, &took_over_)) {}
   ~ShmTryLockGuard() {
     if (owns_) l_.unlock();
   }
   ShmTryLockGuard(const ShmTryLockGuard&) = delete;
   ShmTryLockGuard& operator=(const ShmTryLockGuard&) = delete;
   bool owns() const { return owns_; }
+  bool took_over() const { return took_over_; }  // from a dead holder
 
  private:
   ShmLock& l_;
+  bool took_over_ = false;  // (before owns_: the constructor writes it first)
   bool owns_;
 };
 
