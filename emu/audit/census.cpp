@@ -71,6 +71,18 @@ CensusHandle handle_of(const Header* h, uint32_t i) {
   return CensusHandle{i, o.pid, o.alive, x.ctx};
 }
 
+// The live XRC handles of `kind` to object `object` (a domain's openers, a TGT QP's holders).
+std::vector<CensusHandle> handles_to(const Header* h, uint32_t kind, uint32_t object) {
+  std::vector<CensusHandle> v;
+  for (uint32_t k = 0; k < kMaxXrcHandles; ++k) {
+    const XrcHandle& x = h->xrc_handles[k];
+    if (x.state.load(std::memory_order_acquire) == kSlotLive && x.kind == kind &&
+        x.object == object)
+      v.push_back(handle_of(h, k));
+  }
+  return v;
+}
+
 void json_str(std::string* out, const std::string& s) {
   *out += '"';
   for (char c : s) {
@@ -193,12 +205,7 @@ void CensusBuilder::tgt_qp(const QpSlot& q, uint32_t i, bool dying) {
                 alive,
                 !alive,
                 {}};
-  for (uint32_t k = 0; k < kMaxXrcHandles; ++k) {
-    const XrcHandle& x = h->xrc_handles[k];
-    if (x.state.load(std::memory_order_acquire) == kSlotLive && x.kind == kHandleTgtQp &&
-        x.object == i)
-      t.holders.push_back(handle_of(h, k));
-  }
+  t.holders = handles_to(h, kHandleTgtQp, i);
   c->tgt_qps.push_back(std::move(t));
 }
 
@@ -238,12 +245,7 @@ void CensusBuilder::xrcds() {
                  o.pid,
                  o.alive,
                  {}};
-    for (uint32_t k = 0; k < kMaxXrcHandles; ++k) {
-      const XrcHandle& hx = h->xrc_handles[k];
-      if (hx.state.load(std::memory_order_acquire) == kSlotLive && hx.kind == kHandleXrcd &&
-          hx.object == i)
-        x.openers.push_back(handle_of(h, k));
-    }
+    x.openers = handles_to(h, kHandleXrcd, i);
     c->xrcds.push_back(std::move(x));
   }
 }
