@@ -9,7 +9,9 @@ set -euo pipefail
 root=${1:-$(dirname "$0")/..}
 cd "$root"
 limit=${FUNCTION_LINES:-80}
-lengths=$(ctags -x --languages=C,C++ --kinds-C=f --kinds-C++=f --fields=+ne \
+# Debian's universal-ctags installs ctags-universal (ctags is an alternative pointing at it).
+ctags=$(command -v ctags-universal || command -v ctags)
+lengths=$("$ctags" -x --languages=C,C++ --kinds-C=f --kinds-C++=f --fields=+ne \
   --_xformat='%{end} %{line} %F %N' -R emu verbs_provider |
   awk '$1 != "" && $2 != "" { print $1 - $2 + 1, $3, $2, $4 }' | sort -rn)
 over=0
