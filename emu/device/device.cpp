@@ -37,6 +37,10 @@ void device_enter_error(QpSlot& qp) { Engine::process_engine()->enter_error(qp);
 
 void device_settle_rq(QpSlot& qp) { Engine::process_engine()->settle_rq(qp); }
 
+void device_finish_for_the_dead(QpSlot& qp) { Engine::process_engine()->finish_for_the_dead(qp); }
+
+bool device_raise_lost_event(CqSlot& cq) { return Engine::process_engine()->raise_lost_event(cq); }
+
 bool device_tm_op(SrqSlot& srq, const TmListOp& op) {
   return Engine::process_engine()->tm_list_op(srq, op);
 }

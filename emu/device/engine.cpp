@@ -503,6 +503,8 @@ void Engine::settle_owed(RecvRef& q) {
     CqeInfo placed{};
     placed.cqe_opcode = cqe_opcode_of(cqe_owner_load(&c.op_own));
     placed.emu_flags = c.emu_flags;
+    log("QP 0x%x: a receive a dead process completed is consumed, its event raised",
+        recv_owed_qpn(v));
     step_raise_event(cq, placed);
   } else {
     uint32_t seg_bytes;
@@ -532,6 +534,29 @@ void Engine::enter_error(QpSlot& qp) {
   if (waiter) {
     if (QpSlot* w = seg_->find_qp(waiter - 1)) kick_sq(*w);
   }
+}
+
+void Engine::finish_for_the_dead(QpSlot& qp) {
+  // (A TGT QP has neither a receive queue nor CQs of its own: its SRQs' holders settle them.)
+  if (qp.state.load(std::memory_order_acquire) != kSlotLive || qp.type == kQptXrcRecv) return;
+  EngineSection in_engine(seg_);
+  RecvRef q = recv_of(qp);
+  {
+    // Taking the lock (over, from a dead holder) is what makes the record a dead one's: a live
+    // holder clears its record before it lets the lock go.
+    ShmLockGuard held(recv_lock(q), seg_->self());
+    settle_owed(q);
+  }
+  raise_lost_event(cq_slot(h_, qp.send_cq));
+  if (qp.recv_cq != qp.send_cq) raise_lost_event(cq_slot(h_, qp.recv_cq));
+}
+
+bool Engine::raise_lost_event(CqSlot& cq) {
+  uint32_t r = cq.raiser.load(std::memory_order_acquire);
+  if (r == 0 || proc_slot_alive(r - 1) || !cq.raiser.compare_exchange_strong(r, 0)) return false;
+  log("CQ 0x%x: a completion event lost with process slot %u written again", cq.index, r - 1);
+  notify_comp(cq);
+  return true;
 }
 
 // A send completed in error. The reliable transports (RC, an XRC INI QP, a DCI): the whole QP goes

@@ -148,6 +148,13 @@ class Engine {
   // Moves a QP to ERR and flushes both queues, as a device does after an error.
   void enter_error(QpSlot& qp);
 
+  // A process died: what an engine of its left half done on qp's queues is finished now (the
+  // receive completion it was placing, the completion events it had taken the arm of qp's CQs
+  // for), as the NIC, which does not die with a process, finished it before the death was seen.
+  void finish_for_the_dead(QpSlot& qp);
+  // The completion event a dead process took cq's arm for and did not write: written now (true).
+  bool raise_lost_event(CqSlot& cq);
+
   // The CQ enters error, as after an overrun: it takes no more CQEs, its owner gets
   // IBV_EVENT_CQ_ERR and every QP completing into it goes to ERR with IBV_EVENT_QP_FATAL.
   void cq_error(CqSlot& cq);

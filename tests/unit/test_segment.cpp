@@ -4,10 +4,12 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "emu/segment.h"
@@ -172,6 +174,32 @@ TEST(Segment, ASweepLeftHalfDoneByItsDeadSweeperIsFinished) {
   EXPECT_EQ(s->sweep_dead(), 1);
   EXPECT_EQ(qp_slot(h, q).state.load(), kSlotFree);
   EXPECT_EQ(h->procs[slot].state.load(), kProcFree);
+}
+
+// A process killed inside its own send queue's run leaves its lock held and its head WQE perhaps
+// delivered and not completed. The sweep frees the lock before it marks the QP dying: a runner of
+// another process taking the lock in between must find the QP in ERR (flushed, not run again),
+// or the head would be delivered twice.
+TEST(Segment, TheSweepStopsASendQueueItsDeadOwnerWasRunningBeforeItFreesTheLock) {
+  Segment* s = Segment::get();
+  Header* h = s->hdr();
+  auto [child, slot, q] = start_qp_holder(h);
+  ASSERT_LT(q, kMaxQps);
+  QpSlot& qp = qp_slot(h, q);
+  qp.qp_state.store(kQpsRts);
+  qp.sq_engine.word.store(slot + 1);  // the child died holding it
+  kill(child, SIGKILL);
+  waitpid(child, nullptr, 0);
+  std::atomic<uint32_t> state_seen{~0u};
+  std::thread runner([&] {  // a plain try, as a runner that comes after the sweep's release
+    while (!qp.sq_engine.try_lock(s->self())) std::this_thread::yield();
+    state_seen.store(qp.qp_state.load());
+    qp.sq_engine.unlock();
+  });
+  EXPECT_EQ(s->sweep_dead(), 1);
+  runner.join();
+  EXPECT_EQ(state_seen.load(), static_cast<uint32_t>(kQpsErr));
+  EXPECT_EQ(qp.state.load(), kSlotFree);
 }
 
 TEST(Segment, NoMrEverGetsTheListTerminatorKey) {

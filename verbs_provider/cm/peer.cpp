@@ -16,9 +16,11 @@
 
 #include "addr.h"
 #include "emu/config.h"
+#include "emu/device.h"
 #include "emu/kill_point.h"
 #include "knobs.h"
 #include "rendezvous.h"
+#include "verbs/provider.h"
 
 namespace emu::prov::cm {
 namespace {
@@ -130,10 +132,20 @@ void on_rej(Ctx& c, const Msg& m) {
   close_conn(c);
 }
 
+// A peer that died may have been inside the engine, delivering a message to this side's QP: its
+// completion or event is finished first, so that what the dead delivered is signalled before its
+// disconnect is reported, as on hardware, where the NIC placed it long before the DREQ came.
+void finish_for_the_dead(const Ctx& c) {
+  Segment* seg = segment();
+  QpSlot* qp = c.local.qpn ? seg->find_qp(c.local.qpn) : nullptr;
+  if (qp && qp->owner == seg->self()) device_finish_for_the_dead(*qp);
+}
+
 // The peer's socket closed: its process destroyed the id or died, and the kernel's CM would have
 // sent what destroying an id sends in that state.
 void on_gone(Ctx& c) {
   log("cm: id %u state %d peer gone", c.id, static_cast<int>(c.state));
+  finish_for_the_dead(c);
   close_conn(c);
   switch (c.state) {
     case ConnState::kReqSent:

@@ -400,18 +400,12 @@ void progress_stalled(EmuContext* ctx) {
 void recover_lost_events(ibv_comp_channel* ch) {
   Segment* seg = segment();
   EmuContext* ctx = to_ctx(ch->context);
-  int wfd = to_channel(ch)->wfd;
   uint64_t chan_uid = to_channel(ch)->uid;
   std::lock_guard<std::mutex> g(ctx->mu);
   for (EmuQp* qp : ctx->qps) {
     for (uint32_t idx : {qp->shm->send_cq, qp->shm->recv_cq}) {
       CqSlot& cq = cq_slot(seg->hdr(), idx);
-      uint32_t r = cq.raiser.load(std::memory_order_acquire);
-      if (r == 0 || cq.chan_uid != chan_uid || proc_slot_alive(r - 1)) continue;
-      if (!cq.raiser.compare_exchange_strong(r, 0)) continue;
-      CompEventRecord rec{cq.uid};
-      if (write(wfd, &rec, sizeof rec) != static_cast<ssize_t>(sizeof rec))
-        log("a lost completion event could not be written again");
+      if (cq.chan_uid == chan_uid) device_raise_lost_event(cq);
     }
   }
 }

@@ -35,6 +35,17 @@ void device_enter_error(QpSlot& qp);
 // (a QP being reset or destroyed leaves no hole in its CQ).
 void device_settle_rq(QpSlot& qp);
 
+// A process died: what its engine left half done on qp's queues is finished now, as a NIC, which
+// does not die with a process, would have finished it before anyone saw the death: the receive
+// completion it was placing (consumed, or flushed if its CQE was not written) and the completion
+// events it had taken the arm of qp's CQs for. The CM calls it before it reports a peer gone, so
+// that a message the dead delivered is signalled before its disconnect.
+void device_finish_for_the_dead(QpSlot& qp);
+
+// The completion event a process that died had taken cq's arm for: written now (true); false if
+// no dead process owes one.
+bool device_raise_lost_event(CqSlot& cq);
+
 // This process's mappings of the registered memory of processes that have died (they would keep
 // those pages alive) are unmapped. Called outside any EngineSection (it waits for the engines):
 // the provider does so when it registers memory or creates a QP.
