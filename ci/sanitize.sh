@@ -13,10 +13,10 @@ kinds=("$@")
 [ ${#kinds[@]} -gt 0 ] || kinds=(address,undefined thread)
 bash ci/setup.sh
 # The subset's binaries (tests/sanitize.cmake, the fuzz tests of tests/fuzz/ and the XRC, wire and
-# injection tests of tests/verbs/; cm_probe and ucp_sockaddr for the RDMA CM pairs); TSan runs
-# fewer.
+# injection tests of tests/verbs/; cm_probe, cm_survivor and ucp_sockaddr for the RDMA CM pairs);
+# TSan runs fewer.
 TARGETS_COMMON=(emu_unit_tests emu_san_verbs_tests emu-run emu_verbs emu-ctl emu_fuzz_verbs
-                emu_xrc_tests cm_probe)
+                emu_xrc_tests cm_probe cm_survivor)
 TARGETS_ASAN=(emu_fuzz_direct emu_wire_tests emu_inject_tests ucp_sockaddr)
 # Each build may use every core: while both run the cores are shared, and the one that ends last
 # (ASan's, with more to build) has them all to itself.
