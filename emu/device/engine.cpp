@@ -1,6 +1,8 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "device/engine.h"
 
+#include <sched.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cstdlib>
@@ -547,8 +549,21 @@ void Engine::finish_for_the_dead(QpSlot& qp) {
     ShmLockGuard held(recv_lock(q), seg_->self());
     settle_owed(q);
   }
-  raise_lost_event(cq_slot(h_, qp.send_cq));
-  if (qp.recv_cq != qp.send_cq) raise_lost_event(cq_slot(h_, qp.recv_cq));
+  raise_owed_event(cq_slot(h_, qp.send_cq));
+  if (qp.recv_cq != qp.send_cq) raise_owed_event(cq_slot(h_, qp.recv_cq));
+}
+
+// A raiser still alive writes its event and clears its name in a moment; one that is dying (its
+// sockets close before it is a zombie, so the CM may know before /proc does) is waited out, as a
+// dead lock holder is.
+void Engine::raise_owed_event(CqSlot& cq) {
+  for (;;) {
+    uint32_t r = cq.raiser.load(std::memory_order_acquire);
+    if (r == 0) return;
+    if (!proc_slot_alive(r - 1)) break;
+    sched_yield();
+  }
+  raise_lost_event(cq);
 }
 
 bool Engine::raise_lost_event(CqSlot& cq) {

@@ -154,6 +154,8 @@ class Engine {
   void finish_for_the_dead(QpSlot& qp);
   // The completion event a dead process took cq's arm for and did not write: written now (true).
   bool raise_lost_event(CqSlot& cq);
+  // The same, once the raiser named in cq has either written its event or died.
+  void raise_owed_event(CqSlot& cq);
 
   // The CQ enters error, as after an overrun: it takes no more CQEs, its owner gets
   // IBV_EVENT_CQ_ERR and every QP completing into it goes to ERR with IBV_EVENT_QP_FATAL.
