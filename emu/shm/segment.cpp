@@ -457,10 +457,11 @@ size_t Segment::release_proc_objects(uint32_t proc) {
   // engine sections closed. A send queue of its own that it died running goes to ERR first, as
   // the engine's take-over does (Engine::stop_if_owner_died): its head WQE may have been delivered
   // and not completed, and a runner that takes the freed lock before this sweep marks the QP dying
-  // would run that head again (delivered twice).
+  // would run that head again (delivered twice). (A TGT QP has no send queue, and outlives its
+  // creator by the XRC rules.)
   each_qp(hdr_, [proc](QpSlot& q) {
     uint32_t word = proc + 1;
-    if (q.owner == proc && q.sq_engine.word.load() == word)
+    if (q.owner == proc && !is_tgt_qp(q) && q.sq_engine.word.load() == word)
       q.qp_state.store(kQpsErr, std::memory_order_release);
     q.sq_engine.word.compare_exchange_strong(word, 0);
     word = proc + 1;
