@@ -7,6 +7,7 @@
 #include "device/engine.h"
 #include "device/engine_internal.h"
 #include "device/wqe_parse.h"
+#include "emu/net.h"
 #include "emu/notify.h"
 
 namespace emu {
@@ -130,13 +131,10 @@ void ipv4_header_in_grh(Grh* g, uint8_t tos, uint8_t ttl, uint32_t udp_bytes) {
   ip[3] = total & 0xff;
   ip[6] = 0x40;  // don't fragment
   ip[8] = ttl;
-  ip[9] = 17;  // UDP
+  ip[9] = net::kIpProtoUdp;
   std::memcpy(ip + 12, g->sgid + 12, 4);
   std::memcpy(ip + 16, g->dgid + 12, 4);
-  uint32_t sum = 0;
-  for (int i = 0; i < 20; i += 2) sum += uint32_t(ip[i]) << 8 | ip[i + 1];
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  uint16_t csum = static_cast<uint16_t>(~sum);
+  uint16_t csum = net::ipv4_checksum(ip);
   ip[10] = csum >> 8;
   ip[11] = csum & 0xff;
   std::memset(g, 0, sizeof *g);

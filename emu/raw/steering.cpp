@@ -3,27 +3,22 @@
 // tables' slots.
 #include <cstring>
 
+#include "emu/net.h"
 #include "emu/raw.h"
 #include "emu/reclaim.h"
 
 namespace emu {
 namespace {
 
-constexpr uint16_t kEtherIpv4 = 0x0800;
-constexpr uint16_t kEtherIpv6 = 0x86dd;
-constexpr uint16_t kEtherVlan = 0x8100;
-constexpr uint8_t kProtoTcp = 6;
-constexpr uint8_t kProtoUdp = 17;
-
 uint16_t be16_at(const uint8_t* p) { return static_cast<uint16_t>(p[0] << 8 | p[1]); }
 
 // The L4 ports, if the frame holds them past offset `l4`.
 uint8_t parse_l4(const uint8_t* f, uint32_t len, uint32_t l4, uint8_t proto, FrameKey* key) {
-  if (proto != kProtoTcp && proto != kProtoUdp) return 0;
+  if (proto != net::kIpProtoTcp && proto != net::kIpProtoUdp) return 0;
   if (l4 + 4 > len) return 0;
   std::memcpy(key->src_port, f + l4, 2);
   std::memcpy(key->dst_port, f + l4 + 2, 2);
-  return proto == kProtoTcp ? kLayerTcp : kLayerUdp;
+  return proto == net::kIpProtoTcp ? kLayerTcp : kLayerUdp;
 }
 
 }  // namespace
@@ -34,7 +29,7 @@ uint8_t parse_frame(const uint8_t* f, uint32_t len, FrameKey* key) {
   std::memcpy(key->dmac, f, 6);
   std::memcpy(key->smac, f + 6, 6);
   uint32_t off = 12;
-  if (be16_at(f + off) == kEtherVlan && len >= 18) {
+  if (be16_at(f + off) == net::kEtherTypeVlan && len >= 18) {
     std::memcpy(key->vlan, f + off + 2, 2);
     off += 4;
   }
@@ -42,7 +37,7 @@ uint8_t parse_frame(const uint8_t* f, uint32_t len, FrameKey* key) {
   uint16_t type = be16_at(f + off);
   off += 2;
   uint8_t layers = kLayerEth;
-  if (type == kEtherIpv4 && off + 20 <= len && (f[off] >> 4) == 4) {
+  if (type == net::kEtherTypeIpv4 && off + 20 <= len && (f[off] >> 4) == 4) {
     const uint8_t* ip = f + off;
     key->tos = ip[1];
     key->ip_flags = ip[6] >> 5;
@@ -53,7 +48,7 @@ uint8_t parse_frame(const uint8_t* f, uint32_t len, FrameKey* key) {
     uint32_t ihl = (ip[0] & 0xf) * 4u;
     return layers | kLayerIpv4 | parse_l4(f, len, off + ihl, key->proto, key);
   }
-  if (type == kEtherIpv6 && off + 40 <= len && (f[off] >> 4) == 6) {
+  if (type == net::kEtherTypeIpv6 && off + 40 <= len && (f[off] >> 4) == 6) {
     const uint8_t* ip = f + off;
     key->tos = static_cast<uint8_t>((ip[0] & 0xf) << 4 | ip[1] >> 4);
     key->flow_label[1] = ip[1] & 0xf;

@@ -6,12 +6,11 @@
 
 #include <cstring>
 
+#include "emu/net.h"
 #include "wire/packet.h"
 
 namespace emu::wire {
 namespace {
-
-constexpr uint16_t kRoceV2Port = 4791;
 
 struct Crc32Table {
   uint32_t t[256];
@@ -83,11 +82,9 @@ uint16_t fold(uint32_t sum) {
   return static_cast<uint16_t>(~sum);
 }
 
-uint16_t ipv4_checksum(const uint8_t* h) { return fold(sum16(0, h, 20)); }
-
 // addrs: source and destination addresses (32 bytes); udp: the datagram (its checksum field 0).
 uint16_t udp6_checksum(const uint8_t* addrs, const uint8_t* udp, size_t len) {
-  uint32_t sum = sum16(0, addrs, 32) + static_cast<uint32_t>(len) + 17;
+  uint32_t sum = sum16(0, addrs, 32) + static_cast<uint32_t>(len) + net::kIpProtoUdp;
   uint16_t c = fold(sum16(sum, udp, len));
   return c ? c : 0xffff;
 }
@@ -149,9 +146,9 @@ size_t build_roce(const Frame& f, uint8_t* out) {
   bool v4 = v4_mapped(f.src.gid) && v4_mapped(f.dst.gid);
   mac_of(o, f.dst.gid);
   mac_of(o, f.src.gid);
-  o.u16(v4 ? 0x0800 : 0x86dd);
+  o.u16(v4 ? net::kEtherTypeIpv4 : net::kEtherTypeIpv6);
   size_t ip = o.n;
-  size_t ip_len = v4 ? 20 : 40;
+  size_t ip_len = v4 ? net::kIpv4HeaderBytes : net::kIpv6HeaderBytes;
   // Lengths are filled in once the transport part is written.
   o.n += ip_len + 8;
   size_t bth = o.n;
@@ -159,17 +156,19 @@ size_t build_roce(const Frame& f, uint8_t* out) {
   size_t ib_len = o.n - bth + 4;
   Out h{out + ip};
   if (v4) {
-    h.u8(0x45), h.u8(0), h.u16(static_cast<uint16_t>(20 + 8 + ib_len)), h.u16(0), h.u16(0x4000);
-    h.u8(64), h.u8(17), h.u16(0);
+    h.u8(0x45), h.u8(0),
+        h.u16(static_cast<uint16_t>(net::kIpv4HeaderBytes + net::kUdpHeaderBytes + ib_len)),
+        h.u16(0), h.u16(0x4000);
+    h.u8(64), h.u8(net::kIpProtoUdp), h.u16(0);
     h.raw(f.src.gid + 12, 4), h.raw(f.dst.gid + 12, 4);
-    uint16_t sum = ipv4_checksum(out + ip);
+    uint16_t sum = net::ipv4_checksum(out + ip);
     out[ip + 10] = static_cast<uint8_t>(sum >> 8), out[ip + 11] = static_cast<uint8_t>(sum);
   } else {
-    h.u32(0x60000000), h.u16(static_cast<uint16_t>(8 + ib_len)), h.u8(17), h.u8(64);
+    h.u32(0x60000000), h.u16(static_cast<uint16_t>(8 + ib_len)), h.u8(net::kIpProtoUdp), h.u8(64);
     h.raw(f.src.gid, 16), h.raw(f.dst.gid, 16);
   }
   h.u16(static_cast<uint16_t>(0xc000 | (f.dest_qpn & 0x3fff)));  // source port: the flow
-  h.u16(kRoceV2Port);
+  h.u16(net::kRoceV2UdpPort);
   h.u16(static_cast<uint16_t>(8 + ib_len));
   h.u16(0);  // no UDP checksum (RoCE v2 allows it; the ICRC protects the packet)
   size_t udp = ip + ip_len;
