@@ -397,14 +397,22 @@ static void two_posters(struct side* s, const struct wire* peer) {
 
 // ---- The two processes.
 
+// Opens this process's side and connects its QP to the peer's, once each has told the other its
+// wire (the target tells first, the requester hears first). Returns the peer's wire.
+static struct wire open_connected(struct side* s, struct ibv_device* dev, bool tell_first) {
+  open_side(s, dev);
+  struct wire me = wire_of(s), peer;
+  if (tell_first) tell(&me, sizeof me);
+  hear(&peer, sizeof peer);
+  if (!tell_first) tell(&me, sizeof me);
+  connect_qp(s, &peer);
+  return peer;
+}
+
 static void run_target(struct ibv_device* dev) {
   g_role = "target";
   struct side s;
-  open_side(&s, dev);
-  struct wire me = wire_of(&s), peer;
-  tell(&me, sizeof me);
-  hear(&peer, sizeof peer);
-  connect_qp(&s, &peer);
+  open_connected(&s, dev, true);
   // Receives, by plain stores into the receive ring: one data segment each, at the region's end.
   uint8_t* inbox = s.mem + kRegion - kSends * kSendLen - kSendLen;
   for (uint32_t i = 0; i <= kSends; ++i)
@@ -501,11 +509,7 @@ static void own_handlers(struct side* s, const struct wire* peer, const uint8_t*
 
 static void run_requester(struct ibv_device* dev) {
   struct side s;
-  open_side(&s, dev);
-  struct wire me = wire_of(&s), peer;
-  hear(&peer, sizeof peer);
-  tell(&me, sizeof me);
-  connect_qp(&s, &peer);
+  struct wire peer = open_connected(&s, dev, false);
   uint8_t ready;
   hear(&ready, 1);
   uint8_t* src = s.mem;

@@ -76,6 +76,20 @@ class MmioTrap : public ::testing::Test {
   void expect_bytes(size_t off, const void* want, size_t n) {
     EXPECT_EQ(0, memcmp(device(off), want, n)) << "at offset " << off << ", " << n << " bytes";
   }
+  // Exactly these reports since SetUp, in this order (the thread not checked).
+  struct Span {
+    uint64_t offset;
+    uint32_t bytes;
+  };
+  void expect_reports(std::initializer_list<Span> want) {
+    ASSERT_EQ(int(want.size()), g_logged.load());
+    int i = 0;
+    for (const Span& w : want) {
+      EXPECT_EQ(w.offset, g_log[i].offset) << "report " << i;
+      EXPECT_EQ(w.bytes, g_log[i].bytes) << "report " << i;
+      ++i;
+    }
+  }
 
   int fd_ = -1;
   int handle_ = -1;
@@ -83,7 +97,10 @@ class MmioTrap : public ::testing::Test {
   void* dev_ = nullptr;
 };
 
-uint8_t pattern(size_t i) { return uint8_t(i * 37 + 11); }
+// Bytes that differ from their neighbours, to store.
+void fill_pattern(uint8_t* p, size_t n) {
+  for (size_t i = 0; i < n; ++i) p[i] = uint8_t(i * 37 + 11);
+}
 
 bool cpu_has_movbe() {
   unsigned a, b, c, d;
@@ -164,30 +181,26 @@ TEST_F(MmioTrap, MovbeStoresBigEndian) {
   expect_bytes(8, be + 4, 4);
 }
 
+// Loads the 16 bytes at src into xmm<n> and stores from there by `insn %xmm<n>, dst`, with %0 =
+// at; then expects that store reported once, at offset `off`, `bytes` long. Each store takes a
+// register of its own: the trap reads the one the instruction names.
+#define EXPECT_ONE_XMM_STORE(n, insn, dst, at, src, off, bytes)                               \
+  do {                                                                                        \
+    asm volatile("movdqu (%1), %%xmm" #n "\n\t" insn " %%xmm" #n ", " dst ::"r"(at), "r"(src) \
+                 : "xmm" #n, "memory");                                                       \
+    expect_one(off, bytes);                                                                   \
+  } while (0)
+
 TEST_F(MmioTrap, SseStores) {
   alignas(16) uint8_t src[16];
-  for (int i = 0; i < 16; ++i) src[i] = pattern(i);
-  asm volatile("movdqu (%1), %%xmm0\n\tmovups %%xmm0, (%0)" ::"r"(reg(0)), "r"(src)
-               : "xmm0", "memory");
-  expect_one(0, 16);
-  asm volatile("movdqu (%1), %%xmm1\n\tmovdqa %%xmm1, (%0)" ::"r"(reg(32)), "r"(src)
-               : "xmm1", "memory");
-  expect_one(32, 16);
-  asm volatile("movdqu (%1), %%xmm2\n\tmovntdq %%xmm2, 16(%0)" ::"r"(reg(48)), "r"(src)
-               : "xmm2", "memory");
-  expect_one(64, 16);
-  asm volatile("movdqu (%1), %%xmm3\n\tmovq %%xmm3, (%0)" ::"r"(reg(96)), "r"(src)
-               : "xmm3", "memory");
-  expect_one(96, 8);
-  asm volatile("movdqu (%1), %%xmm4\n\tmovhps %%xmm4, (%0)" ::"r"(reg(112)), "r"(src)
-               : "xmm4", "memory");
-  expect_one(112, 8);
-  asm volatile("movdqu (%1), %%xmm5\n\tpextrw $3, %%xmm5, (%0)" ::"r"(reg(120)), "r"(src)
-               : "xmm5", "memory");
-  expect_one(120, 2);
-  asm volatile("movdqu (%1), %%xmm6\n\tmovss %%xmm6, (%0)" ::"r"(reg(124)), "r"(src)
-               : "xmm6", "memory");
-  expect_one(124, 4);
+  fill_pattern(src, sizeof src);
+  EXPECT_ONE_XMM_STORE(0, "movups", "(%0)", reg(0), src, 0, 16);
+  EXPECT_ONE_XMM_STORE(1, "movdqa", "(%0)", reg(32), src, 32, 16);
+  EXPECT_ONE_XMM_STORE(2, "movntdq", "16(%0)", reg(48), src, 64, 16);
+  EXPECT_ONE_XMM_STORE(3, "movq", "(%0)", reg(96), src, 96, 8);
+  EXPECT_ONE_XMM_STORE(4, "movhps", "(%0)", reg(112), src, 112, 8);
+  EXPECT_ONE_XMM_STORE(5, "pextrw $3,", "(%0)", reg(120), src, 120, 2);
+  EXPECT_ONE_XMM_STORE(6, "movss", "(%0)", reg(124), src, 124, 4);
   expect_bytes(0, src, 16);
   expect_bytes(32, src, 16);
   expect_bytes(64, src, 16);
@@ -196,6 +209,7 @@ TEST_F(MmioTrap, SseStores) {
   expect_bytes(120, src + 6, 2);
   expect_bytes(124, src, 4);
 }
+#undef EXPECT_ONE_XMM_STORE
 
 __attribute__((target("avx2"))) void avx_stores(uint8_t* dst, const uint8_t* src) {
   asm volatile(
@@ -215,15 +229,9 @@ TEST_F(MmioTrap, AvxStores) {
     return;
   }
   uint8_t src[32];
-  for (int i = 0; i < 32; ++i) src[i] = pattern(i);
+  fill_pattern(src, sizeof src);
   avx_stores(reg(0), src);
-  ASSERT_EQ(3, g_logged.load());
-  EXPECT_EQ(0u, g_log[0].offset);
-  EXPECT_EQ(32u, g_log[0].bytes);
-  EXPECT_EQ(64u, g_log[1].offset);
-  EXPECT_EQ(16u, g_log[1].bytes);
-  EXPECT_EQ(96u, g_log[2].offset);
-  EXPECT_EQ(16u, g_log[2].bytes);
+  expect_reports({{0, 32}, {64, 16}, {96, 16}});
   expect_bytes(0, src, 32);
   expect_bytes(64, src, 16);
   expect_bytes(96, src + 16, 16);
@@ -254,13 +262,9 @@ TEST_F(MmioTrap, Avx512StoresMaskedAndCompressedDisplacement) {
     return;
   }
   uint8_t src[64];
-  for (int i = 0; i < 64; ++i) src[i] = pattern(i);
+  fill_pattern(src, sizeof src);
   avx512_stores(reg(0), src);
-  ASSERT_EQ(2, g_logged.load());
-  EXPECT_EQ(64u, g_log[0].offset);
-  EXPECT_EQ(64u, g_log[0].bytes);
-  EXPECT_EQ(256u, g_log[1].offset);
-  EXPECT_EQ(32u, g_log[1].bytes);
+  expect_reports({{64, 64}, {256, 32}});
   expect_bytes(64, src, 64);
   expect_bytes(256, src, 4);
   expect_bytes(256 + 8, src + 8, 24);
@@ -270,7 +274,7 @@ TEST_F(MmioTrap, Avx512StoresMaskedAndCompressedDisplacement) {
 
 TEST_F(MmioTrap, StringStoresForwardAndBackward) {
   uint8_t src[256];
-  for (int i = 0; i < 256; ++i) src[i] = pattern(i);
+  fill_pattern(src, sizeof src);
   {
     void* d = reg(0);
     const void* s = src;
@@ -314,7 +318,7 @@ TEST_F(MmioTrap, StringStoresForwardAndBackward) {
 TEST_F(MmioTrap, LongStringStoresAreReportedInPieces) {
   constexpr uint32_t kPiece = emu::mmio::kStringPiece;
   std::vector<uint8_t> src(2 * kPiece + 88);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = pattern(i);
+  fill_pattern(src.data(), src.size());
   void* d = reg(64);
   const void* s = src.data();
   size_t n = src.size();
@@ -335,7 +339,7 @@ TEST_F(MmioTrap, LongStringStoresAreReportedInPieces) {
 // and tail stores, REP MOVSB): every byte lands and every report lies inside the copy.
 TEST_F(MmioTrap, LibcCopiesOfEverySizeLand) {
   std::vector<uint8_t> src(4096);
-  for (size_t i = 0; i < src.size(); ++i) src[i] = pattern(i);
+  fill_pattern(src.data(), src.size());
   for (size_t n : {1,  2,  3,   7,   8,   15,  16,  31,  32,   48,   63,
                    64, 65, 100, 128, 200, 256, 257, 512, 1000, 2048, 4000}) {
     for (size_t off : {0, 8, 64, 4096 - 64}) {
@@ -455,6 +459,15 @@ void program_segv(int, siginfo_t* si, void*) {
   siglongjmp(g_jump, 1);
 }
 
+// Makes `handler` the program's SIGSEGV handler (an SA_SIGINFO one): sigaction's result, with the
+// handler before in *old when old is not null.
+int set_segv_handler(void (*handler)(int, siginfo_t*, void*), struct sigaction* old) {
+  struct sigaction sa {};
+  sa.sa_sigaction = handler;
+  sa.sa_flags = SA_SIGINFO;
+  return sigaction(SIGSEGV, &sa, old);
+}
+
 // A guard page the program probes: the fault is its own, its handler gets it.
 bool probe(void* guard) {
   if (sigsetjmp(g_jump, 1) == 0) {
@@ -465,11 +478,9 @@ bool probe(void* guard) {
 }
 
 TEST_F(MmioTrap, ProgramHandlerSetAfterTheTrapGetsItsFaults) {
-  struct sigaction sa {
-  }, old{}, back{};
-  sa.sa_sigaction = program_segv;
-  sa.sa_flags = SA_SIGINFO;
-  ASSERT_EQ(0, sigaction(SIGSEGV, &sa, &old));
+  struct sigaction old {};
+  struct sigaction back {};
+  ASSERT_EQ(0, set_segv_handler(program_segv, &old));
   void* guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
   g_program_faults = 0;
   EXPECT_TRUE(probe(guard));
@@ -488,11 +499,8 @@ TEST_F(MmioTrap, ProgramHandlerSetAfterTheTrapGetsItsFaults) {
 }
 
 TEST_F(MmioTrap, StoreTheTrapCannotDecodeIsTheProgramsFault) {
-  struct sigaction sa {
-  }, old{};
-  sa.sa_sigaction = program_segv;
-  sa.sa_flags = SA_SIGINFO;
-  ASSERT_EQ(0, sigaction(SIGSEGV, &sa, &old));
+  struct sigaction old {};
+  ASSERT_EQ(0, set_segv_handler(program_segv, &old));
   g_program_faults = 0;
   uint64_t v = 1;
   if (sigsetjmp(g_jump, 1) == 0)
@@ -504,6 +512,19 @@ TEST_F(MmioTrap, StoreTheTrapCannotDecodeIsTheProgramsFault) {
 }
 
 int child_status(void (*body)());
+
+// In a child: a page of trapped window whose stores go to `sink`, or the child's exit with 2 or 3.
+struct TrappedPage {
+  void* view;
+  void* dev;
+};
+TrappedPage trapped_page_or_exit(emu::mmio::StoreSink sink) {
+  TrappedPage page{};
+  int fd = memfd_create("mmio-child", 0);
+  if (ftruncate(fd, 4096) || map_trapped_pages(fd, 0, 4096, &page.view, &page.dev)) _exit(2);
+  if (trap_window_add(page.view, 4096, page.dev, sink, nullptr) < 0) _exit(3);
+  return page;
+}
 
 // A fault inside the handling of an exit (as a guarded device copy into unmapped memory would
 // take) reaches its handler: the fault signal is not blocked while ours runs.
@@ -521,18 +542,12 @@ void probing_sink(void*, uint64_t offset, const uint8_t* stored, uint32_t bytes)
 
 TEST(MmioTrapChild, AFaultWhileAnExitIsHandledReachesItsHandler) {
   int status = child_status([] {
-    struct sigaction sa {};
-    sa.sa_sigaction = sink_fault_handler;
-    sa.sa_flags = SA_SIGINFO;
-    sigaction(SIGSEGV, &sa, nullptr);
+    set_segv_handler(sink_fault_handler, nullptr);
     g_logged = 0;
     g_sink_guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-    int fd = memfd_create("mmio-child", 0);
-    void *view, *dev;
-    if (ftruncate(fd, 4096) || map_trapped_pages(fd, 0, 4096, &view, &dev)) _exit(2);
-    if (trap_window_add(view, 4096, dev, probing_sink, nullptr) < 0) _exit(3);
-    *static_cast<volatile uint64_t*>(view) = 9;
-    if (g_sink_faults.load() != 1 || g_logged.load() != 1 || *static_cast<uint64_t*>(dev) != 9)
+    TrappedPage page = trapped_page_or_exit(probing_sink);
+    *static_cast<volatile uint64_t*>(page.view) = 9;
+    if (g_sink_faults.load() != 1 || g_logged.load() != 1 || *static_cast<uint64_t*>(page.dev) != 9)
       _exit(4);
   });
   ASSERT_TRUE(WIFEXITED(status)) << status;
@@ -571,20 +586,14 @@ int child_status(void (*body)()) {
 
 TEST(MmioTrapChild, ProgramHandlerSetBeforeTheTrapGetsItsFaults) {
   int status = child_status([] {
-    struct sigaction sa {};
-    sa.sa_sigaction = program_segv;
-    sa.sa_flags = SA_SIGINFO;
-    sigaction(SIGSEGV, &sa, nullptr);
+    set_segv_handler(program_segv, nullptr);
     g_program_faults = 0;
     g_logged = 0;
-    int fd = memfd_create("mmio-child", 0);
-    void *view, *dev;
-    if (ftruncate(fd, 4096) || map_trapped_pages(fd, 0, 4096, &view, &dev)) _exit(2);
-    if (trap_window_add(view, 4096, dev, record, nullptr) < 0) _exit(3);
+    TrappedPage page = trapped_page_or_exit(record);
     void* guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (!probe(guard) || g_program_faults.load() != 1) _exit(4);
-    *static_cast<volatile uint64_t*>(view) = 7;
-    if (*static_cast<uint64_t*>(dev) != 7 || g_logged.load() != 1) _exit(5);
+    *static_cast<volatile uint64_t*>(page.view) = 7;
+    if (*static_cast<uint64_t*>(page.dev) != 7 || g_logged.load() != 1) _exit(5);
   });
   ASSERT_TRUE(WIFEXITED(status)) << status;
   EXPECT_EQ(0, WEXITSTATUS(status));
@@ -592,20 +601,14 @@ TEST(MmioTrapChild, ProgramHandlerSetBeforeTheTrapGetsItsFaults) {
 
 TEST(MmioTrapChild, UnhandledFaultsEndTheProcessAsWithoutTheTrap) {
   int status = child_status([] {
-    int fd = memfd_create("mmio-child", 0);
-    void *view, *dev;
-    if (ftruncate(fd, 4096) || map_trapped_pages(fd, 0, 4096, &view, &dev)) _exit(2);
-    if (trap_window_add(view, 4096, dev, record, nullptr) < 0) _exit(3);
+    trapped_page_or_exit(record);
     void* guard = mmap(nullptr, 4096, PROT_NONE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     *static_cast<volatile uint8_t*>(guard) = 1;
   });
   ASSERT_TRUE(WIFSIGNALED(status)) << status;
   EXPECT_EQ(SIGSEGV, WTERMSIG(status));
   status = child_status([] {
-    int fd = memfd_create("mmio-child", 0);
-    void *view, *dev;
-    if (ftruncate(fd, 4096) || map_trapped_pages(fd, 0, 4096, &view, &dev)) _exit(2);
-    if (trap_window_add(view, 4096, dev, record, nullptr) < 0) _exit(3);
+    trapped_page_or_exit(record);
     asm volatile("int3");
   });
   ASSERT_TRUE(WIFSIGNALED(status)) << status;

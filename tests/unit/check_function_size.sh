@@ -7,13 +7,10 @@
 set -euo pipefail
 src=$1
 script=$src/ci/function-size.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
+# shellcheck source=tree_copy.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/tree_copy.sh"
+copies_of "$src" emu verbs_provider
 
-copy() {
-  rm -rf "$tmp/tree" && mkdir -p "$tmp/tree"
-  cp -r "$src/emu" "$src/verbs_provider" "$tmp/tree/"
-}
 # plant MARKER: a function of 81 lines (its braces included) at the end of a copied file.
 plant() {
   local f=$tmp/tree/emu/device/engine_batch.cpp
@@ -26,19 +23,15 @@ plant() {
 }
 
 copy
-out=$(bash "$script" "$tmp/tree" 2>&1) || { echo "FAIL the unmodified tree:" && echo "$out" && exit 1; }
-echo "ok   the unmodified tree passes"
+expect_pass "the unmodified tree" "$script"
 
 plant "// a helper"
-if out=$(bash "$script" "$tmp/tree" 2>&1); then
-  echo "FAIL a function of 81 lines passed:" && echo "$out" && exit 1
-fi
+if run_on_copy "$script"; then fail "a function of 81 lines passed"; fi
+# (a pattern, not a text: the line the function lands on is the copy's)
 grep -q "emu/device/engine_batch.cpp:[0-9]* planted_long_function has 81 lines" <<<"$out" ||
-  { echo "FAIL the output does not name the function:" && echo "$out" && exit 1; }
+  fail "the output does not name the function"
 echo "ok   a function of 81 lines fails, named"
 
 copy
 plant "// The planted commands: a dispatch table."
-out=$(bash "$script" "$tmp/tree" 2>&1) ||
-  { echo "FAIL a marked dispatch table failed:" && echo "$out" && exit 1; }
-echo "ok   a dispatch table passes"
+expect_pass "a marked dispatch table" "$script"

@@ -8,31 +8,12 @@
 set -euo pipefail
 src=$1
 script=$src/ci/check-layering.sh
-tmp=$(mktemp -d)
-trap 'rm -rf "$tmp"' EXIT
-
-# A fresh copy of what the script reads (not a git work tree: it checks every file there).
-copy() {
-  rm -rf "$tmp/tree" && mkdir -p "$tmp/tree"
-  cp -r "$src/verbs_provider" "$src/stress" "$src/tools" "$src/pyharness" "$src/emu" "$tmp/tree/"
-}
-# expect_fail NAME SCRIPT PATTERN...: SCRIPT fails on the copy and says each PATTERN.
-expect_fail() {
-  local name=$1 run=$2 out
-  shift 2
-  if out=$(bash "$run" "$tmp/tree" 2>&1); then
-    echo "FAIL $name: check-layering.sh passed:" && echo "$out" && exit 1
-  fi
-  for pat in "$@"; do
-    grep -qF -- "$pat" <<<"$out" ||
-      { echo "FAIL $name: the output does not say '$pat':" && echo "$out" && exit 1; }
-  done
-  echo "ok   $name"
-}
+# shellcheck source=tree_copy.sh source-path=SCRIPTDIR
+source "$(dirname "${BASH_SOURCE[0]}")/tree_copy.sh"
+copies_of "$src" verbs_provider stress tools pyharness emu  # what the script reads
 
 copy
-out=$(bash "$script" "$tmp/tree" 2>&1) || { echo "FAIL the unmodified tree:" && echo "$out" && exit 1; }
-echo "ok   the unmodified tree passes"
+expect_pass "the unmodified tree" "$script"
 
 # verbs/ builds on nothing: a CM header there goes the wrong way.
 f=verbs_provider/verbs/cq.cpp

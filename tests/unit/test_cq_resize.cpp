@@ -47,6 +47,17 @@ struct Consumer {
   }
 };
 
+// Writes a requester CQE as the engine does, inside an engine section: QP `qpn`'s, with `seq` in
+// its byte count (what the consumer reads back as the producer's sequence number).
+void write_cqe_as_engine(Segment* s, Engine& eng, CqSlot& c, uint32_t qpn, uint32_t seq) {
+  CqeInfo info{};
+  info.cqe_opcode = kCqeReq;
+  info.qpn = qpn;
+  info.byte_cnt = seq;
+  EngineSection in_engine(s);
+  eng.write_cqe(c, info);
+}
+
 TEST(CqResize, ProducersLoseAndDoubleNothingAcrossResizes) {
   Segment* s = Segment::get();
   uint32_t idx = 0;
@@ -61,12 +72,7 @@ TEST(CqResize, ProducersLoseAndDoubleNothingAcrossResizes) {
       for (uint32_t seq = 0; seq < kPerProducer && !give_up.load(); ++seq) {
         while (seq - consumed[p].load(std::memory_order_acquire) >= kCredit && !give_up.load())
           cpu_relax();
-        CqeInfo info{};
-        info.cqe_opcode = kCqeReq;
-        info.qpn = static_cast<uint32_t>(p) + 1;
-        info.byte_cnt = seq;
-        EngineSection in_engine(s);
-        eng.write_cqe(c, info);
+        write_cqe_as_engine(s, eng, c, static_cast<uint32_t>(p) + 1, seq);
       }
     });
   Consumer con{s, c};
@@ -119,14 +125,7 @@ TEST(CqConsumerIndex, AProducerTrustingTheCacheComesAfterTheConsumersReads) {
   auto wait_for = [&](int k) {
     while (step.load(std::memory_order_relaxed) != k) cpu_relax();
   };
-  auto produce = [&](Engine& eng, uint32_t seq) {
-    CqeInfo info{};
-    info.cqe_opcode = kCqeReq;
-    info.qpn = 1;
-    info.byte_cnt = seq;
-    EngineSection in_engine(s);
-    eng.write_cqe(c, info);
-  };
+  auto produce = [&](Engine& eng, uint32_t seq) { write_cqe_as_engine(s, eng, c, 1, seq); };
   std::thread a([&] {
     Engine eng(s);
     for (uint32_t i = 0; i < 8; ++i) produce(eng, i);  // the ring full: 0..7
@@ -167,14 +166,7 @@ TEST(CqResize, AShrinkBelowTheUnpolledIsRefusedAndLosesNothing) {
   ASSERT_EQ(create_cq(s, CqSpec{0, kMaxContexts, 4, -1, 0}, &idx), Status::ok);  // 16
   CqSlot& c = cq_slot(s->hdr(), idx);
   Engine eng(s);
-  for (uint32_t i = 0; i < 5; ++i) {
-    CqeInfo info{};
-    info.cqe_opcode = kCqeReq;
-    info.qpn = 1;
-    info.byte_cnt = i;
-    EngineSection in_engine(s);
-    eng.write_cqe(c, info);
-  }
+  for (uint32_t i = 0; i < 5; ++i) write_cqe_as_engine(s, eng, c, 1, i);
   uint64_t off = 0;
   EXPECT_EQ(resize_cq(s, c, 2, 0, &off), Status::invalid);  // 4 < 5 unpolled
   EXPECT_EQ(c.cqe_cnt, 16u);

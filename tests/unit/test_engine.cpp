@@ -14,6 +14,22 @@ using namespace emu;
 
 using namespace emu::test;
 
+namespace {
+// The next CQE: there is one, of `opcode` (op_own's high nibble) and `bytes` long. *out is the CQE
+// polled, or nullptr.
+::testing::AssertionResult next_cqe_is(Rig& r, CqeOpcode opcode, uint32_t bytes,
+                                       const Cqe64** out = nullptr) {
+  const Cqe64* c = r.poll();
+  if (out) *out = c;
+  if (!c) return ::testing::AssertionFailure() << "no CQE";
+  if ((c->op_own >> 4) != opcode || be32(c->byte_cnt) != bytes)
+    return ::testing::AssertionFailure()
+           << "a CQE of opcode " << (c->op_own >> 4) << ", " << be32(c->byte_cnt)
+           << " bytes; expected opcode " << int(opcode) << ", " << bytes << " bytes";
+  return ::testing::AssertionSuccess();
+}
+}  // namespace
+
 TEST(Engine, RdmaWriteMovesBytesAndCompletes) {
   Rig r;
   char src[64] = "hello device", dst[64] = {};
@@ -24,10 +40,8 @@ TEST(Engine, RdmaWriteMovesBytesAndCompletes) {
   r.post(r.a, kOpRdmaWrite, seg_bytes(&ra, 16) + seg_bytes(&d, 16));
   r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_STREQ(dst, "hello device");
-  const Cqe64* c = r.poll();
-  ASSERT_NE(c, nullptr);
-  EXPECT_EQ(c->op_own >> 4, kCqeReq);
-  EXPECT_EQ(be32(c->byte_cnt), 13u);
+  const Cqe64* c = nullptr;
+  ASSERT_TRUE(next_cqe_is(r, kCqeReq, 13, &c));
   EXPECT_EQ(cqe_wqe_opcode(*c), kOpRdmaWrite);
   EXPECT_EQ(r.poll(), nullptr) << "one WQE, one CQE";
 }
@@ -60,10 +74,7 @@ TEST(Engine, SendConsumesAReceiveAndCompletesBothSides) {
   r.post(r.a, kOpSend, seg_bytes(&d, 16));
   r.eng.kick_sq(qp_slot(r.h, r.a));
   EXPECT_STREQ(dst, "payload");
-  const Cqe64* rc = r.poll();
-  ASSERT_NE(rc, nullptr);
-  EXPECT_EQ(rc->op_own >> 4, kCqeRespSend);
-  EXPECT_EQ(be32(rc->byte_cnt), 8u);
+  ASSERT_TRUE(next_cqe_is(r, kCqeRespSend, 8));
   const Cqe64* sc = r.poll();
   ASSERT_NE(sc, nullptr);
   EXPECT_EQ(sc->op_own >> 4, kCqeReq);
