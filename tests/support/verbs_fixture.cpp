@@ -307,6 +307,78 @@ ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, uint64_t ra
   return wr;
 }
 
+ibv_send_wr ud_send_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, ibv_ah* ah, uint32_t dqpn,
+                       uint32_t qkey, unsigned flags) {
+  ibv_send_wr wr = send_wr(wr_id, op, sg, 1, flags);
+  wr.wr.ud.ah = ah;
+  wr.wr.ud.remote_qpn = dqpn;
+  wr.wr.ud.remote_qkey = qkey;
+  return wr;
+}
+
+ibv_ah_attr lid_ah_attr(uint16_t dlid, uint8_t sl) {
+  ibv_ah_attr a;
+  std::memset(&a, 0, sizeof a);
+  a.dlid = dlid;
+  a.sl = sl;
+  a.port_num = 1;
+  return a;
+}
+
+void wr_add_write(ibv_qp_ex* x, uint64_t wr_id, uint32_t rkey, uint64_t raddr, const ibv_sge& local,
+                  unsigned flags) {
+  wr_next(x, wr_id, flags);
+  ibv_wr_rdma_write(x, rkey, raddr);
+  ibv_wr_set_sge(x, local.lkey, local.addr, local.length);
+}
+
+void wr_add_inline_write(ibv_qp_ex* x, uint64_t wr_id, uint32_t rkey, uint64_t raddr, void* src,
+                         size_t len, unsigned flags) {
+  wr_next(x, wr_id, flags);
+  ibv_wr_rdma_write(x, rkey, raddr);
+  ibv_wr_set_inline_data(x, src, len);
+}
+
+ibv_xrcd* open_xrcd(ibv_context* ctx, int fd, int oflags) {
+  ibv_xrcd_init_attr a{};
+  a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
+  a.fd = fd;
+  a.oflags = oflags;
+  return ibv_open_xrcd(ctx, &a);
+}
+
+ibv_srq* create_xrc_srq(ibv_context* ctx, ibv_pd* pd, ibv_xrcd* xrcd, ibv_cq* cq, uint32_t max_wr) {
+  ibv_srq_init_attr_ex a{};
+  a.comp_mask =
+      IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD | IBV_SRQ_INIT_ATTR_CQ;
+  a.srq_type = IBV_SRQT_XRC;
+  a.pd = pd;
+  a.xrcd = xrcd;
+  a.cq = cq;
+  a.attr.max_wr = max_wr;
+  a.attr.max_sge = 1;
+  return ibv_create_srq_ex(ctx, &a);
+}
+
+ibv_qp* create_xrc_tgt(ibv_context* ctx, ibv_xrcd* xrcd) {
+  ibv_qp_init_attr_ex a{};
+  a.qp_type = IBV_QPT_XRC_RECV;
+  a.comp_mask = IBV_QP_INIT_ATTR_XRCD;
+  a.xrcd = xrcd;
+  return ibv_create_qp_ex(ctx, &a);
+}
+
+ibv_qp* create_xrc_ini(ibv_context* ctx, ibv_pd* pd, ibv_cq* send_cq, uint32_t max_send_wr) {
+  ibv_qp_init_attr_ex a{};
+  a.qp_type = IBV_QPT_XRC_SEND;
+  a.comp_mask = IBV_QP_INIT_ATTR_PD;
+  a.pd = pd;
+  a.send_cq = send_cq;
+  a.cap.max_send_wr = max_send_wr;
+  a.cap.max_send_sge = 1;
+  return ibv_create_qp_ex(ctx, &a);
+}
+
 namespace {
 
 // One receive WR posted with `post` (ibv_post_recv or ibv_post_srq_recv, named `what`).

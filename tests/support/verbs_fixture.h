@@ -165,9 +165,36 @@ ibv_send_wr rdma_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, int n, uint64
                     uint32_t rkey, unsigned flags = IBV_SEND_SIGNALED);
 ibv_send_wr atomic_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, uint64_t raddr, uint32_t rkey,
                       uint64_t compare_add, uint64_t swap, unsigned flags = IBV_SEND_SIGNALED);
+// A datagram's SEND (or SEND_WITH_IMM) to QP dqpn (Q_Key qkey) through the address handle ah.
+ibv_send_wr ud_send_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, ibv_ah* ah, uint32_t dqpn,
+                       uint32_t qkey, unsigned flags = IBV_SEND_SIGNALED);
+// Address handle attributes of a LID on port 1 (no GRH), service level sl.
+ibv_ah_attr lid_ah_attr(uint16_t dlid, uint8_t sl = 0);
 int post_recv(ibv_qp* qp, uint64_t wr_id, ibv_sge* sg, int n);
 int post_srq(ibv_srq* srq, uint64_t wr_id, ibv_sge* sg, int n = 1);  // ibv_post_srq_recv of one WR
 int post_one(ibv_qp* qp, ibv_send_wr* wr);  // ibv_post_send of one WR (checks bad_wr on error)
+
+// ibv_wr_* sessions (between ibv_wr_start and ibv_wr_complete or ibv_wr_abort). The next WR's id
+// and flags, which are set before its operation is added (the operation takes them).
+inline void wr_next(ibv_qp_ex* x, uint64_t wr_id, unsigned flags = IBV_SEND_SIGNALED) {
+  x->wr_id = wr_id;
+  x->wr_flags = flags;
+}
+// Adds an RDMA WRITE of `local` to (rkey, raddr) to the open session, as WR wr_id.
+void wr_add_write(ibv_qp_ex* x, uint64_t wr_id, uint32_t rkey, uint64_t raddr, const ibv_sge& local,
+                  unsigned flags = IBV_SEND_SIGNALED);
+// The same with len bytes at src as inline data.
+void wr_add_inline_write(ibv_qp_ex* x, uint64_t wr_id, uint32_t rkey, uint64_t raddr, void* src,
+                         size_t len, unsigned flags = IBV_SEND_SIGNALED);
+
+// XRC objects (each the ibv_* call's result: nullptr with its errno when refused). A domain on
+// the file fd (-1: none) opened with oflags; an XRC SRQ of max_wr one-SGE WQEs on pd and xrcd
+// that completes into cq; a TGT QP of xrcd; an INI QP on pd that completes into send_cq, with
+// max_send_wr one-SGE WQEs.
+ibv_xrcd* open_xrcd(ibv_context* ctx, int fd, int oflags);
+ibv_srq* create_xrc_srq(ibv_context* ctx, ibv_pd* pd, ibv_xrcd* xrcd, ibv_cq* cq, uint32_t max_wr);
+ibv_qp* create_xrc_tgt(ibv_context* ctx, ibv_xrcd* xrcd);
+ibv_qp* create_xrc_ini(ibv_context* ctx, ibv_pd* pd, ibv_cq* send_cq, uint32_t max_send_wr);
 
 // A SEND of `s` from `from` into a receive of `r` posted on `to` (receive wr_id `id`, the send's
 // id + 1); waits for the sender's completion on from_cq, then the receiver's on to_cq.

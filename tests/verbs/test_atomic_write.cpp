@@ -22,8 +22,7 @@ class AtomicWrite : public VerbsTest {
     EXPECT_EQ(connect_qp(qb, lid, qa->qp_num, 2, 1), 0);
     ibv_qp_ex* x = ibv_qp_to_qp_ex(qa);
     ibv_wr_start(x);
-    x->wr_id = 7;
-    x->wr_flags = IBV_SEND_SIGNALED;
+    wr_next(x, 7);
     ibv_wr_atomic_write(x, rkey, raddr, &value);
     EXPECT_EQ(ibv_wr_complete(x), 0);
     auto wc = poll_n(ca, 1);

@@ -50,6 +50,14 @@ class Loopback : public VerbsTest {
     }
     return rc;
   }
+  // A's WR w into the receive `r` (wr_id recv_id) posted on B: both complete with SUCCESS (B's
+  // completion in *wc).
+  void a_to_b(ibv_send_wr w, ibv_sge r, uint64_t recv_id, ibv_wc* wc) {
+    ASSERT_EQ(post_recv(p.b, recv_id, &r, 1), 0);
+    ASSERT_EQ(post_one(p.a, &w), 0);
+    ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, w.wr_id));
+    ASSERT_TRUE(wait_wc(p.cqb, IBV_WC_SUCCESS, recv_id, wc));
+  }
   // Asserts that nothing (more) is on either CQ.
   void expect_quiet() {
     EXPECT_TRUE(drain(p.cqa).empty()) << "unexpected completion on A";
@@ -91,15 +99,11 @@ TEST_F(Loopback, SendThreeSgesIntoTwoRecvSges) {
 }
 
 TEST_F(Loopback, SendWithImm) {
-  ibv_sge r = lb.sge(0, 64);
-  ASSERT_EQ(post_recv(p.b, 1, &r, 1), 0);
   ibv_sge s = la.sge(0, 32);
   ibv_send_wr w = send_wr(2, IBV_WR_SEND_WITH_IMM, &s, 1);
   w.imm_data = htobe32(0xdeadbeef);
-  ASSERT_EQ(post_one(p.a, &w), 0);
-  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 2));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(p.cqb, IBV_WC_SUCCESS, 1, &wc));
+  ASSERT_NO_FATAL_FAILURE(a_to_b(w, lb.sge(0, 64), 1, &wc));
   EXPECT_EQ(wc.opcode, IBV_WC_RECV);
   EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
   EXPECT_EQ(be32toh(wc.imm_data), 0xdeadbeefu);
@@ -122,16 +126,12 @@ TEST_F(Loopback, RdmaWrite) {
 }
 
 TEST_F(Loopback, RdmaWriteWithImm) {
-  ibv_sge r = lb.sge(0, 0);
-  ASSERT_EQ(post_recv(p.b, 11, &r, 1), 0);
   fill_pattern(la.p, 300, 1);
   ibv_sge s = la.sge(0, 300);
   ibv_send_wr w = rdma_wr(12, IBV_WR_RDMA_WRITE_WITH_IMM, &s, 1, lb.addr() + 2048, lb.rkey());
   w.imm_data = htobe32(0x1234);
-  ASSERT_EQ(post_one(p.a, &w), 0);
-  ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 12));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(p.cqb, IBV_WC_SUCCESS, 11, &wc));
+  ASSERT_NO_FATAL_FAILURE(a_to_b(w, lb.sge(0, 0), 11, &wc));
   EXPECT_EQ(wc.opcode, IBV_WC_RECV_RDMA_WITH_IMM);
   EXPECT_EQ(wc.byte_len, 300u);
   EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
@@ -192,9 +192,7 @@ TEST_F(Loopback, FetchAndAdd) {
 }
 
 TEST_F(Loopback, InlineSend) {
-  QpCaps c;
-  c.max_inline_data = 128;
-  Pair q = make_pair(c);
+  Pair q = make_pair({.max_inline_data = 128});
   ASSERT_TRUE(q.a && q.b);
   ibv_sge r = lb.sge(0, 256);
   ASSERT_EQ(post_recv(q.b, 1, &r, 1), 0);
@@ -228,9 +226,7 @@ TEST_F(Loopback, UnsignaledThenSignaled) {
 }
 
 TEST_F(Loopback, SqSigAll) {
-  QpCaps c;
-  c.sq_sig_all = 1;
-  Pair q = make_pair(c);
+  Pair q = make_pair({.sq_sig_all = 1});
   ASSERT_TRUE(q.a && q.b);
   ibv_sge s = la.sge(0, 16);
   ibv_send_wr w[3];
@@ -261,10 +257,7 @@ TEST_F(Loopback, WrApi) {
 
   fill_pattern(la.p, 512, 77);
   ibv_wr_start(x);
-  x->wr_id = 31;
-  x->wr_flags = IBV_SEND_SIGNALED;
-  ibv_wr_rdma_write(x, lb.rkey(), lb.addr() + 512);
-  ibv_wr_set_sge(x, la.lkey(), la.addr(), 512);
+  wr_add_write(x, 31, lb.rkey(), lb.addr() + 512, la.sge(0, 512));
   ASSERT_EQ(ibv_wr_complete(x), 0);
   ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 31));
   EXPECT_EQ(std::memcmp(lb.p + 512, la.p, 512), 0);
@@ -273,8 +266,7 @@ TEST_F(Loopback, WrApi) {
   ASSERT_EQ(post_recv(qb, 32, &r, 1), 0);
   char msg[] = "inline through the wr api";
   ibv_wr_start(x);
-  x->wr_id = 33;
-  x->wr_flags = IBV_SEND_SIGNALED | IBV_SEND_INLINE;
+  wr_next(x, 33, IBV_SEND_SIGNALED | IBV_SEND_INLINE);
   ibv_wr_send(x);
   ibv_wr_set_inline_data(x, msg, sizeof msg);
   ASSERT_EQ(ibv_wr_complete(x), 0);
@@ -286,16 +278,10 @@ TEST_F(Loopback, WrApi) {
 
   // wr_abort: nothing of the session is posted. A later post is the only thing that completes.
   ibv_wr_start(x);
-  x->wr_id = 34;
-  x->wr_flags = IBV_SEND_SIGNALED;
-  ibv_wr_rdma_write(x, lb.rkey(), lb.addr() + 8192);
-  ibv_wr_set_sge(x, la.lkey(), la.addr(), 64);
+  wr_add_write(x, 34, lb.rkey(), lb.addr() + 8192, la.sge(0, 64));
   ibv_wr_abort(x);
   ibv_wr_start(x);
-  x->wr_id = 35;
-  x->wr_flags = IBV_SEND_SIGNALED;
-  ibv_wr_rdma_write(x, lb.rkey(), lb.addr() + 12288);
-  ibv_wr_set_sge(x, la.lkey(), la.addr(), 8);
+  wr_add_write(x, 35, lb.rkey(), lb.addr() + 12288, la.sge(0, 8));
   ASSERT_EQ(ibv_wr_complete(x), 0);
   ASSERT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, 35));
   EXPECT_TRUE(drain(p.cqa).empty());

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <string>
 
+#include "fork_check.h"
 #include "peer.h"
 #include "verbs_fixture.h"
 
@@ -126,10 +127,7 @@ uint8_t* peer_buffer(PeerInfo& me, std::string* shm_name) {
 void maybe_fork(PeerInfo& me) {
   const char* f = std::getenv("EMU_TEST_PEER_FORK");
   if (!f || std::strcmp(f, "1") != 0) return;
-  pid_t child = fork();
-  if (child == 0) _exit(0);
-  int st = 0;
-  if (child < 0 || waitpid(child, &st, 0) != child || !WIFEXITED(st)) peer_fail(me, "fork");
+  if (fork_and_check([] { return 0; }) != 0) peer_fail(me, "fork");
 }
 
 [[noreturn]] void run_peer(std::string role) {

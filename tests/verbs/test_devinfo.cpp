@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <map>
 #include <string>
+#include <utility>
 
 #include "verbs_fixture.h"
 
@@ -40,18 +41,20 @@ TEST_F(Devinfo, AgreesWithQueryDeviceAndPort) {
   ibv_device_attr a;
   ASSERT_EQ(ibv_query_device(ctx, &a), 0);
   auto num = [&](const char* k) { return std::stoull(kv.at(k), nullptr, 0); };
-  EXPECT_EQ(num("max_qp"), a.max_qp);
-  EXPECT_EQ(num("max_qp_wr"), a.max_qp_wr);
-  EXPECT_EQ(num("max_sge"), a.max_sge);
-  EXPECT_EQ(num("max_cq"), a.max_cq);
-  EXPECT_EQ(num("max_cqe"), a.max_cqe);
-  EXPECT_EQ(num("max_mr"), a.max_mr);
-  EXPECT_EQ(num("max_mr_size"), a.max_mr_size);
-  EXPECT_EQ(num("max_pd"), a.max_pd);
-  EXPECT_EQ(num("max_qp_rd_atom"), a.max_qp_rd_atom);
-  EXPECT_EQ(num("phys_port_cnt"), a.phys_port_cnt);
-  EXPECT_EQ(num("vendor_part_id"), a.vendor_part_id);
-  EXPECT_EQ(num("vendor_id"), a.vendor_id);
+  // The attributes ibv_devinfo prints under their own names.
+  const std::pair<const char*, uint64_t> same_name[] = {{"max_qp", a.max_qp},
+                                                        {"max_qp_wr", a.max_qp_wr},
+                                                        {"max_sge", a.max_sge},
+                                                        {"max_cq", a.max_cq},
+                                                        {"max_cqe", a.max_cqe},
+                                                        {"max_mr", a.max_mr},
+                                                        {"max_mr_size", a.max_mr_size},
+                                                        {"max_pd", a.max_pd},
+                                                        {"max_qp_rd_atom", a.max_qp_rd_atom},
+                                                        {"phys_port_cnt", a.phys_port_cnt},
+                                                        {"vendor_part_id", a.vendor_part_id},
+                                                        {"vendor_id", a.vendor_id}};
+  for (const auto& [key, value] : same_name) EXPECT_EQ(num(key), value) << key;
   EXPECT_EQ(kv["atomic_cap"], "ATOMIC_HCA (1)");
   char guid[32];
   uint64_t g = be64toh(a.node_guid);

@@ -72,11 +72,7 @@ TEST_F(Errno, CreateQpUnsupportedType) {
 TEST_F(Errno, ModifyResetToInitWithoutPort) {
   ibv_qp* qp = make_qp(cq, cq);
   ASSERT_NE(qp, nullptr);
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_INIT;
-  a.pkey_index = 0;
-  a.qp_access_flags = kAllAccess;
+  ibv_qp_attr a = init_attr(kAllAccess, 0);  // no port
   EXPECT_EQ(ibv_modify_qp(qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_ACCESS_FLAGS), EINVAL);
   EXPECT_EQ(qp_state(qp), IBV_QPS_RESET);
   EXPECT_EQ(to_init(qp, kAllAccess), 0) << "the complete transition still works";
@@ -107,11 +103,7 @@ TEST_F(Errno, ModifyInitToRtrWithSqPsn) {
 TEST_F(Errno, ModifyBadPortNum) {
   ibv_qp* qp = make_qp(cq, cq);
   ASSERT_NE(qp, nullptr);
-  ibv_qp_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.qp_state = IBV_QPS_INIT;
-  a.port_num = 2;  // emu0 has one port
-  a.qp_access_flags = kAllAccess;
+  ibv_qp_attr a = init_attr(kAllAccess, 2);  // emu0 has one port
   int mask = IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_ACCESS_FLAGS;
   EXPECT_EQ(ibv_modify_qp(qp, &a, mask), EINVAL);
   a.port_num = 0;
@@ -420,10 +412,7 @@ TEST_F(Errno, CreateAhBeyondMaxAh) {
   ibv_device_attr da;
   ASSERT_EQ(ibv_query_device(ctx, &da), 0);
   ASSERT_GT(da.max_ah, 0);
-  ibv_ah_attr a;
-  std::memset(&a, 0, sizeof a);
-  a.dlid = lid;
-  a.port_num = 1;
+  ibv_ah_attr a = lid_ah_attr(lid);
   std::vector<ibv_ah*> made;
   for (int i = 0; i < da.max_ah; ++i) {
     ibv_ah* ah = ibv_create_ah(pd, &a);

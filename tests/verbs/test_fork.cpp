@@ -8,7 +8,6 @@
 // objects under its own pid, and the child's exit or SIGKILL releases only the child's.
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -17,6 +16,7 @@
 #include <string>
 
 #include "emudv_link.h"
+#include "fork_check.h"
 #include "peer.h"
 #include "verbs_fixture.h"
 
@@ -173,10 +173,9 @@ TEST_P(ForkTest, ParentAndChildRunTheirOwnObjects) {
   int in = from_child[0], out = to_child[1];
   auto reap = [&] {
     close(out);
-    int st = 0;
-    waitpid(child, &st, 0);
+    int st = wait_exit_status(child);  // 10 + ChildStep: that step
     close(in);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);  // 10 + ChildStep: that step
+    return st;
   };
 
   Wire mine{port_lid(p.ctx), p.qp->qp_num}, theirs{};

@@ -11,7 +11,24 @@
 namespace vt {
 namespace {
 
-class Lifecycle : public VerbsTest {};
+class Lifecycle : public VerbsTest {
+ protected:
+  // A QP on `cq` (*a), connected to one on peer_cq, that has posted n signaled 8-byte RDMA WRITEs
+  // (wr_ids 0 to n - 1), none of them polled.
+  void post_unpolled_writes(ibv_cq* cq, ibv_cq* peer_cq, int n, ibv_qp** a) {
+    *a = make_qp(cq, cq);
+    ibv_qp* b = make_qp(peer_cq, peer_cq);
+    ASSERT_TRUE(*a && b);
+    ASSERT_EQ(connect_qp(*a, lid, b->qp_num, 1, 2), 0);
+    ASSERT_EQ(connect_qp(b, lid, (*a)->qp_num, 2, 1), 0);
+    Buf src = make_buf(4096, kAllAccess, 1), dst = make_buf(4096, kAllAccess, 0);
+    for (int i = 0; i < n; ++i) {
+      ibv_sge sg = src.sge(0, 8);
+      ibv_send_wr w = rdma_wr(i, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
+      ASSERT_EQ(post_one(*a, &w), 0);
+    }
+  }
+};
 
 TEST_F(Lifecycle, ResetDropsCompletionsOfTheOldIncarnation) {
   Pair p = make_pair();
@@ -137,18 +154,9 @@ TEST_F(Lifecycle, CqOverrunIsACqErrorAndItsQpsGoToErr) {
   ibv_cq* big = make_cq(64);
   ASSERT_TRUE(tiny && big);
   int cap = tiny->cqe;
-  ibv_qp* a = make_qp(tiny, tiny);
-  ibv_qp* b = make_qp(big, big);
-  ASSERT_TRUE(a && b);
-  ASSERT_EQ(connect_qp(a, lid, b->qp_num, 1, 2), 0);
-  ASSERT_EQ(connect_qp(b, lid, a->qp_num, 2, 1), 0);
-  Buf src = make_buf(4096, kAllAccess, 1), dst = make_buf(4096, kAllAccess, 0);
+  ibv_qp* a = nullptr;
   // The ring holds cqe + 1 (as mlx5's): one more than that certainly overruns it.
-  for (int i = 0; i < cap + 2; ++i) {
-    ibv_sge sg = src.sge(0, 8);
-    ibv_send_wr w = rdma_wr(i, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
-    ASSERT_EQ(post_one(a, &w), 0);
-  }
+  ASSERT_NO_FATAL_FAILURE(post_unpolled_writes(tiny, big, cap + 2, &a));
   bool cq_err = false, qp_fatal = false;
   for (int k = 0; k < 2; ++k) {
     pollfd pf{ctx->async_fd, POLLIN, 0};
@@ -181,19 +189,9 @@ TEST_F(Lifecycle, IgnoreOverrunCqTakesMoreThanItHolds) {
   cqs.push_back(tiny);  // (the fixture destroys it after its QPs)
   ibv_cq* big = make_cq(64);
   ASSERT_TRUE(big);
-  int cap = tiny->cqe;
-  ibv_qp* a = make_qp(tiny, tiny);
-  ibv_qp* b = make_qp(big, big);
-  ASSERT_TRUE(a && b);
-  ASSERT_EQ(connect_qp(a, lid, b->qp_num, 1, 2), 0);
-  ASSERT_EQ(connect_qp(b, lid, a->qp_num, 2, 1), 0);
-  Buf src = make_buf(4096, kAllAccess, 1), dst = make_buf(4096, kAllAccess, 0);
-  const int n = 3 * (cap + 1);
-  for (int i = 0; i < n; ++i) {
-    ibv_sge sg = src.sge(0, 8);
-    ibv_send_wr w = rdma_wr(i, IBV_WR_RDMA_WRITE, &sg, 1, dst.addr(), dst.rkey());
-    ASSERT_EQ(post_one(a, &w), 0);
-  }
+  const int n = 3 * (tiny->cqe + 1);
+  ibv_qp* a = nullptr;
+  ASSERT_NO_FATAL_FAILURE(post_unpolled_writes(tiny, big, n, &a));
   // The last WQE's CQE is in the ring (the device is done with the queue once it is there).
   uint64_t newest = 0;
   for (auto until = std::chrono::steady_clock::now() + kDeadline;

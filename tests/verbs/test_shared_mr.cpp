@@ -6,7 +6,6 @@
 // taken for the old. Under EMU_SHARED_MR=0 (the *_private variant) nothing moves, and the same
 // tests say so.
 #include <sys/mman.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -15,8 +14,10 @@
 #include <cstring>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
+#include "fork_check.h"
 #include "verbs_fixture.h"
 
 namespace vt {
@@ -43,25 +44,39 @@ std::string mapping_name(const void* p) {
 
 bool in_reg_file(const void* p) { return mapping_name(p).find("rdmaemu-mr") != std::string::npos; }
 
-uint8_t* map_anon(size_t len) {
-  void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
-  return p == MAP_FAILED ? nullptr : static_cast<uint8_t*>(p);
-}
-
 class SharedMr : public VerbsTest {
  protected:
+  void TearDown() override {
+    VerbsTest::TearDown();
+    for (const auto& [p, len] : maps) munmap(p, len);
+  }
   ibv_mr* reg(void* p, size_t len) { return ibv_reg_mr(pd, p, len, kAllAccess); }
+  // len bytes of new private anonymous memory, unmapped at TearDown (nullptr: mmap failed).
+  uint8_t* map_anon(size_t len) {
+    void* p = mmap(nullptr, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (p == MAP_FAILED) return nullptr;
+    maps.emplace_back(static_cast<uint8_t*>(p), len);
+    return static_cast<uint8_t*>(p);
+  }
+  // The same (*p) filled with the pattern (seed, step) and registered whole (*mr, which the test
+  // deregisters).
+  void map_filled_and_registered(size_t len, uint8_t seed, uint8_t step, uint8_t** p, ibv_mr** mr) {
+    *p = map_anon(len);
+    ASSERT_NE(*p, nullptr);
+    fill_pattern(*p, len, seed, step);
+    *mr = reg(*p, len);
+    ASSERT_NE(*mr, nullptr);
+  }
+  std::vector<std::pair<uint8_t*, size_t>> maps;
 };
 
 // The pages are the file's exactly while registered; the bytes stay; afterwards the memory is
 // private anonymous again (MADV_DONTNEED gives zeros, as for any private page).
 TEST_F(SharedMr, PagesAreTheFilesWhileRegisteredAndPrivateAfter) {
   const size_t len = 16 * kPage;
-  uint8_t* p = map_anon(len);
-  ASSERT_NE(p, nullptr);
-  fill_pattern(p, len, 3, 7);
-  ibv_mr* mr = reg(p, len);
-  ASSERT_NE(mr, nullptr);
+  uint8_t* p = nullptr;
+  ibv_mr* mr = nullptr;
+  ASSERT_NO_FATAL_FAILURE(map_filled_and_registered(len, 3, 7, &p, &mr));
   EXPECT_EQ(in_reg_file(p), moving_on());
   EXPECT_EQ(in_reg_file(p + len - 1), moving_on());
   EXPECT_TRUE(has_pattern(p, len, 3, 7));
@@ -72,7 +87,6 @@ TEST_F(SharedMr, PagesAreTheFilesWhileRegisteredAndPrivateAfter) {
   ASSERT_EQ(madvise(p, len, MADV_DONTNEED), 0);
   EXPECT_EQ(p[0], 0);
   EXPECT_EQ(p[len - 1], 0);
-  munmap(p, len);
 }
 
 // Only the whole pages inside the MR move: the first and last page hold other data too.
@@ -93,7 +107,6 @@ TEST_F(SharedMr, OnlyWholePagesInsideTheRegionMove) {
   ASSERT_EQ(ibv_dereg_mr(over), 0);
   ASSERT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_FALSE(in_reg_file(p + kPage));
-  munmap(p, 4 * kPage);
 }
 
 // Two MRs over overlapping pages: the shared pages stay in the file until the last MR goes.
@@ -114,7 +127,6 @@ TEST_F(SharedMr, OverlappingMrsLeaveThePagesTheyShareToTheLast) {
   ASSERT_EQ(ibv_dereg_mr(b), 0);
   for (size_t pg = 0; pg < 12; ++pg) EXPECT_FALSE(in_reg_file(p + pg * kPage)) << pg;
   EXPECT_TRUE(has_pattern(p, len, 1, 3));
-  munmap(p, len);
 }
 
 // Other threads store into the region all the while it is registered and deregistered, over and
@@ -152,37 +164,30 @@ TEST_F(SharedMr, StoresRacingTheMovesAreKept) {
   for (std::thread& w : writers) w.join();
   EXPECT_EQ(lost.load(), 0u) << "of " << stores.load() << " stores";
   EXPECT_FALSE(in_reg_file(p));
-  munmap(p, len);
 }
 
 // A child of fork() gets the registered pages as private memory with the bytes of the fork:
 // its stores stay its own, the parent's its own, and the parent's MR keeps the parent's pages.
 TEST_F(SharedMr, AForkChildGetsAPrivateCopy) {
   const size_t len = 8 * kPage;
-  uint8_t* p = map_anon(len);
-  ASSERT_NE(p, nullptr);
-  fill_pattern(p, len, 5, 11);
-  ibv_mr* mr = reg(p, len);
-  ASSERT_NE(mr, nullptr);
-  pid_t child = fork();
-  ASSERT_GE(child, 0);
-  if (child == 0) {
+  uint8_t* p = nullptr;
+  ibv_mr* mr = nullptr;
+  ASSERT_NO_FATAL_FAILURE(map_filled_and_registered(len, 5, 11, &p, &mr));
+  int status = fork_and_check([&] {
     int bad = 0;
     if (!has_pattern(p, len, 5, 11)) bad |= 1;
     if (in_reg_file(p)) bad |= 2;
     fill_pattern(p, len, 200, 1);
     if (!has_pattern(p, len, 200, 1)) bad |= 4;
-    _exit(bad);
-  }
-  int status = 0;
-  ASSERT_EQ(waitpid(child, &status, 0), child);
-  ASSERT_TRUE(WIFEXITED(status)) << "the child died of signal " << WTERMSIG(status);
-  EXPECT_EQ(WEXITSTATUS(status), 0) << "1: bytes, 2: still shared, 4: its stores";
+    return bad;
+  });
+  ASSERT_GE(status, 0) << "fork or waitpid failed";
+  ASSERT_LT(status, 128) << "the child died of signal " << status - 128;
+  EXPECT_EQ(status, 0) << "1: bytes, 2: still shared, 4: its stores";
   EXPECT_TRUE(has_pattern(p, len, 5, 11));  // the child's stores stayed in the child
   EXPECT_EQ(in_reg_file(p), moving_on());
   ASSERT_EQ(ibv_dereg_mr(mr), 0);
   EXPECT_TRUE(has_pattern(p, len, 5, 11));
-  munmap(p, len);
 }
 
 // The program unmaps registered memory and maps new memory at the same address while the MR is
@@ -190,11 +195,9 @@ TEST_F(SharedMr, AForkChildGetsAPrivateCopy) {
 // of the new memory must not take the old pages for it, and the old MR's going must not touch it.
 TEST_F(SharedMr, MemoryMappedAnewWhileRegisteredIsNotTheOldPages) {
   const size_t len = 4 * kPage;
-  uint8_t* p = map_anon(len);
-  ASSERT_NE(p, nullptr);
-  fill_pattern(p, len, 7, 7);
-  ibv_mr* old_mr = reg(p, len);
-  ASSERT_NE(old_mr, nullptr);
+  uint8_t* p = nullptr;
+  ibv_mr* old_mr = nullptr;
+  ASSERT_NO_FATAL_FAILURE(map_filled_and_registered(len, 7, 7, &p, &old_mr));
   void* again =
       mmap(p, len, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_FIXED, -1, 0);
   ASSERT_EQ(again, p);
@@ -214,7 +217,6 @@ TEST_F(SharedMr, MemoryMappedAnewWhileRegisteredIsNotTheOldPages) {
   EXPECT_EQ(in_reg_file(p), moving_on());
   EXPECT_TRUE(has_pattern(p, len, 40, 3));
   ASSERT_EQ(ibv_dereg_mr(third), 0);
-  munmap(p, len);
 }
 
 // ODP MRs follow the page tables: their pages never move, and pages under one cannot move for
@@ -231,7 +233,6 @@ TEST_F(SharedMr, PagesUnderAnOdpMrStayWhereTheyAre) {
   EXPECT_FALSE(in_reg_file(p));
   ASSERT_EQ(ibv_dereg_mr(plain), 0);
   ASSERT_EQ(ibv_dereg_mr(odp), 0);
-  munmap(p, len);
 }
 
 }  // namespace

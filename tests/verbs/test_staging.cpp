@@ -59,13 +59,9 @@ bool send_one(ibv_qp* qp, ibv_cq* cq, ibv_mr* mr, uint8_t* buf, uint32_t i, uint
               ibv_ah* ah, uint32_t dqpn) {
   for (uint32_t b = 0; b < len; ++b) buf[b] = pattern(i, b);
   ibv_sge sg{reinterpret_cast<uint64_t>(buf), len, mr->lkey};
-  ibv_send_wr w = send_wr(i, i % 3 == 2 ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND, &sg, 1);
+  ibv_wr_opcode op = i % 3 == 2 ? IBV_WR_SEND_WITH_IMM : IBV_WR_SEND;
+  ibv_send_wr w = ah ? ud_send_wr(i, op, &sg, ah, dqpn, kQkey) : send_wr(i, op, &sg, 1);
   w.imm_data = htonl(i);
-  if (ah) {
-    w.wr.ud.ah = ah;
-    w.wr.ud.remote_qpn = dqpn;
-    w.wr.ud.remote_qkey = kQkey;
-  }
   ibv_send_wr* bad = nullptr;
   if (ibv_post_send(qp, &w, &bad)) return false;
   auto wc = poll_n(cq, 1);
@@ -90,9 +86,7 @@ bool send_one(ibv_qp* qp, ibv_cq* cq, ibv_mr* mr, uint8_t* buf, uint32_t i, uint
   ibv_ah* ah = nullptr;
   uint8_t ready;
   if (r.ud) {
-    ibv_ah_attr a{};
-    a.dlid = r.lid;
-    a.port_num = 1;
+    ibv_ah_attr a = lid_ah_attr(r.lid);
     a.is_global = 1;
     a.grh.dgid = r.gid;
     a.grh.hop_limit = 64;

@@ -105,10 +105,7 @@ Overlap overlap_on(ibv_qp* qp, uint64_t raddr, uint32_t rkey, uint8_t fill) {
     ibv_wr_start(x);
     started.set_value();
     posted_f.wait();
-    x->wr_id = 1;
-    x->wr_flags = IBV_SEND_SIGNALED;
-    ibv_wr_rdma_write(x, rkey, raddr);
-    ibv_wr_set_inline_data(x, src1, kMsg);
+    wr_add_inline_write(x, 1, rkey, raddr, src1, kMsg);
     o.rc_complete = ibv_wr_complete(x);
   });
   std::thread t2([&] {
@@ -133,16 +130,10 @@ void sequential_on(ibv_qp* qp, uint64_t raddr, uint32_t rkey, const ibv_sge& rec
       std::memset(src, 0x40 + k, kMsg);
       ibv_qp_ex* x = ibv_qp_to_qp_ex(qp);
       ibv_wr_start(x);
-      x->wr_id = 99;
-      x->wr_flags = IBV_SEND_SIGNALED;
-      ibv_wr_rdma_write(x, rkey, raddr);
-      ibv_wr_set_inline_data(x, src, kMsg);
+      wr_add_inline_write(x, 99, rkey, raddr, src, kMsg);
       ibv_wr_abort(x);
       ibv_wr_start(x);
-      x->wr_id = 10 + k;
-      x->wr_flags = IBV_SEND_SIGNALED;
-      ibv_wr_rdma_write(x, rkey, raddr);
-      ibv_wr_set_inline_data(x, src, kMsg);
+      wr_add_inline_write(x, 10 + k, rkey, raddr, src, kMsg);
       if (ibv_wr_complete(x)) ++*errors;
       if (post_inline_write(qp, 20 + k, src, raddr + kMsg, rkey)) ++*errors;
       ibv_sge sg = recv_sge;
@@ -216,7 +207,16 @@ class ThreadModes : public VerbsTest {
   std::vector<ibv_td*> tds;
   std::vector<ibv_pd*> parents;
   std::vector<ibv_mr*> parent_mrs;
-  void td_qp_with_peer(ibv_qp** a, ibv_cq** cq);
+  // What the ownership checker's tests run on: a QP under a thread domain of its own, its CQ, a
+  // buffer for its WRITEs, and the count of races recorded before anything ran on it.
+  struct OwnerCase {
+    ibv_qp* a = nullptr;
+    ibv_cq* cq = nullptr;
+    Buf target;
+    uint64_t races_before = 0;
+  };
+  void td_qp_with_peer(OwnerCase* c);
+  void eight_threads_on_own_pairs(bool own_td);
 };
 
 // ---- thread and parent domains: lifetimes and errnos ----
@@ -467,66 +467,61 @@ TEST_F(ThreadModes, ParentDomainObjectsUseTheProtectionDomainsKeys) {
 
 // ---- the ownership checker ----
 
-// A QP under a thread domain of its own (the ibv_wr_* API on), connected to a plain peer QP.
-void ThreadModes::td_qp_with_peer(ibv_qp** a, ibv_cq** cq) {
+// A QP under a thread domain of its own (the ibv_wr_* API on), connected to a plain peer QP, and a
+// 4 KiB target buffer.
+void ThreadModes::td_qp_with_peer(OwnerCase* c) {
   ibv_td* td = make_td();
   ASSERT_NE(td, nullptr);
   ibv_pd* par = make_parent(td);
   ASSERT_NE(par, nullptr);
-  *cq = make_cq(64);
+  c->cq = make_cq(64);
   ibv_cq* rcq = make_cq(64);
-  ASSERT_TRUE(*cq && rcq);
-  *a = create_wr_qp(ctx, par, *cq);
-  ASSERT_NE(*a, nullptr) << "errno " << errno;
-  qps.push_back(*a);
+  ASSERT_TRUE(c->cq && rcq);
+  c->a = create_wr_qp(ctx, par, c->cq);
+  ASSERT_NE(c->a, nullptr) << "errno " << errno;
+  qps.push_back(c->a);
   ibv_qp* b = make_qp(rcq, rcq);
   ASSERT_NE(b, nullptr);
-  ASSERT_EQ(connect_qp(*a, lid, b->qp_num, 1, 2), 0);
-  ASSERT_EQ(connect_qp(b, lid, (*a)->qp_num, 2, 1), 0);
+  ASSERT_EQ(connect_qp(c->a, lid, b->qp_num, 1, 2), 0);
+  ASSERT_EQ(connect_qp(b, lid, c->a->qp_num, 2, 1), 0);
+  c->target = make_buf(4096);
+  c->races_before = dv()->races_recorded();
 }
 
 TEST_F(ThreadModes, OwnerCheckerNamesBothThreads) {
-  ibv_qp* a = nullptr;
-  ibv_cq* cq = nullptr;
-  ASSERT_NO_FATAL_FAILURE(td_qp_with_peer(&a, &cq));
-  Buf target = make_buf(4096);
-
-  uint64_t before = dv()->races_recorded();
-  Overlap o = overlap_on(a, target.addr(), target.rkey(), 0x5a);
+  OwnerCase c;
+  ASSERT_NO_FATAL_FAILURE(td_qp_with_peer(&c));
+  Overlap o = overlap_on(c.a, c.target.addr(), c.target.rkey(), 0x5a);
   EXPECT_EQ(o.rc_post, 0);
   EXPECT_EQ(o.rc_complete, 0);
   // The race went on as on hardware: both WRITEs ran, one after the other.
-  auto wcs = poll_n(cq, 2);
+  auto wcs = poll_n(c.cq, 2);
   ASSERT_EQ(wcs.size(), 2u);
   for (const ibv_wc& wc : wcs) EXPECT_EQ(wc.status, IBV_WC_SUCCESS) << "wr_id " << wc.wr_id;
-  EXPECT_EQ(target.p[0], 0x5a);
-  EXPECT_EQ(target.p[kMsg], 0x5b);
+  EXPECT_EQ(c.target.p[0], 0x5a);
+  EXPECT_EQ(c.target.p[kMsg], 0x5b);
 
-  auto ev = races_since(before, a->qp_num);
+  auto ev = races_since(c.races_before, c.a->qp_num);
   ASSERT_EQ(ev.size(), 1u) << describe(ev);
   EXPECT_EQ(ev[0].kind, static_cast<uint32_t>(EMUDV_RACE_OWNER));
   EXPECT_STREQ(ev[0].kind_name, "owner_conflict");
   EXPECT_EQ(ev[0].writer_tids[0], o.tid1) << "the thread inside the queue";
   EXPECT_EQ(ev[0].writer_tids[1], o.tid2) << "the thread that came in";
-  EXPECT_EQ(ev[0].reg, uar_index(a));
+  EXPECT_EQ(ev[0].reg, uar_index(c.a));
   EXPECT_EQ(ev[0].values[0], 0u) << "the send queue";
   EXPECT_EQ(ev[0].slot, 0u) << "the send queue's producer index when thread 2 came in";
   EXPECT_GE(ev[0].context, 0);
 }
 
 TEST_F(ThreadModes, OwnerCheckerQuietForSequentialUse) {
-  ibv_qp* a = nullptr;
-  ibv_cq* cq = nullptr;
-  ASSERT_NO_FATAL_FAILURE(td_qp_with_peer(&a, &cq));
-  Buf target = make_buf(4096);
-
-  uint64_t before = dv()->races_recorded();
+  OwnerCase c;
+  ASSERT_NO_FATAL_FAILURE(td_qp_with_peer(&c));
   int errors = 0;
-  sequential_on(a, target.addr(), target.rkey(), target.sge(1024, 64), &errors);
+  sequential_on(c.a, c.target.addr(), c.target.rkey(), c.target.sge(1024, 64), &errors);
   EXPECT_EQ(errors, 0);
-  auto wcs = poll_n(cq, 4);
+  auto wcs = poll_n(c.cq, 4);
   EXPECT_EQ(wcs.size(), 4u);
-  auto ev = races_since(before, a->qp_num);
+  auto ev = races_since(c.races_before, c.a->qp_num);
   EXPECT_TRUE(ev.empty()) << describe(ev);
 }
 
@@ -699,11 +694,20 @@ TEST_F(ThreadModes, EightThreadsOneSharedQp) {
   eight_threads({p.a}, {p.cqa}, target);
 }
 
-TEST_F(ThreadModes, EightThreadsOwnQps) {
+// eight_threads on kThreads pairs, one each: each requester on the PD, or (own_td) on a parent
+// domain of a thread domain of its own.
+void ThreadModes::eight_threads_on_own_pairs(bool own_td) {
   std::vector<ibv_qp*> qs;
   std::vector<ibv_cq*> cs;
   for (int t = 0; t < kThreads; ++t) {
-    Pair p = pair_on(pd, stress_caps());
+    ibv_pd* on = pd;
+    if (own_td) {
+      ibv_td* td = make_td();
+      ASSERT_NE(td, nullptr);
+      on = make_parent(td);
+      ASSERT_NE(on, nullptr);
+    }
+    Pair p = pair_on(on, stress_caps());
     ASSERT_TRUE(p.a && p.b);
     qs.push_back(p.a);
     cs.push_back(p.cqa);
@@ -712,22 +716,9 @@ TEST_F(ThreadModes, EightThreadsOwnQps) {
   eight_threads(qs, cs, target);
 }
 
-TEST_F(ThreadModes, EightThreadsOwnTdQps) {
-  std::vector<ibv_qp*> qs;
-  std::vector<ibv_cq*> cs;
-  for (int t = 0; t < kThreads; ++t) {
-    ibv_td* td = make_td();
-    ASSERT_NE(td, nullptr);
-    ibv_pd* par = make_parent(td);
-    ASSERT_NE(par, nullptr);
-    Pair p = pair_on(par, stress_caps());
-    ASSERT_TRUE(p.a && p.b);
-    qs.push_back(p.a);
-    cs.push_back(p.cqa);
-  }
-  Buf target = make_buf(size_t(kTotal) * kMsg);
-  eight_threads(qs, cs, target);
-}
+TEST_F(ThreadModes, EightThreadsOwnQps) { eight_threads_on_own_pairs(false); }
+
+TEST_F(ThreadModes, EightThreadsOwnTdQps) { eight_threads_on_own_pairs(true); }
 
 }  // namespace
 }  // namespace vt

@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <cstring>
 #include <tuple>
+#include <vector>
 
 #include "peer.h"
 #include "verbs_fixture.h"
@@ -20,15 +21,6 @@ constexpr uint32_t kGrh = 40;
 
 void fill(uint8_t* d, size_t n, uint8_t seed) { fill_pattern(d, n, seed, 11); }
 bool same_pattern(const uint8_t* d, size_t n, uint8_t seed) { return has_pattern(d, n, seed, 11); }
-
-ibv_send_wr ud_wr(uint64_t wr_id, ibv_wr_opcode op, ibv_sge* sg, ibv_ah* ah, uint32_t dqpn,
-                  uint32_t qkey) {
-  ibv_send_wr w = send_wr(wr_id, op, sg, 1);
-  w.wr.ud.ah = ah;
-  w.wr.ud.remote_qpn = dqpn;
-  w.wr.ud.remote_qkey = qkey;
-  return w;
-}
 
 // A multicast group: a GID of prefix ff (link-local scope) and a LID of the multicast range.
 ibv_gid mgid(uint8_t n) {
@@ -66,17 +58,8 @@ class Ud : public VerbsTest {
     return qp;
   }
 
-  ibv_ah_attr ah_attr(uint16_t dlid, uint8_t sl = 0) {
-    ibv_ah_attr a;
-    std::memset(&a, 0, sizeof a);
-    a.dlid = dlid;
-    a.sl = sl;
-    a.port_num = 1;
-    return a;
-  }
-
   ibv_ah_attr global_attr(uint16_t dlid, const ibv_gid& dgid) {
-    ibv_ah_attr a = ah_attr(dlid, 3);
+    ibv_ah_attr a = lid_ah_attr(dlid, 3);
     a.is_global = 1;
     a.grh.dgid = dgid;
     a.grh.sgid_index = 0;
@@ -92,12 +75,45 @@ class Ud : public VerbsTest {
                uint32_t qkey, size_t off, uint32_t len, ibv_wr_opcode op = IBV_WR_SEND,
                uint32_t imm = 0) {
     ibv_sge sg = sb.sge(off, len);
-    ibv_send_wr w = ud_wr(wr_id, op, &sg, ah, dqpn, qkey);
+    ibv_send_wr w = ud_send_wr(wr_id, op, &sg, ah, dqpn, qkey);
     w.imm_data = htonl(imm);
     ASSERT_EQ(post_one(from, &w), 0);
     ibv_wc wc;
     ASSERT_TRUE(wait_wc(from_cq, IBV_WC_SUCCESS, wr_id, &wc));
     EXPECT_EQ(wc.opcode, IBV_WC_SEND);
+  }
+
+  // The UD round trip: a receive of the SGEs `rs` of rb (wr_id recv_id) posted on r, len bytes of
+  // sb (the pattern `seed`) sent from s to r through ah (send_to: wr_id send_id, op, imm), and r's
+  // completion, which must be `status` of recv_id (in *wc).
+  void round_trip(ibv_ah* ah, std::vector<ibv_sge> rs, uint64_t recv_id, uint64_t send_id,
+                  uint32_t len, uint8_t seed, ibv_wc* wc, ibv_wc_status status = IBV_WC_SUCCESS,
+                  ibv_wr_opcode op = IBV_WR_SEND, uint32_t imm = 0) {
+    ASSERT_EQ(post_recv(r, recv_id, rs.data(), static_cast<int>(rs.size())), 0);
+    fill(sb.p, len, seed);
+    ASSERT_NO_FATAL_FAILURE(send_to(s, scq, send_id, ah, r->qp_num, kQkey, 0, len, op, imm));
+    ASSERT_TRUE(wait_wc(rcq, status, recv_id, wc));
+  }
+
+  // A datagram r must drop, then one it receives, into the one receive (recv_id) posted before
+  // both: the drop leaves the receive for the next datagram. First len bytes of the pattern
+  // `seed` from `from` (its CQ from_cq) with Q_Key dropped_qkey (`why`: what its arrival would
+  // mean), then len bytes of the pattern seed + 1 from s with kept_qkey; r's completion in *wc.
+  void dropped_then_received(ibv_qp* from, ibv_cq* from_cq, uint32_t dropped_qkey,
+                             uint32_t kept_qkey, uint64_t recv_id, uint32_t len, uint8_t seed,
+                             const char* why, ibv_wc* wc = nullptr) {
+    ibv_ah* ah = make_ah(lid_ah_attr(lid));
+    ASSERT_NE(ah, nullptr);
+    ibv_sge rs = rb.sge(0, 512);
+    ASSERT_EQ(post_recv(r, recv_id, &rs, 1), 0);
+    const uint8_t kept_seed = static_cast<uint8_t>(seed + 1);
+    fill(sb.p, len, seed);
+    fill(sb.p + 1024, len, kept_seed);
+    ASSERT_NO_FATAL_FAILURE(send_to(from, from_cq, 1, ah, r->qp_num, dropped_qkey, 0, len));
+    EXPECT_TRUE(drain(rcq).empty()) << why;
+    ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 2, ah, r->qp_num, kept_qkey, 1024, len));
+    ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, recv_id, wc));
+    EXPECT_TRUE(same_pattern(rb.p + kGrh, len, kept_seed));
   }
 
   ibv_cq* scq = nullptr;
@@ -109,14 +125,10 @@ class Ud : public VerbsTest {
 };
 
 TEST_F(Ud, SendRecvWithoutGrh) {
-  ibv_ah* ah = make_ah(ah_attr(lid, 5));
+  ibv_ah* ah = make_ah(lid_ah_attr(lid, 5));
   ASSERT_NE(ah, nullptr);
-  ibv_sge rs = rb.sge(0, 1024);
-  ASSERT_EQ(post_recv(r, 77, &rs, 1), 0);
-  fill(sb.p, 100, 1);
-  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 1, ah, r->qp_num, kQkey, 0, 100));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 77, &wc));
+  ASSERT_NO_FATAL_FAILURE(round_trip(ah, {rb.sge(0, 1024)}, 77, 1, 100, 1, &wc));
   EXPECT_EQ(wc.opcode, IBV_WC_RECV);
   EXPECT_EQ(wc.byte_len, kGrh + 100);
   EXPECT_EQ(wc.qp_num, r->qp_num);
@@ -133,12 +145,8 @@ TEST_F(Ud, SendRecvWithoutGrh) {
 TEST_F(Ud, SendRecvWithGrh) {
   ibv_ah* ah = make_ah(global_attr(lid, gid0));
   ASSERT_NE(ah, nullptr);
-  ibv_sge rs = rb.sge(0, 1024);
-  ASSERT_EQ(post_recv(r, 78, &rs, 1), 0);
-  fill(sb.p, 200, 9);
-  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 2, ah, r->qp_num, kQkey, 0, 200));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 78, &wc));
+  ASSERT_NO_FATAL_FAILURE(round_trip(ah, {rb.sge(0, 1024)}, 78, 2, 200, 9, &wc));
   EXPECT_EQ(wc.byte_len, kGrh + 200);
   EXPECT_EQ(wc.src_qp, s->qp_num);
   EXPECT_EQ(wc.slid, lid);
@@ -163,12 +171,9 @@ TEST_F(Ud, SendRecvWithGrh) {
 TEST_F(Ud, GrhAndPayloadStraddleReceiveSges) {
   ibv_ah* ah = make_ah(global_attr(lid, gid0));
   ASSERT_NE(ah, nullptr);
-  ibv_sge rs[3] = {rb.sge(0, 16), rb.sge(1000, 30), rb.sge(2000, 500)};
-  ASSERT_EQ(post_recv(r, 79, rs, 3), 0);
-  fill(sb.p, 100, 13);
-  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 1, ah, r->qp_num, kQkey, 0, 100));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 79, &wc));
+  ASSERT_NO_FATAL_FAILURE(
+      round_trip(ah, {rb.sge(0, 16), rb.sge(1000, 30), rb.sge(2000, 500)}, 79, 1, 100, 13, &wc));
   EXPECT_EQ(wc.byte_len, kGrh + 100);
   uint8_t grh[kGrh];
   std::memcpy(grh, rb.p, 16);
@@ -197,7 +202,7 @@ TEST_F(Ud, QpInInitReceivesNothing) {
   ASSERT_EQ(ibv_modify_qp(q, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY), 0);
   ibv_sge rs = rb.sge(0, 512);
   ASSERT_EQ(post_recv(q, 1, &rs, 1), 0);
-  ibv_ah* ah = make_ah(ah_attr(lid));
+  ibv_ah* ah = make_ah(lid_ah_attr(lid));
   ASSERT_NE(ah, nullptr);
   fill(sb.p, 20, 1);
   fill(sb.p + 100, 20, 2);
@@ -226,7 +231,7 @@ TEST_F(Ud, QpsOnAnSrq) {
     ibv_sge sg = rb.sge(4096 * k, 4096);
     ASSERT_EQ(post_srq(srq, 300 + k, &sg), 0);
   }
-  ibv_ah* ah = make_ah(ah_attr(lid, 2));
+  ibv_ah* ah = make_ah(lid_ah_attr(lid, 2));
   ASSERT_NE(ah, nullptr);
   fill(sb.p, 10, 1);
   fill(sb.p + 100, 300, 2);
@@ -249,15 +254,11 @@ TEST_F(Ud, QpsOnAnSrq) {
 }
 
 TEST_F(Ud, SendWithImmediate) {
-  ibv_ah* ah = make_ah(ah_attr(lid));
+  ibv_ah* ah = make_ah(lid_ah_attr(lid));
   ASSERT_NE(ah, nullptr);
-  ibv_sge rs = rb.sge(0, 256);
-  ASSERT_EQ(post_recv(r, 5, &rs, 1), 0);
-  fill(sb.p, 16, 4);
-  ASSERT_NO_FATAL_FAILURE(
-      send_to(s, scq, 3, ah, r->qp_num, kQkey, 0, 16, IBV_WR_SEND_WITH_IMM, 0xcafe0001));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 5, &wc));
+  ASSERT_NO_FATAL_FAILURE(round_trip(ah, {rb.sge(0, 256)}, 5, 3, 16, 4, &wc, IBV_WC_SUCCESS,
+                                     IBV_WR_SEND_WITH_IMM, 0xcafe0001));
   EXPECT_EQ(wc.opcode, IBV_WC_RECV);
   EXPECT_TRUE(wc.wc_flags & IBV_WC_WITH_IMM);
   EXPECT_EQ(ntohl(wc.imm_data), 0xcafe0001u);
@@ -267,19 +268,8 @@ TEST_F(Ud, SendWithImmediate) {
 
 // A datagram whose Q_Key differs from the receiver's is dropped; the sender still completes.
 TEST_F(Ud, QkeyMismatchIsDropped) {
-  ibv_ah* ah = make_ah(ah_attr(lid));
-  ASSERT_NE(ah, nullptr);
-  ibv_sge rs = rb.sge(0, 512);
-  ASSERT_EQ(post_recv(r, 11, &rs, 1), 0);
-  fill(sb.p, 64, 1);
-  fill(sb.p + 1024, 64, 2);
-  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 1, ah, r->qp_num, kQkey + 1, 0, 64));
-  EXPECT_TRUE(drain(rcq).empty()) << "a datagram with the wrong Q_Key was received";
-  // The receive WQE is still there for the next datagram with the right key.
-  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 2, ah, r->qp_num, kQkey, 1024, 64));
-  ibv_wc wc;
-  ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 11, &wc));
-  EXPECT_TRUE(same_pattern(rb.p + kGrh, 64, 2));
+  dropped_then_received(s, scq, kQkey + 1, kQkey, 11, 64, 1,
+                        "a datagram with the wrong Q_Key was received");
 }
 
 // A remote_qkey with the high bit set means: send with the sending QP's own Q_Key.
@@ -287,19 +277,11 @@ TEST_F(Ud, QkeyHighBitUsesTheSendersQkey) {
   ibv_cq* cq2 = make_cq();
   ibv_qp* other = make_ud(cq2, kQkey + 7);  // a sender whose own Q_Key is not the receiver's
   ASSERT_TRUE(cq2 && other);
-  ibv_ah* ah = make_ah(ah_attr(lid));
-  ASSERT_NE(ah, nullptr);
-  ibv_sge rs = rb.sge(0, 512);
-  ASSERT_EQ(post_recv(r, 21, &rs, 1), 0);
-  fill(sb.p, 32, 5);
-  fill(sb.p + 1024, 32, 6);
-  ASSERT_NO_FATAL_FAILURE(send_to(other, cq2, 1, ah, r->qp_num, 0x80000000u, 0, 32));
-  EXPECT_TRUE(drain(rcq).empty()) << "sent with a Q_Key that is not the sending QP's";
-  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 2, ah, r->qp_num, 0x80000000u, 1024, 32));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 21, &wc));
+  ASSERT_NO_FATAL_FAILURE(dropped_then_received(other, cq2, 0x80000000u, 0x80000000u, 21, 32, 5,
+                                                "sent with a Q_Key that is not the sending QP's",
+                                                &wc));
   EXPECT_EQ(wc.src_qp, s->qp_num);
-  EXPECT_TRUE(same_pattern(rb.p + kGrh, 32, 6));
 }
 
 // A UD message is one packet: up to the port's active MTU (4096), no more.
@@ -307,20 +289,17 @@ TEST_F(Ud, MessageLargerThanMtuIsALocalLengthError) {
   ibv_port_attr pa;
   ASSERT_EQ(ibv_query_port(ctx, 1, &pa), 0);
   ASSERT_EQ(pa.active_mtu, IBV_MTU_4096);
-  ibv_ah* ah = make_ah(ah_attr(lid));
+  ibv_ah* ah = make_ah(lid_ah_attr(lid));
   ASSERT_NE(ah, nullptr);
-  ibv_sge rs = rb.sge(0, 8192);
-  ASSERT_EQ(post_recv(r, 31, &rs, 1), 0);
-  fill(sb.p, 4097, 3);
-  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 1, ah, r->qp_num, kQkey, 0, 4096));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 31, &wc));
+  ASSERT_NO_FATAL_FAILURE(round_trip(ah, {rb.sge(0, 8192)}, 31, 1, 4096, 3, &wc));
   EXPECT_EQ(wc.byte_len, kGrh + 4096);
   EXPECT_TRUE(same_pattern(rb.p + kGrh, 4096, 3));
 
+  ibv_sge rs = rb.sge(0, 8192);
   ASSERT_EQ(post_recv(r, 32, &rs, 1), 0);
   ibv_sge sg = sb.sge(0, 4097);
-  ibv_send_wr w = ud_wr(2, IBV_WR_SEND, &sg, ah, r->qp_num, kQkey);
+  ibv_send_wr w = ud_send_wr(2, IBV_WR_SEND, &sg, ah, r->qp_num, kQkey);
   ASSERT_EQ(post_one(s, &w), 0);
   EXPECT_TRUE(wait_wc(scq, IBV_WC_LOC_LEN_ERR, 2));
   EXPECT_TRUE(drain(rcq).empty()) << "an oversized datagram was delivered";
@@ -329,19 +308,17 @@ TEST_F(Ud, MessageLargerThanMtuIsALocalLengthError) {
 // A receive buffer without room for the GRH area plus the payload: the receiver's completion is
 // LOC_LEN_ERR; the sender (which learns nothing of it) completes SUCCESS.
 TEST_F(Ud, ReceiveBufferTooSmall) {
-  ibv_ah* ah = make_ah(ah_attr(lid));
+  ibv_ah* ah = make_ah(lid_ah_attr(lid));
   ASSERT_NE(ah, nullptr);
-  ibv_sge rs = rb.sge(0, kGrh + 50);
-  ASSERT_EQ(post_recv(r, 41, &rs, 1), 0);
-  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 1, ah, r->qp_num, kQkey, 0, 51));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(rcq, IBV_WC_LOC_LEN_ERR, 41, &wc));
+  ASSERT_NO_FATAL_FAILURE(
+      round_trip(ah, {rb.sge(0, kGrh + 50)}, 41, 1, 51, 0, &wc, IBV_WC_LOC_LEN_ERR));
   EXPECT_EQ(wc.qp_num, r->qp_num);
 }
 
 // Nothing posted to receive: the datagram is gone, silently; a later one takes a later receive.
 TEST_F(Ud, NoReceivePostedIsDroppedSilently) {
-  ibv_ah* ah = make_ah(ah_attr(lid));
+  ibv_ah* ah = make_ah(lid_ah_attr(lid));
   ASSERT_NE(ah, nullptr);
   fill(sb.p, 48, 7);
   fill(sb.p + 1024, 48, 8);
@@ -358,7 +335,7 @@ TEST_F(Ud, NoReceivePostedIsDroppedSilently) {
 
 // UD sends only SENDs: RDMA and atomics are refused at post and leave nothing behind.
 TEST_F(Ud, RdmaAndAtomicsRefusedAtPost) {
-  ibv_ah* ah = make_ah(ah_attr(lid));
+  ibv_ah* ah = make_ah(lid_ah_attr(lid));
   ASSERT_NE(ah, nullptr);
   ibv_sge sg = sb.sge(0, 8);
   for (ibv_wr_opcode op : {IBV_WR_RDMA_WRITE, IBV_WR_RDMA_WRITE_WITH_IMM, IBV_WR_RDMA_READ,
@@ -381,7 +358,7 @@ TEST_F(Ud, WrApiWithSetUdAddr) {
   ASSERT_EQ(ud_to_rts(q, kQkey), 0);
   ibv_qp_ex* x = ibv_qp_to_qp_ex(q);
   ASSERT_NE(x, nullptr);
-  ibv_ah* ah = make_ah(ah_attr(lid));
+  ibv_ah* ah = make_ah(lid_ah_attr(lid));
   ASSERT_NE(ah, nullptr);
   ibv_sge rs[2] = {rb.sge(0, 512), rb.sge(1024, 512)};
   ASSERT_EQ(post_recv(r, 61, &rs[0], 1), 0);
@@ -390,8 +367,7 @@ TEST_F(Ud, WrApiWithSetUdAddr) {
   fill(sb.p + 100, 60, 2);
 
   ibv_wr_start(x);
-  x->wr_id = 1;
-  x->wr_flags = IBV_SEND_SIGNALED;
+  wr_next(x, 1);
   ibv_wr_send(x);
   ibv_wr_set_ud_addr(x, ah, r->qp_num, kQkey);
   ibv_wr_set_sge(x, sb.lkey(), sb.addr(), 40);
@@ -415,9 +391,7 @@ TEST_F(Ud, WrApiWithSetUdAddr) {
 
   // An operation the QP was not created for: the whole session is refused.
   ibv_wr_start(x);
-  x->wr_id = 3;
-  ibv_wr_rdma_write(x, rb.rkey(), rb.addr());
-  ibv_wr_set_sge(x, sb.lkey(), sb.addr(), 8);
+  wr_add_write(x, 3, rb.rkey(), rb.addr(), sb.sge(0, 8));
   EXPECT_EQ(ibv_wr_complete(x), EOPNOTSUPP);
   EXPECT_TRUE(drain(scq).empty());
 }
@@ -477,7 +451,7 @@ TEST_F(Ud, CreateAhWithBadAttributes) {
   EXPECT_EQ(ah, nullptr) << "an sgid_index past the GID table";
   if (ah) ahs.push_back(ah);
   EXPECT_EQ(errno, EINVAL);
-  a = ah_attr(lid, 16);
+  a = lid_ah_attr(lid, 16);
   errno = 0;
   ah = ibv_create_ah(pd, &a);
   EXPECT_EQ(ah, nullptr) << "SL 16";
@@ -489,7 +463,7 @@ TEST_F(Ud, CreateAhOnABadPort) {
   ibv_device_attr da;
   ASSERT_EQ(ibv_query_device(ctx, &da), 0);
   for (uint8_t port : {uint8_t(0), uint8_t(da.phys_port_cnt + 1)}) {
-    ibv_ah_attr a = ah_attr(lid);
+    ibv_ah_attr a = lid_ah_attr(lid);
     a.port_num = port;
     errno = 0;
     ibv_ah* ah = ibv_create_ah(pd, &a);
@@ -505,13 +479,10 @@ class UdReply : public Ud, public ::testing::WithParamInterface<bool> {};
 
 TEST_P(UdReply, AhFromWcReachesTheSender) {
   bool global = GetParam();
-  ibv_ah* ah = make_ah(global ? global_attr(lid, gid0) : ah_attr(lid, 6));
+  ibv_ah* ah = make_ah(global ? global_attr(lid, gid0) : lid_ah_attr(lid, 6));
   ASSERT_NE(ah, nullptr);
-  ibv_sge rs = rb.sge(0, 512);
-  ASSERT_EQ(post_recv(r, 1, &rs, 1), 0);
-  ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 1, ah, r->qp_num, kQkey, 0, 20));
   ibv_wc wc;
-  ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 1, &wc));
+  ASSERT_NO_FATAL_FAILURE(round_trip(ah, {rb.sge(0, 512)}, 1, 1, 20, 0, &wc));
   ASSERT_EQ((wc.wc_flags & IBV_WC_GRH) != 0, global);
   auto* grh = reinterpret_cast<ibv_grh*>(rb.p);
 
@@ -534,7 +505,7 @@ TEST_P(UdReply, AhFromWcReachesTheSender) {
   ASSERT_EQ(post_recv(s, 2, &ss, 1), 0);
   fill(rb.p + 2048, 30, 9);
   ibv_sge sg = rb.sge(2048, 30);
-  ibv_send_wr w = ud_wr(3, IBV_WR_SEND, &sg, reply, wc.src_qp, kQkey);
+  ibv_send_wr w = ud_send_wr(3, IBV_WR_SEND, &sg, reply, wc.src_qp, kQkey);
   ASSERT_EQ(post_one(r, &w), 0);
   ASSERT_TRUE(wait_wc(rcq, IBV_WC_SUCCESS, 3));
   ibv_wc got;
@@ -701,7 +672,7 @@ TEST_F(Ud, MulticastReachesThreeReceiversInTwoProcesses) {
   McastPeerReport rep{};
   ASSERT_NO_FATAL_FAILURE(peer.finish(&rep, 2 * kDeadline));
   // r2's second receive is still there: a unicast datagram takes it.
-  ibv_ah* uni = make_ah(ah_attr(lid));
+  ibv_ah* uni = make_ah(lid_ah_attr(lid));
   ASSERT_NE(uni, nullptr);
   ASSERT_NO_FATAL_FAILURE(send_to(s, scq, 3, uni, r2->qp_num, kQkey, 0, 8));
   EXPECT_TRUE(wait_wc(cq2, IBV_WC_SUCCESS, 21));

@@ -324,10 +324,7 @@ TEST_F(WireFaultsTest, UdDatagramLostOrReceivedTwice) {
   Pair p = make_qps(IBV_QPT_UD);
   ASSERT_EQ(ud_to_rts(p.a, 0x11), 0);
   ASSERT_EQ(ud_to_rts(p.b, 0x11), 0);
-  ibv_ah_attr aa{};
-  aa.dlid = lid;
-  aa.port_num = 1;
-  ibv_ah* ah = make_ah(aa);
+  ibv_ah* ah = make_ah(lid_ah_attr(lid));
   ASSERT_NE(ah, nullptr);
   Buf src = make_buf(4096, kAllAccess, 0x44), dst = make_buf(4096);
   for (int i = 0; i < 4; ++i) {
@@ -339,10 +336,7 @@ TEST_F(WireFaultsTest, UdDatagramLostOrReceivedTwice) {
             std::string::npos);
   for (int i = 0; i < 3; ++i) {
     ibv_sge s = src.sge(0, 64);
-    ibv_send_wr w = send_wr(i, IBV_WR_SEND, &s, 1);
-    w.wr.ud.ah = ah;
-    w.wr.ud.remote_qpn = p.b->qp_num;
-    w.wr.ud.remote_qkey = 0x11;
+    ibv_send_wr w = ud_send_wr(i, IBV_WR_SEND, &s, ah, p.b->qp_num, 0x11);
     ASSERT_EQ(post_one(p.a, &w), 0);
     EXPECT_TRUE(wait_wc(p.cqa, IBV_WC_SUCCESS, i));
   }

@@ -382,15 +382,18 @@ TEST_F(XrcErrnos, OpenQpOfUnknownNumberIsEinval) {
 // REM_INV_REQ_ERR and nothing lands.
 class XrcBadSrq : public XrcErrnos {
  protected:
-  // Player a: domain `file`, a TGT QP and an INI QP connected to it. Returns the sender's status
-  // for a SEND to `srqn`.
-  long send_to(uint32_t srqn) {
+  // Player a: domain `file` and a TGT QP in it; the TGT QP's number.
+  long make_tgt() {
     Reply r = a.call("open_xrcd " + file.path + " " + std::to_string(O_CREAT));
     EXPECT_TRUE(r.ok()) << r.text;
     r = a.call("create_tgt");
     EXPECT_TRUE(r.ok()) << r.text;
-    long tgt = r.val(0);
-    r = a.call("create_ini");
+    return r.val(0);
+  }
+  // Player a: an INI QP connected to its TGT QP `tgt`, and a SEND through it to `srqn`; the
+  // sender's status (-1: the SEND failed).
+  long send_from_ini(long tgt, uint32_t srqn) {
+    Reply r = a.call("create_ini");
     EXPECT_TRUE(r.ok()) << r.text;
     long ini = r.val(0), lid = r.val(1);
     EXPECT_TRUE(a.call("connect_tgt " + std::to_string(lid) + " " + std::to_string(ini)).ok());
@@ -399,53 +402,53 @@ class XrcBadSrq : public XrcErrnos {
     EXPECT_TRUE(r.ok()) << r.text;
     return r.ok() ? r.val(0) : -1;
   }
+  // Player a: domain `file`, a TGT QP and an INI QP connected to it. Returns the sender's status
+  // for a SEND to `srqn`.
+  long send_to(uint32_t srqn) { return send_from_ini(make_tgt(), srqn); }
+  // Player b: domain `path` and an XRC SRQ with one receive posted (*srqn: its number).
+  void srq_of_b(const std::string& path, uint32_t* srqn) {
+    ASSERT_TRUE(b.call("open_xrcd " + path + " " + std::to_string(O_CREAT)).ok());
+    Reply r = b.call("create_srq 1");
+    ASSERT_TRUE(r.ok()) << r.text;
+    *srqn = static_cast<uint32_t>(r.val(0));
+  }
+  // b's SRQ has completed nothing.
+  void expect_nothing_landed(const std::string& what) {
+    Reply r = b.call("poll 1 0");
+    ASSERT_TRUE(r.ok()) << r.text;
+    EXPECT_EQ(r.val(0), 0) << what << ": " << r.text;
+  }
   DomainFile other;
 };
 
 TEST_F(XrcBadSrq, UnknownSrqNumberIsAnInvalidRequest) {
-  ASSERT_TRUE(b.call("open_xrcd " + file.path + " " + std::to_string(O_CREAT)).ok());
-  Reply r = b.call("create_srq 1");
-  ASSERT_TRUE(r.ok()) << r.text;
-  uint32_t srqn = static_cast<uint32_t>(r.val(0));
+  uint32_t srqn = 0;
+  ASSERT_NO_FATAL_FAILURE(srq_of_b(file.path, &srqn));
   EXPECT_EQ(send_to(srqn ^ 0x3), IBV_WC_REM_INV_REQ_ERR);
-  r = b.call("poll 1 0");
-  ASSERT_TRUE(r.ok()) << r.text;
-  EXPECT_EQ(r.val(0), 0) << "nothing landed: " << r.text;
+  expect_nothing_landed("nothing landed");
 }
 
 TEST_F(XrcBadSrq, SrqOfAnotherDomainIsAnInvalidRequest) {
-  ASSERT_TRUE(b.call("open_xrcd " + other.path + " " + std::to_string(O_CREAT)).ok());
-  Reply r = b.call("create_srq 1");
-  ASSERT_TRUE(r.ok()) << r.text;
-  EXPECT_EQ(send_to(static_cast<uint32_t>(r.val(0))), IBV_WC_REM_INV_REQ_ERR);
-  r = b.call("poll 1 0");
-  ASSERT_TRUE(r.ok()) << r.text;
-  EXPECT_EQ(r.val(0), 0) << "nothing landed in the other domain's SRQ: " << r.text;
+  uint32_t srqn = 0;
+  ASSERT_NO_FATAL_FAILURE(srq_of_b(other.path, &srqn));
+  EXPECT_EQ(send_to(srqn), IBV_WC_REM_INV_REQ_ERR);
+  expect_nothing_landed("nothing landed in the other domain's SRQ");
 }
 
 // Events on a TGT QP go to every handle: an invalid request (a SEND naming no SRQ) puts the TGT QP
 // in ERR with IBV_EVENT_QP_REQ_ERR, which the creator's handle and the opener's both receive.
 TEST_F(XrcBadSrq, TgtQpEventsReachEveryHandle) {
-  ASSERT_TRUE(b.call("open_xrcd " + file.path + " " + std::to_string(O_CREAT)).ok());
-  Reply r = b.call("create_srq 1");
-  ASSERT_TRUE(r.ok()) << r.text;
-  uint32_t srqn = static_cast<uint32_t>(r.val(0));
-  // a creates the TGT QP (inside send_to); b opens a handle to it before the bad SEND goes.
-  ASSERT_TRUE(a.call("open_xrcd " + file.path + " " + std::to_string(O_CREAT)).ok());
-  r = a.call("create_tgt");
-  ASSERT_TRUE(r.ok()) << r.text;
-  long tgt = r.val(0);
+  uint32_t srqn = 0;
+  ASSERT_NO_FATAL_FAILURE(srq_of_b(file.path, &srqn));
+  // a creates the TGT QP; b opens a handle to it before the bad SEND goes.
+  long tgt = make_tgt();
+  ASSERT_FALSE(HasFailure()) << "player a has no TGT QP";
   ASSERT_TRUE(b.call("open_qp " + std::to_string(tgt)).ok());
-  r = a.call("create_ini");
-  ASSERT_TRUE(r.ok()) << r.text;
-  long ini = r.val(0), lid = r.val(1);
-  ASSERT_TRUE(a.call("connect_tgt " + std::to_string(lid) + " " + std::to_string(ini)).ok());
-  ASSERT_TRUE(a.call("connect_ini " + std::to_string(lid) + " " + std::to_string(tgt)).ok());
-  r = a.call("send " + std::to_string(srqn ^ 0x3) + " 5");
-  ASSERT_TRUE(r.ok()) << r.text;
-  EXPECT_EQ(r.val(0), IBV_WC_REM_INV_REQ_ERR);
+  long status = send_from_ini(tgt, srqn ^ 0x3);
+  ASSERT_FALSE(HasFailure()) << "player a's SEND did not complete";
+  EXPECT_EQ(status, IBV_WC_REM_INV_REQ_ERR);
   for (Player* p : {&a, &b}) {
-    r = p->call("async_event 5000");
+    Reply r = p->call("async_event 5000");
     ASSERT_TRUE(r.ok()) << r.text;
     EXPECT_EQ(r.val(0), IBV_EVENT_QP_REQ_ERR) << (p == &a ? "creator" : "opener") << ": " << r.text;
     EXPECT_EQ(r.val(1), tgt) << "the event names the handle's QP";

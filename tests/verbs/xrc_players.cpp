@@ -93,11 +93,7 @@ std::string player_step(PlayerState& p, const std::string& line) {
     if (p.xrcd) return err_reply(EEXIST, "player already has a domain open");
     if (p.fd < 0) p.fd = open(path.c_str(), O_RDONLY);
     if (p.fd < 0) return err_reply(errno, "open file");
-    ibv_xrcd_init_attr a{};
-    a.comp_mask = IBV_XRCD_INIT_ATTR_FD | IBV_XRCD_INIT_ATTR_OFLAGS;
-    a.fd = p.fd;
-    a.oflags = oflags;
-    p.xrcd = ibv_open_xrcd(p.ctx, &a);
+    p.xrcd = open_xrcd(p.ctx, p.fd, oflags);
     return p.xrcd ? ok_reply() : err_reply(errno, "ibv_open_xrcd");
   }
   if (cmd == "close_xrcd") {
@@ -113,16 +109,7 @@ std::string player_step(PlayerState& p, const std::string& line) {
     if (!p.xrcd) return err_reply(ENOENT, "no domain");
     if (!p.recv_cq) p.recv_cq = ibv_create_cq(p.ctx, 64, nullptr, nullptr, 0);
     if (!p.recv_cq) return err_reply(errno, "ibv_create_cq");
-    ibv_srq_init_attr_ex a{};
-    a.comp_mask = IBV_SRQ_INIT_ATTR_TYPE | IBV_SRQ_INIT_ATTR_PD | IBV_SRQ_INIT_ATTR_XRCD |
-                  IBV_SRQ_INIT_ATTR_CQ;
-    a.srq_type = IBV_SRQT_XRC;
-    a.pd = p.pd;
-    a.xrcd = p.xrcd;
-    a.cq = p.recv_cq;
-    a.attr.max_wr = 32;
-    a.attr.max_sge = 1;
-    p.srq = ibv_create_srq_ex(p.ctx, &a);
+    p.srq = create_xrc_srq(p.ctx, p.pd, p.xrcd, p.recv_cq, 32);
     if (!p.srq) return err_reply(errno, "ibv_create_srq_ex");
     for (int i = 0; i < n; ++i) {
       ibv_sge sg{reinterpret_cast<uint64_t>(p.buf) + 64u * (i % 64), 64, p.mr->lkey};
@@ -147,11 +134,7 @@ std::string player_step(PlayerState& p, const std::string& line) {
   if (cmd == "create_tgt") {
     if (!p.xrcd) return err_reply(ENOENT, "no domain");
     if (p.tgt) return err_reply(EEXIST, "player already holds a TGT handle");
-    ibv_qp_init_attr_ex a{};
-    a.qp_type = IBV_QPT_XRC_RECV;
-    a.comp_mask = IBV_QP_INIT_ATTR_XRCD;
-    a.xrcd = p.xrcd;
-    p.tgt = ibv_create_qp_ex(p.ctx, &a);
+    p.tgt = create_xrc_tgt(p.ctx, p.xrcd);
     return p.tgt ? ok_reply({static_cast<long>(p.tgt->qp_num)}) : err_reply(errno, "create TGT QP");
   }
   if (cmd == "open_qp") {
@@ -185,14 +168,7 @@ std::string player_step(PlayerState& p, const std::string& line) {
     if (p.ini) return err_reply(EEXIST, "player already has an INI QP");
     if (!p.send_cq) p.send_cq = ibv_create_cq(p.ctx, 64, nullptr, nullptr, 0);
     if (!p.send_cq) return err_reply(errno, "ibv_create_cq");
-    ibv_qp_init_attr_ex a{};
-    a.qp_type = IBV_QPT_XRC_SEND;
-    a.comp_mask = IBV_QP_INIT_ATTR_PD;
-    a.pd = p.pd;
-    a.send_cq = p.send_cq;
-    a.cap.max_send_wr = 16;
-    a.cap.max_send_sge = 1;
-    p.ini = ibv_create_qp_ex(p.ctx, &a);
+    p.ini = create_xrc_ini(p.ctx, p.pd, p.send_cq, 16);
     if (!p.ini) return err_reply(errno, "create INI QP");
     return ok_reply({static_cast<long>(p.ini->qp_num), p.lid});
   }
