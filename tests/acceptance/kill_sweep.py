@@ -64,6 +64,12 @@ ONLY = {"cm_req_sent": "client", "cm_established": "server"}  # who passes it
 # the connection, a server waiting for a client that died waits for good, as on hardware.)
 CM_CONNECTED_POINTS = {"doorbell", "qp_lock", "cq_lock", "engine_lock", "recv_lock",
                        "recv_cqe_slot", "recv_cqe", "event_raise", "cm_established"}
+# rping's client after a failed connect joins its CQ thread, which waits for a completion that
+# nothing makes (no QP went to ERR): it waits for good, on hardware too. A server killed at
+# cm_established (the RTU received) leaves the client ESTABLISHED and DISCONNECTED back to back,
+# and when its main thread wakes after both it reads "wait for CONNECTED state 10" and takes that
+# path (1 run in 5 beside a busy machine). Its own line says so; it is no hang of ours.
+RPING_CONNECT_FAILED = "connect error"
 DEADLINE = 120  # seconds for any one step: generous on a loaded machine, never an assertion
 
 
@@ -205,7 +211,8 @@ class Sweep:
         if surv:
             ended = self.survivor_done(surv, env, killed)
             if surv.p.poll() is None:
-                if ended and kind == "cm" and point in CM_CONNECTED_POINTS:
+                if ended and kind == "cm" and point in CM_CONNECTED_POINTS and \
+                        RPING_CONNECT_FAILED not in surv.text():
                     self.fail("the survivor did not end after its connected peer's death",
                               "hangs", label, procs.items())
                 elif ended:
