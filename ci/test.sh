@@ -14,9 +14,10 @@ bash ci/build.sh
 # The sanitizer subset's two instrumented builds (README "Sanitizers") start now at the lowest
 # priority: they take what the suite leaves of the cores (its processes wait on each other, on
 # sockets, on the VM) and yield them whenever a test wants them.
-SAN_STEPS=build nice -n 19 bash ci/sanitize.sh >build/sanitize-build.log 2>&1 &
+# In a session of its own, so that a failure below stops the whole build (its compilers too).
+SAN_STEPS=build nice -n 19 setsid bash ci/sanitize.sh >build/sanitize-build.log 2>&1 &
 san_build=$!
-trap 'kill $san_build 2>/dev/null || true' EXIT
+trap 'kill -- -$san_build 2>/dev/null || true' EXIT
 cd build
 # Two tests at a time on the two cores: the suite is held to pass so (ci/loaded.sh runs it beside
 # a CPU hog as well); tests that must be alone say so (RUN_SERIAL).
