@@ -71,21 +71,10 @@ void mac_of(Out& o, const uint8_t* gid) {
   o.raw(gid + 12, 4);
 }
 
-uint32_t sum16(uint32_t sum, const uint8_t* p, size_t n) {
-  for (size_t i = 0; i + 1 < n; i += 2) sum += static_cast<uint32_t>(p[i] << 8 | p[i + 1]);
-  if (n & 1) sum += static_cast<uint32_t>(p[n - 1] << 8);
-  return sum;
-}
-
-uint16_t fold(uint32_t sum) {
-  while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
-  return static_cast<uint16_t>(~sum);
-}
-
 // addrs: source and destination addresses (32 bytes); udp: the datagram (its checksum field 0).
 uint16_t udp6_checksum(const uint8_t* addrs, const uint8_t* udp, size_t len) {
-  uint32_t sum = sum16(0, addrs, 32) + static_cast<uint32_t>(len) + net::kIpProtoUdp;
-  uint16_t c = fold(sum16(sum, udp, len));
+  uint32_t sum = net::ones_sum(0, addrs, 32) + static_cast<uint32_t>(len) + net::kIpProtoUdp;
+  uint16_t c = net::ones_fold(net::ones_sum(sum, udp, len));
   return c ? c : 0xffff;
 }
 

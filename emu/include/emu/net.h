@@ -18,13 +18,21 @@ constexpr size_t kIpv4HeaderBytes = 20;  // without options (what the device wri
 constexpr size_t kIpv6HeaderBytes = 40;
 constexpr size_t kUdpHeaderBytes = 8;
 
-// The IPv4 header checksum (RFC 791): the ones' complement of the ones' complement sum of the
-// header's 16-bit words, its own field read as zero (the caller zeroes it first).
-inline uint16_t ipv4_checksum(const uint8_t* header) {
-  uint32_t sum = 0;
-  for (size_t i = 0; i < kIpv4HeaderBytes; i += 2) sum += uint32_t(header[i]) << 8 | header[i + 1];
+// The Internet checksum's parts (RFC 1071): 16-bit big-endian words added into `sum` (an odd
+// last byte as the high byte of a word), and the sum folded to 16 bits and complemented.
+inline uint32_t ones_sum(uint32_t sum, const uint8_t* p, size_t n) {
+  for (size_t i = 0; i + 1 < n; i += 2) sum += static_cast<uint32_t>(p[i] << 8 | p[i + 1]);
+  if (n & 1) sum += static_cast<uint32_t>(p[n - 1] << 8);
+  return sum;
+}
+inline uint16_t ones_fold(uint32_t sum) {
   while (sum >> 16) sum = (sum & 0xffff) + (sum >> 16);
   return static_cast<uint16_t>(~sum);
+}
+
+// The IPv4 header checksum (RFC 791), its own field read as zero (the caller zeroes it first).
+inline uint16_t ipv4_checksum(const uint8_t* header) {
+  return ones_fold(ones_sum(0, header, kIpv4HeaderBytes));
 }
 
 }  // namespace emu::net
