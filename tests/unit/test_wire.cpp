@@ -7,6 +7,7 @@
 #include <string>
 
 #include "emu/faults.h"
+#include "emu/net.h"
 #include "wire/frame.h"
 #include "wire/packet.h"
 #include "wire/pcap.h"
@@ -88,6 +89,18 @@ TEST(WireFaults, NthMatchesOnePacketForItsFirstTransmissions) {
   EXPECT_EQ(fault_decide(r, k), kFaultNone);
   k = PacketKey{0, 8, 100, 0, 5, kFopSend};
   EXPECT_EQ(fault_decide(r, k), kFaultNone);  // another connection
+}
+
+// A worked IPv4 header (192.168.0.1 -> 192.168.0.199, UDP, 115 bytes): its checksum is 0xb861;
+// with that in its field the header sums to all ones, so the checksum of it is 0.
+TEST(WireChecksum, Ipv4HeaderChecksumOfAKnownHeader) {
+  uint8_t h[20] = {0x45, 0x00, 0x00, 0x73, 0x00, 0x00, 0x40, 0x00, 0x40, 0x11,
+                   0x00, 0x00, 0xc0, 0xa8, 0x00, 0x01, 0xc0, 0xa8, 0x00, 0xc7};
+  EXPECT_EQ(emu::net::ipv4_checksum(h), 0xb861);
+  h[10] = 0xb8, h[11] = 0x61;
+  EXPECT_EQ(emu::net::ipv4_checksum(h), 0);
+  const uint8_t odd[3] = {0x01, 0x02, 0x03};  // an odd last byte is a word's high byte
+  EXPECT_EQ(emu::net::ones_sum(0, odd, 3), 0x0102u + 0x0300u);
 }
 
 TEST(WirePackets, OpcodesFollowTheIbta) {
