@@ -6,7 +6,8 @@
 # scheduler's are "emu/sched/<name>.h", in emu/include/emu/sched/), a file of the including file's
 # own folder (under stress/, also stress/ itself), or the provider's public header ("emudv.h",
 # verbs_provider/include/, as mlx5dv.h); under pyharness/ also a header of stress/ or stress/race/;
-# a <...> include is a system header and must not name a file of emu/.
+# a <...> include is a system header and must not name a file of emu/; the tools' libraries
+# (CLI11, nlohmann/json) only outside emu/ and verbs_provider/ or in their tools-only files.
 #
 # Inside the provider and inside the device model, each room (a folder of verbs_provider/, a
 # private folder of emu/) includes another room's headers only along an arrow of its table below:
@@ -53,6 +54,12 @@ declare -A emu_arrows=(
   [faults]="device"          # error injection's actions go through this process's engine
   [sched]="device"           # the device actor runs the engine's steps
 )
+
+# The files of emu/ built for the tools only (emu_tools in emu/CMakeLists.txt, and the command-line
+# convention's header): the only files of emu/ and verbs_provider/ that may include the tools'
+# libraries, CLI11 (<CLI/...>) and nlohmann/json (<nlohmann/...>); libemu_verbs.so is preloaded
+# into every program and carries neither.
+tools_only=(emu/include/emu/cli.h emu/sched/totals_parse.cpp)
 
 # Each table's rooms are the folders of this folder.
 declare -A base=([provider]=verbs_provider [emu]=emu)
@@ -168,6 +175,9 @@ while IFS=: read -r f line kind name; do
       fi
       unset -n arrows
     fi
+  elif [[ $name =~ ^(CLI|nlohmann)/ && $f =~ ^(emu|verbs_provider)/ && \
+          " ${tools_only[*]} " != *" $f "* ]]; then
+    why="is a tools' library: the preloaded library stays free of it (${tools_only[*]} only)"
   elif [[ ! -e emu/$name && ( $name != emu/* || -f emu/include/$name ) ]]; then
     ok=1
   fi

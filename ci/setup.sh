@@ -8,6 +8,8 @@ PKGS=(build-essential cmake g++ python3 procps
       librdmacm-dev rdmacm-utils libucx-dev
       pkg-config libnl-3-dev libnl-route-3-dev
       googletest libgtest-dev clang-format shellcheck python3-pyflakes universal-ctags
+      # the tools' command lines and JSON (header-only)
+      libcli11-dev nlohmann-json3-dev
       python3-pyverbs python3-dev pybind11-dev python3-pytest python3-pytest-xdist
       # the soft-RoCE VM (ci/rxe-vm; its kernel is fetched, never installed)
       qemu-system-x86 busybox-static kmod iproute2 ibverbs-providers

@@ -1,6 +1,11 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// Reading campaign totals back (emu/sched/seeds.h's parse_totals): a strict reader of the one JSON
-// object format_totals writes, for the step that merges shard results.
+// Reading campaign totals back (emu/sched/seeds.h's parse_totals), for the step that merges shard
+// results: nlohmann/json reads the text, and this file is strict about what it found in it (the
+// six keys once each, unsigned counts, seeds as "0x..." strings, counts that agree).
+#include <nlohmann/json.hpp>
+#include <set>
+#include <vector>
+
 #include "emu/sched/seeds.h"
 #include "sched/json_text.h"
 
@@ -8,146 +13,57 @@ namespace emu::sched {
 
 namespace {
 
-bool append_utf8(uint64_t cp, std::string* s) {
-  if (cp >= 0xd800 && cp <= 0xdfff) return false;  // surrogate pairs: never written by us
-  if (cp < 0x80) {
-    *s += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    *s += static_cast<char>(0xc0 | (cp >> 6));
-    *s += static_cast<char>(0x80 | (cp & 0x3f));
-  } else {
-    *s += static_cast<char>(0xe0 | (cp >> 12));
-    *s += static_cast<char>(0x80 | ((cp >> 6) & 0x3f));
-    *s += static_cast<char>(0x80 | (cp & 0x3f));
-  }
+using nlohmann::json;
+
+// Parses `text`; a discarded value when it is no JSON, or when any object in it names a key twice
+// (the reader keeps the last of a repeated key silently; a merge must not).
+json parse_refusing_repeated_keys(std::string_view text) {
+  std::vector<std::set<std::string>> keys_of_open_objects;
+  bool repeated = false;
+  auto watch = [&](int, json::parse_event_t event, json& parsed) {
+    if (event == json::parse_event_t::object_start) keys_of_open_objects.emplace_back();
+    if (event == json::parse_event_t::object_end) keys_of_open_objects.pop_back();
+    if (event == json::parse_event_t::key)
+      repeated |= !keys_of_open_objects.back().insert(parsed.get<std::string>()).second;
+    return true;
+  };
+  json j = json::parse(text.begin(), text.end(), watch, /*allow_exceptions=*/false);
+  return repeated ? json(json::value_t::discarded) : j;
+}
+
+bool read_count(const json& j, const char* key, uint64_t* v) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_number_unsigned()) return false;
+  *v = it->get<uint64_t>();
   return true;
 }
 
-class JsonCursor {
- public:
-  explicit JsonCursor(std::string_view t) : t_(t) {}
-
-  bool eat(char c) {
-    skip_space();
-    if (t_.empty() || t_[0] != c) return false;
-    t_.remove_prefix(1);
-    return true;
-  }
-  bool at_end() {
-    skip_space();
-    return t_.empty();
-  }
-  bool number(uint64_t* v) {
-    skip_space();
-    return read_uint(&t_, v, 10);
-  }
-  bool null() {
-    skip_space();
-    if (t_.substr(0, 4) != "null") return false;
-    t_.remove_prefix(4);
-    return true;
-  }
-  bool hex_string(uint64_t* v) {
-    std::string s;
-    if (!string(&s) || s.substr(0, 2) != "0x") return false;
-    std::string_view digits = std::string_view(s).substr(2);
-    return read_uint(&digits, v, 16) && digits.empty();
-  }
-  bool string(std::string* s) {
-    if (!eat('"')) return false;
-    s->clear();
-    while (!t_.empty()) {
-      const char c = take();
-      if (c == '"') return true;
-      if (static_cast<unsigned char>(c) < 0x20) return false;
-      if (c != '\\') {
-        *s += c;
-      } else if (!escape(s)) {
-        return false;
-      }
-    }
-    return false;
-  }
-
- private:
-  char take() {
-    const char c = t_[0];
-    t_.remove_prefix(1);
-    return c;
-  }
-  void skip_space() {
-    while (!t_.empty() && (t_[0] == ' ' || t_[0] == '\n' || t_[0] == '\t' || t_[0] == '\r'))
-      t_.remove_prefix(1);
-  }
-  bool escape(std::string* s) {
-    if (t_.empty()) return false;
-    const char e = take();
-    switch (e) {
-      case '"':
-      case '\\':
-      case '/':
-        *s += e;
-        return true;
-      case 'b':
-        *s += '\b';
-        return true;
-      case 'f':
-        *s += '\f';
-        return true;
-      case 'n':
-        *s += '\n';
-        return true;
-      case 'r':
-        *s += '\r';
-        return true;
-      case 't':
-        *s += '\t';
-        return true;
-      case 'u':
-        break;
-      default:
-        return false;
-    }
-    std::string_view hex = t_.substr(0, 4);
-    uint64_t cp = 0;
-    if (hex.size() != 4 || !read_uint(&hex, &cp, 16) || !hex.empty()) return false;
-    t_.remove_prefix(4);
-    return append_utf8(cp, s);
-  }
-
-  std::string_view t_;
-};
-
-bool read_signatures(JsonCursor& c, std::map<std::string, uint64_t>* out) {
-  if (!c.eat('{')) return false;
-  if (c.eat('}')) return true;
-  do {
-    std::string signature;
-    uint64_t n = 0;
-    if (!c.string(&signature) || !c.eat(':') || !c.number(&n) || out->count(signature))
-      return false;
-    (*out)[signature] = n;
-  } while (c.eat(','));
-  return c.eat('}');
+bool read_hex(const json& j, const char* key, uint64_t* v) {
+  auto it = j.find(key);
+  if (it == j.end() || !it->is_string()) return false;
+  std::string_view s = it->get_ref<const std::string&>();
+  if (s.substr(0, 2) != "0x") return false;
+  s.remove_prefix(2);
+  return read_uint(&s, v, 16) && s.empty();
 }
 
-bool read_first_failing_run(JsonCursor& c, uint64_t* run) {
-  if (c.null()) {
+bool read_first_failing_run(const json& j, uint64_t* run) {
+  auto it = j.find("first_failing_run");
+  if (it != j.end() && it->is_null()) {
     *run = kNoRun;
     return true;
   }
-  return c.number(run) && *run != kNoRun;
+  return read_count(j, "first_failing_run", run) && *run != kNoRun;
 }
 
-// Reads the value of `key` into *t; false on an unknown key or a malformed value.
-bool read_field(JsonCursor& c, const std::string& key, CampaignTotals* t) {
-  if (key == "master_seed") return c.hex_string(&t->master_seed);
-  if (key == "schedules") return c.number(&t->schedules);
-  if (key == "failures") return c.number(&t->failures);
-  if (key == "first_failing_run") return read_first_failing_run(c, &t->first_failing_run);
-  if (key == "first_failing_seed") return c.hex_string(&t->first_failing_seed);
-  if (key == "failures_by_signature") return read_signatures(c, &t->failures_by_signature);
-  return false;
+bool read_signatures(const json& j, std::map<std::string, uint64_t>* out) {
+  auto it = j.find("failures_by_signature");
+  if (it == j.end() || !it->is_object()) return false;
+  for (const auto& [signature, n] : it->items()) {
+    if (!n.is_number_unsigned()) return false;
+    (*out)[signature] = n.get<uint64_t>();
+  }
+  return true;
 }
 
 // The totals a merge step may trust: the counts agree with each other.
@@ -162,15 +78,14 @@ bool consistent(const CampaignTotals& t) {
 
 bool parse_totals(std::string_view text, CampaignTotals* out) {
   constexpr size_t kKeys = 6;
-  JsonCursor c(text);
+  const json j = parse_refusing_repeated_keys(text);
   CampaignTotals t;
-  std::map<std::string, int> seen;
-  if (!c.eat('{')) return false;
-  do {
-    std::string key;
-    if (!c.string(&key) || !c.eat(':') || seen[key]++ || !read_field(c, key, &t)) return false;
-  } while (c.eat(','));
-  if (!c.eat('}') || !c.at_end() || seen.size() != kKeys || !consistent(t)) return false;
+  if (!j.is_object() || j.size() != kKeys || !read_hex(j, "master_seed", &t.master_seed) ||
+      !read_count(j, "schedules", &t.schedules) || !read_count(j, "failures", &t.failures) ||
+      !read_first_failing_run(j, &t.first_failing_run) ||
+      !read_hex(j, "first_failing_seed", &t.first_failing_seed) ||
+      !read_signatures(j, &t.failures_by_signature) || !consistent(t))
+    return false;
   *out = std::move(t);
   return true;
 }

@@ -6,16 +6,19 @@
 //                     [--shard i/N] [--keep-going] [--json] [--trace FILE] [--no-shrink]
 //   emu-race replay NAME --schedule S [--times N]
 //   emu-race merge FILE...      (the --json outputs of the shards of one campaign)
+//   emu-race bench [--seeds N] [--budget N] [--control N] [NAME...]
+// `emu-race --help` and `emu-race COMMAND --help` say more; a bad command line exits 2, naming
+// the option (emu/cli.h).
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
-#include <sstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "bench.h"
 #include "campaign.h"
+#include "emu/cli.h"
 
 namespace {
 
@@ -24,34 +27,10 @@ using race::CampaignOptions;
 using race::CampaignReport;
 using race::ScenarioDef;
 
-int usage() {
-  fprintf(stderr,
-          "usage: emu-race list\n"
-          "       emu-race run NAME [--strategy random|pct|dfs|delays] [--seed S] [--budget N] "
-          "[--bound B] [--shard i/N] [--keep-going] [--json] [--trace FILE] [--no-shrink]\n"
-          "       emu-race replay NAME --schedule S [--times N]\n"
-          "       emu-race merge FILE...\n"
-          "       emu-race bench [--seeds N] [--budget N] [--control N] [NAME...]\n");
-  return 2;
-}
-
 std::string hex(uint64_t v) {
   char b[24];
   snprintf(b, sizeof b, "0x%016" PRIx64, v);
   return b;
-}
-
-std::string quoted(const std::string& s) {
-  std::string o = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') o += '\\';
-    if (c == '\n') {
-      o += "\\n";
-      continue;
-    }
-    o += c;
-  }
-  return o + "\"";
 }
 
 int list() {
@@ -73,43 +52,6 @@ struct RunArgs {
   bool json = false;
   std::string trace;
 };
-
-bool parse_run_args(int argc, char** argv, int i, RunArgs* a) {
-  for (; i < argc; ++i) {
-    std::string k = argv[i];
-    auto val = [&](std::string* out) {
-      if (i + 1 >= argc) return false;
-      *out = argv[++i];
-      return true;
-    };
-    std::string v;
-    if (k == "--json")
-      a->json = true;
-    else if (k == "--no-shrink")
-      a->o.shrink = false;
-    else if (k == "--keep-going")
-      a->o.keep_going = true;
-    else if (k == "--strategy") {
-      if (!val(&v) || !race::parse_search(v, &a->o.search)) return false;
-    } else if (k == "--seed") {
-      if (!val(&v)) return false;
-      a->o.master_seed = strtoull(v.c_str(), nullptr, 0);
-    } else if (k == "--budget") {
-      if (!val(&v)) return false;
-      a->o.budget = strtoull(v.c_str(), nullptr, 0);
-    } else if (k == "--bound") {
-      if (!val(&v)) return false;
-      a->o.bound = static_cast<uint32_t>(strtoul(v.c_str(), nullptr, 0));
-    } else if (k == "--shard") {
-      if (!val(&v) || !parse_shard(v, &a->o.shard)) return false;
-    } else if (k == "--trace") {
-      if (!val(&a->trace)) return false;
-    } else {
-      return false;
-    }
-  }
-  return true;
-}
 
 void print_text(const ScenarioDef& d, const RunArgs& a, const CampaignReport& r,
                 const std::string& replay_cmd, const std::string& report) {
@@ -142,32 +84,39 @@ void print_text(const ScenarioDef& d, const RunArgs& a, const CampaignReport& r,
   printf("Perfetto trace (shrunk run): %s\n", a.trace.c_str());
 }
 
-void print_json(const ScenarioDef& d, const RunArgs& a, const CampaignReport& r) {
-  double rate = r.seconds > 0 ? r.totals.schedules / r.seconds : 0;
-  std::ostringstream j;
-  j << "{\"scenario\":" << quoted(d.name) << ",\"buggy\":" << (d.buggy ? "true" : "false")
-    << ",\"strategy\":\"" << race::search_name(a.o.search) << "\",\"master_seed\":\""
-    << hex(a.o.master_seed) << "\",\"bound\":" << a.o.bound
-    << ",\"schedules\":" << r.totals.schedules << ",\"schedules_per_second\":" << uint64_t(rate)
-    << ",\"failed\":" << (r.failed ? "true" : "false")
-    << ",\"exhausted\":" << (r.exhausted ? "true" : "false");
-  if (r.failed) {
-    j << ",\"signature\":" << quoted(r.failure.signature) << ",\"run\":" << r.failing_run
-      << ",\"seed\":\"" << hex(r.failing_seed)
-      << "\",\"schedule\":" << quoted(format_schedule(r.failure.schedule)) << ",\"trace_hash\":\""
-      << hex(r.failure.trace_hash) << "\",\"shrunk\":" << quoted(format_schedule(r.shrunk))
-      << ",\"shrunk_signature\":" << quoted(r.shrunk_run.signature)
-      << ",\"shrunk_preemptions\":" << count_preemptions(r.shrunk_run.choices)
-      << ",\"shrunk_trace_hash\":\"" << hex(r.shrunk_run.trace_hash)
-      << "\",\"trace\":" << quoted(a.trace);
-  }
-  j << ",\"totals\":" << format_totals(r.totals) << "}";
-  printf("%s\n", j.str().c_str());
+// Signatures and file names are ours, but a byte that is no UTF-8 must not end the report.
+std::string dump(const nlohmann::ordered_json& j) {
+  return j.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
 }
 
-int run_cmd(const ScenarioDef& d, int argc, char** argv) {
-  RunArgs a;
-  if (!parse_run_args(argc, argv, 3, &a)) return usage();
+void print_json(const ScenarioDef& d, const RunArgs& a, const CampaignReport& r) {
+  const double rate = r.seconds > 0 ? r.totals.schedules / r.seconds : 0;
+  nlohmann::ordered_json j = {{"scenario", d.name},
+                              {"buggy", d.buggy},
+                              {"strategy", race::search_name(a.o.search)},
+                              {"master_seed", hex(a.o.master_seed)},
+                              {"bound", a.o.bound},
+                              {"schedules", r.totals.schedules},
+                              {"schedules_per_second", uint64_t(rate)},
+                              {"failed", r.failed},
+                              {"exhausted", r.exhausted}};
+  if (r.failed) {
+    j["signature"] = r.failure.signature;
+    j["run"] = r.failing_run;
+    j["seed"] = hex(r.failing_seed);
+    j["schedule"] = format_schedule(r.failure.schedule);
+    j["trace_hash"] = hex(r.failure.trace_hash);
+    j["shrunk"] = format_schedule(r.shrunk);
+    j["shrunk_signature"] = r.shrunk_run.signature;
+    j["shrunk_preemptions"] = count_preemptions(r.shrunk_run.choices);
+    j["shrunk_trace_hash"] = hex(r.shrunk_run.trace_hash);
+    j["trace"] = a.trace;
+  }
+  j["totals"] = nlohmann::ordered_json::parse(format_totals(r.totals));
+  printf("%s\n", dump(j).c_str());
+}
+
+int run_cmd(const ScenarioDef& d, RunArgs a) {
   race::Rig rig;
   if (!open_rig(&rig)) return 2;
   CampaignReport r = race::run_campaign(d, rig, a.o);
@@ -188,20 +137,7 @@ int run_cmd(const ScenarioDef& d, int argc, char** argv) {
   return r.failed ? 1 : 0;
 }
 
-int replay_cmd(const ScenarioDef& d, int argc, char** argv) {
-  Schedule s;
-  bool have = false;
-  uint64_t times = 1;
-  for (int i = 3; i + 1 < argc; i += 2) {
-    std::string k = argv[i];
-    if (k == "--schedule" && parse_schedule(argv[i + 1], &s))
-      have = true;
-    else if (k == "--times")
-      times = strtoull(argv[i + 1], nullptr, 0);
-    else
-      return usage();
-  }
-  if (!have || (argc - 3) % 2) return usage();
+int replay_cmd(const ScenarioDef& d, const Schedule& s, uint64_t times) {
   race::Rig rig;
   if (!open_rig(&rig)) return 2;
   uint64_t first = 0;
@@ -219,30 +155,23 @@ int replay_cmd(const ScenarioDef& d, int argc, char** argv) {
 
 // The "totals" object of one `run --json` line.
 bool totals_of(const std::string& line, CampaignTotals* out) {
-  size_t at = line.find("\"totals\":");
-  if (at == std::string::npos) return false;
-  at = line.find('{', at);
-  int depth = 0;
-  for (size_t i = at; i < line.size(); ++i) {
-    depth += line[i] == '{' ? 1 : line[i] == '}' ? -1 : 0;
-    if (depth == 0) return parse_totals(line.substr(at, i + 1 - at), out);
-  }
-  return false;
+  const auto j = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  return j.is_object() && j.contains("totals") && parse_totals(j["totals"].dump(), out);
 }
 
-int merge_cmd(int argc, char** argv) {
+int merge_cmd(const std::vector<std::string>& files) {
   CampaignTotals all;
-  for (int i = 2; i < argc; ++i) {
-    std::ifstream f(argv[i]);
+  for (const std::string& file : files) {
+    std::ifstream f(file);
     std::string line;
     CampaignTotals t;
     if (!std::getline(f, line) || !totals_of(line, &t)) {
-      fprintf(stderr, "emu-race: no totals in %s\n", argv[i]);
+      fprintf(stderr, "emu-race: no totals in %s\n", file.c_str());
       return 2;
     }
-    if (i == 2) all.master_seed = t.master_seed;
+    if (&file == &files.front()) all.master_seed = t.master_seed;
     if (!merge_totals(t, &all)) {
-      fprintf(stderr, "emu-race: %s is of another master seed\n", argv[i]);
+      fprintf(stderr, "emu-race: %s is of another master seed\n", file.c_str());
       return 2;
     }
   }
@@ -250,42 +179,129 @@ int merge_cmd(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace
-
-int bench_cmd(int argc, char** argv) {
-  race::BenchOptions o;
-  for (int i = 2; i < argc; ++i) {
-    std::string k = argv[i];
-    bool has_value = i + 1 < argc;
-    if (k == "--seeds" && has_value)
-      o.seeds = static_cast<uint32_t>(strtoul(argv[++i], nullptr, 0));
-    else if (k == "--budget" && has_value)
-      o.budget = strtoull(argv[++i], nullptr, 0);
-    else if (k == "--control" && has_value)
-      o.control_budget = strtoull(argv[++i], nullptr, 0);
-    else if (race::find_scenario(k))
-      o.only.push_back(k);
-    else
-      return usage();
-  }
+int bench_cmd(const race::BenchOptions& o) {
   race::Rig rig;
   if (!open_rig(&rig)) return 2;
   return race::run_bench(rig, o);
 }
 
-int main(int argc, char** argv) {
-  if (argc < 2) return usage();
-  std::string cmd = argv[1];
-  if (cmd == "list") return list();
-  if (cmd == "merge") return argc > 2 ? merge_cmd(argc, argv) : usage();
-  if (cmd == "bench") return bench_cmd(argc, argv);
-  if (argc < 3) return usage();
-  const ScenarioDef* d = race::find_scenario(argv[2]);
-  if (!d) {
-    fprintf(stderr, "emu-race: no scenario %s (emu-race list)\n", argv[2]);
-    return 2;
+// Checks of the command line's values, each naming what it wanted.
+const CLI::Validator kScenario(
+    [](const std::string& name) {
+      return race::find_scenario(name) ? "" : "no scenario " + name + " (emu-race list)";
+    },
+    "SCENARIO");
+const CLI::Validator kStrategy(
+    [](const std::string& name) {
+      race::Search s;
+      return race::parse_search(name, &s) ? "" : name + " is not random, pct, dfs or delays";
+    },
+    "random|pct|dfs|delays");
+const CLI::Validator kShard(
+    [](const std::string& text) {
+      Shard s;
+      return parse_shard(text, &s) ? "" : text + " is not i/N with i < N";
+    },
+    "i/N");
+const CLI::Validator kSchedule(
+    [](const std::string& text) {
+      Schedule s;
+      return parse_schedule(text, &s) ? "" : text + " is not a schedule (as `run` prints it)";
+    },
+    "SCHEDULE");
+
+struct CommandLine {
+  std::string scenario, strategy = "random", shard, schedule;
+  RunArgs run;
+  uint64_t times = 1;
+  std::vector<std::string> files;
+  race::BenchOptions bench;
+};
+
+void add_run(CLI::App& app, CommandLine& c) {
+  CLI::App* run = app.add_subcommand("run", "search one scenario's schedules for its race");
+  run->add_option("scenario", c.scenario, "a scenario of `emu-race list`")
+      ->required()
+      ->check(kScenario);
+  run->add_option("--strategy", c.strategy, "how schedules are chosen")
+      ->check(kStrategy)
+      ->capture_default_str();
+  run->add_option("--seed", c.run.o.master_seed, "the campaign's master seed")
+      ->capture_default_str();
+  run->add_option("--budget", c.run.o.budget, "schedules at most")
+      ->check(emu::cli::at_least(1))
+      ->capture_default_str();
+  run->add_option("--bound", c.run.o.bound, "preemption (dfs) or delay (delays) bound")
+      ->check(emu::cli::at_least(0))
+      ->capture_default_str();
+  run->add_option("--shard", c.shard, "run only shard i of N of the campaign's runs")
+      ->check(kShard);
+  run->add_flag("--keep-going", c.run.o.keep_going, "count every failure, not only the first");
+  run->add_flag("--json", c.run.json, "one JSON line instead of text");
+  run->add_option("--trace", c.run.trace,
+                  "the failing run's Perfetto trace (default "
+                  "emu-race-SCENARIO.trace.json)");
+  run->add_flag_callback(
+      "--no-shrink", [&c] { c.run.o.shrink = false; }, "report the failing schedule as found");
+}
+
+void add_others(CLI::App& app, CommandLine& c) {
+  app.add_subcommand("list", "the scenarios, buggy and fixed, with what each shows");
+  CLI::App* replay = app.add_subcommand("replay", "run one schedule again, exactly");
+  replay->add_option("scenario", c.scenario, "a scenario of `emu-race list`")
+      ->required()
+      ->check(kScenario);
+  replay->add_option("--schedule", c.schedule, "the schedule `run` printed")
+      ->required()
+      ->check(kSchedule);
+  replay->add_option("--times", c.times, "replays, each checked against the first's trace hash")
+      ->check(emu::cli::at_least(1))
+      ->capture_default_str();
+  CLI::App* merge = app.add_subcommand("merge", "add up the totals of one campaign's shards");
+  merge->add_option("files", c.files, "the `run --json` outputs of the shards")
+      ->required()
+      ->check(CLI::ExistingFile);
+  CLI::App* bench = app.add_subcommand("bench", "the search strategies' benchmark (markdown)");
+  bench->add_option("--seeds", c.bench.seeds, "master seeds per scenario and strategy")
+      ->check(emu::cli::at_least(1))
+      ->capture_default_str();
+  bench->add_option("--budget", c.bench.budget, "schedules per seed before it counts as a miss")
+      ->check(emu::cli::at_least(1))
+      ->capture_default_str();
+  bench->add_option("--control", c.bench.control_budget, "schedules of the fixed scenarios")
+      ->check(emu::cli::at_least(0))
+      ->capture_default_str();
+  bench->add_option("scenarios", c.bench.only, "only these scenarios (all by default)")
+      ->check(kScenario);
+}
+
+// The command that was asked for, its options parsed and checked.
+int dispatch(const CLI::App& app, CommandLine& c) {
+  if (app.got_subcommand("list")) return list();
+  if (app.got_subcommand("merge")) return merge_cmd(c.files);
+  if (app.got_subcommand("bench")) return bench_cmd(c.bench);
+  const ScenarioDef& d = *race::find_scenario(c.scenario);
+  if (app.got_subcommand("replay")) {
+    Schedule s;
+    parse_schedule(c.schedule, &s);
+    return replay_cmd(d, s, c.times);
   }
-  if (cmd == "run") return run_cmd(*d, argc, argv);
-  if (cmd == "replay") return replay_cmd(*d, argc, argv);
-  return usage();
+  race::parse_search(c.strategy, &c.run.o.search);
+  if (!c.shard.empty()) parse_shard(c.shard, &c.run.o.shard);
+  return run_cmd(d, c.run);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app(
+      "the known posting races as scenarios: found by a seeded search, replayed "
+      "exactly, shrunk and drawn (run it under emu-run)",
+      "emu-race");
+  app.require_subcommand(1);
+  CommandLine c;
+  add_run(app, c);
+  add_others(app, c);
+  const int status = emu::cli::parse(app, argc, argv);
+  return status >= 0 ? status : dispatch(app, c);
 }

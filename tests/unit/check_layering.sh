@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 # ci/check-layering.sh on copies of the tree: it passes on the tree as it is, and fails, naming
 # the file, line and header, on one planted wrong-way include of the provider's rooms, on one
-# between emu/'s folders, on a private provider header included from stress/, and on an arrow
-# table with a cycle.
+# between emu/'s folders, on a private provider header included from stress/, on an arrow table
+# with a cycle, and on a tools' library (CLI11) included in the device model.
 # Usage: check_layering.sh SOURCE_DIR
 set -euo pipefail
 src=$1
@@ -41,3 +41,10 @@ sed -E 's/^  \[verbs\]="([a-z ]*)"/  [verbs]="\1 cm"/' "$script" >"$tmp/check-la
 grep -qE '\[verbs\]="[a-z ]*cm"' "$tmp/check-layering.sh" ||
   { echo "FAIL: no [verbs] row to edit" && exit 1; }
 expect_fail "a cycle in the arrow table" "$tmp/check-layering.sh" "cycle of the provider arrow table"
+
+# The tools' libraries stay out of the preloaded library: CLI11 in an engine file is refused.
+copy
+f=emu/device/engine.cpp
+sed -i '1i #include <CLI/CLI.hpp>' "$tmp/tree/$f"
+expect_fail "a tools' library in emu/" "$script" "$f:1: #include <CLI/CLI.hpp>" \
+  "preloaded library stays free of it"

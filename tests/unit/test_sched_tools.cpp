@@ -263,6 +263,11 @@ TEST(Seeds, TotalsTextRoundTripsAndRefusesMalformedText) {
   std::string repeated = good;
   repeated.insert(1, "\"schedules\":1,");
   EXPECT_FALSE(parse_totals(repeated, &back));
+  std::string repeated_signature = good;
+  const size_t signatures = repeated_signature.find("\"failures_by_signature\":{") + 25;
+  repeated_signature.insert(signatures, "\"x\":0,\"x\":0,");
+  EXPECT_FALSE(parse_totals(repeated_signature, &back)) << repeated_signature;
+  EXPECT_EQ(back, keep);
 }
 
 }  // namespace

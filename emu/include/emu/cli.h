@@ -1,0 +1,56 @@
+// SPDX-License-Identifier: BSD-2-Clause
+// The tools' one command-line convention, on CLI11 (Debian's libcli11-dev): `--help` prints the
+// usage and exits 0; a bad option, a bad value or a missing argument prints
+// "PROGRAM: <what CLI11 says, naming the option>" and "Run with --help for more information." on
+// stderr and exits 2 (kExitUsage, as the tools did before). For the tools only (emu_tools): the
+// preloaded library never includes it (ci/check-layering.sh).
+#pragma once
+
+#include <CLI/CLI.hpp>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+
+namespace emu::cli {
+
+constexpr int kExitUsage = 2;
+
+// The failure message every tool prints: its name first, so that a line in a test log says whose
+// command line it was.
+inline void use_convention(CLI::App& app) {
+  app.failure_message([](const CLI::App* a, const CLI::Error& e) {
+    const CLI::App* top = a;
+    while (top->get_parent()) top = top->get_parent();
+    return top->get_name() + ": " + e.what() + "\nRun with --help for more information.\n";
+  });
+}
+
+// A whole number (decimal, or hexadecimal after 0x) of at least `min`, as a check of an option's
+// text (CLI11's own range checks name the double range instead).
+inline CLI::Validator at_least(uint64_t min) {
+  return CLI::Validator(
+      [min](const std::string& text) -> std::string {
+        char* end = nullptr;
+        errno = 0;
+        const unsigned long long v = std::strtoull(text.c_str(), &end, 0);
+        if (text.empty() || text[0] == '-' || *end || errno) return text + " is not a whole number";
+        if (v < min) return text + " is less than " + std::to_string(min);
+        return "";
+      },
+      ">=" + std::to_string(min));
+}
+
+// Parses argv into `app` (use_convention applied). Returns -1 when the program goes on, or the
+// status it exits with: 0 after --help, kExitUsage after an error.
+inline int parse(CLI::App& app, int argc, char** argv) {
+  use_convention(app);
+  try {
+    app.parse(argc, argv);
+    return -1;
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : kExitUsage;
+  }
+}
+
+}  // namespace emu::cli
