@@ -12,13 +12,13 @@
 
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
-#include <string_view>
 #include <vector>
 
+#include "emu/cli.h"
 #include "emu/config.h"
 #include "emu/fabrics.h"
 #include "emu/sched/schedule.h"
@@ -31,35 +31,37 @@ namespace sched = emu::sched;
 struct Options {
   uint32_t budget = 1000;
   std::string json;
-  std::vector<char*> command;
+  std::vector<std::string> words;  // COMMAND [ARGS...]
+  std::vector<char*> command;      // the same for execvp, null-terminated
 };
 
-// The string value of "key" in the outcome's one JSON object (our own writer's: no escapes in
-// the values read here but \" and \\).
-std::string json_string(const std::string& j, const std::string& key) {
-  size_t at = j.find("\"" + key + "\": \"");
-  if (at == std::string::npos) return {};
-  std::string out;
-  for (size_t i = at + key.size() + 5; i < j.size() && j[i] != '"'; ++i) {
-    if (j[i] == '\\' && i + 1 < j.size()) ++i;
-    out += j[i];
-  }
-  return out;
+using nlohmann::json;
+
+// A run's outcome as EMU_SCHEDULE_OUT wrote it: one JSON object; a discarded value when the run
+// wrote none (or only part of one: it died while writing).
+json outcome_of(const std::string& text) {
+  return json::parse(text, nullptr, /*allow_exceptions=*/false);
+}
+
+// The string value of `key` in the outcome, or "".
+std::string json_string(const json& j, const char* key) {
+  auto it = j.is_object() ? j.find(key) : j.end();
+  return it != j.end() && it->is_string() ? it->get<std::string>() : std::string();
 }
 
 // "choice_records": [[chosen, previous or -1, 0|1], ...]
-std::vector<sched::ChoiceRecord> json_records(const std::string& j) {
+std::vector<sched::ChoiceRecord> json_records(const json& j) {
   std::vector<sched::ChoiceRecord> out;
-  size_t at = j.find("\"choice_records\": [");
-  if (at == std::string::npos) return out;
-  const char* p = j.c_str() + at + 19;
-  long chosen, previous, enabled;
-  int used = 0;
-  while (std::sscanf(p, " [%ld,%ld,%ld]%n", &chosen, &previous, &enabled, &used) == 3) {
-    out.push_back({sched::ActorId(chosen),
-                   previous < 0 ? sched::kNoActor : sched::ActorId(previous), enabled != 0});
-    p += used;
-    if (*p == ',') ++p;
+  auto it = j.is_object() ? j.find("choice_records") : j.end();
+  if (it == j.end() || !it->is_array()) return out;
+  for (const json& r : *it) {
+    if (!r.is_array() || r.size() != 3 || !r[0].is_number_integer() || !r[1].is_number_integer() ||
+        !r[2].is_number_integer())
+      break;
+    const long previous = r[1].get<long>();
+    out.push_back({sched::ActorId(r[0].get<long>()),
+                   previous < 0 ? sched::kNoActor : sched::ActorId(previous),
+                   r[2].get<long>() != 0});
   }
   return out;
 }
@@ -71,8 +73,8 @@ class Replayer {
     fabric_ = std::string(f && *f ? f : "default") + "-shrink-" + std::to_string(getpid());
   }
 
-  // Runs the command once under `spec`; the outcome's JSON, or "" when it wrote none.
-  std::string run(const std::string& spec) {
+  // Runs the command once under `spec`; the outcome's JSON (discarded when it wrote none).
+  json run(const std::string& spec) {
     const std::string fabric = fabric_ + "-" + std::to_string(runs_++);
     const std::string out = dir_ + "/outcome.json";
     unlink(out.c_str());
@@ -95,7 +97,7 @@ class Replayer {
     std::ifstream in(out);
     std::stringstream text;
     text << in.rdbuf();
-    return text.str();
+    return outcome_of(text.str());
   }
 
   uint32_t runs() const { return runs_; }
@@ -108,8 +110,8 @@ class Replayer {
 
 // What a run failed with: its signature, or the outcome for a run that did not complete ("" for
 // a pass; a process that ended without its report fails as "no report").
-std::string signature_of(const std::string& outcome_json) {
-  if (outcome_json.empty()) return "no report";
+std::string signature_of(const json& outcome_json) {
+  if (!outcome_json.is_object()) return "no report";
   std::string outcome = json_string(outcome_json, "outcome");
   if (outcome == "ok") return "";
   std::string sig = json_string(outcome_json, "signature");
@@ -123,55 +125,64 @@ std::string quoted_command(const Options& o) {
   return s;
 }
 
-bool parse_args(int argc, char** argv, Options* o) {
-  int i = 1;
-  for (; i < argc && argv[i][0] == '-'; ++i) {
-    if (!std::strcmp(argv[i], "--budget") && i + 1 < argc)
-      o->budget = uint32_t(std::strtoul(argv[++i], nullptr, 10));
-    else if (!std::strcmp(argv[i], "--json") && i + 1 < argc)
-      o->json = argv[++i];
-    else if (!std::strcmp(argv[i], "--"))
-      break;
-    else
-      return false;
-  }
-  if (i < argc && !std::strcmp(argv[i], "--")) ++i;
-  for (; i < argc; ++i) o->command.push_back(argv[i]);
-  o->command.push_back(nullptr);
-  return o->command.size() > 1 && o->budget > 0;
-}
-
 void write_json(const Options& o, const std::string& signature, const sched::ShrinkResult& r,
                 uint32_t runs) {
   if (o.json.empty()) return;
-  std::ofstream f(o.json);
-  f << "{\"signature\": \"" << signature
-    << "\", \"reproduced\": " << (r.stats.reproduced ? "true" : "false") << ", \"runs\": " << runs
-    << ", \"choices_before\": " << r.stats.choices_before
-    << ", \"preemptions_before\": " << r.stats.preemptions_before
-    << ", \"choices_after\": " << r.stats.choices_after
-    << ", \"preemptions_after\": " << r.stats.preemptions_after << ", \"schedule\": \""
-    << sched::format_schedule(r.schedule) << "\"}\n";
+  const nlohmann::ordered_json j = {{"signature", signature},
+                                    {"reproduced", r.stats.reproduced},
+                                    {"runs", runs},
+                                    {"choices_before", r.stats.choices_before},
+                                    {"preemptions_before", r.stats.preemptions_before},
+                                    {"choices_after", r.stats.choices_after},
+                                    {"preemptions_after", r.stats.preemptions_after},
+                                    {"schedule", sched::format_schedule(r.schedule)}};
+  std::ofstream(o.json) << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
+}
+
+// The command line: options, then the command (everything from its first word on is its own).
+int parse_args(int argc, char** argv, Options* o) {
+  CLI::App app(
+      "shrinks the failing schedule of a program run under EMU_SCHEDULE (which names "
+      "the failing run: a seed or a replay); COMMAND is how it was run",
+      "emu-shrink");
+  app.prefix_command();
+  app.add_option("--budget", o->budget, "replays at most")
+      ->check(emu::cli::at_least(1))
+      ->capture_default_str();
+  app.add_option("--json", o->json, "also write the result to this file as JSON");
+  app.footer(
+      "Usage: EMU_SCHEDULE=SPEC emu-shrink [OPTIONS] [--] COMMAND [ARGS...]\n"
+      "COMMAND [ARGS...]: the failing run's command line, run as it is");
+  const int status = emu::cli::parse(app, argc, argv);
+  if (status >= 0) return status;
+  std::vector<std::string> rest = app.remaining();
+  if (!rest.empty() && rest.front() == "--") rest.erase(rest.begin());
+  const char* spec = std::getenv("EMU_SCHEDULE");
+  if (rest.empty() || !spec || !*spec) {
+    std::fprintf(stderr, "emu-shrink: %s\nRun with --help for more information.\n",
+                 rest.empty() ? "COMMAND is required" : "EMU_SCHEDULE names no failing run");
+    return emu::cli::kExitUsage;
+  }
+  o->words = std::move(rest);
+  for (std::string& w : o->words) o->command.push_back(w.data());
+  o->command.push_back(nullptr);
+  return -1;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
   Options o;
+  const int status = parse_args(argc, argv, &o);
+  if (status >= 0) return status;
   const char* spec = std::getenv("EMU_SCHEDULE");
-  if (!parse_args(argc, argv, &o) || !spec || !*spec) {
-    std::fprintf(stderr,
-                 "usage: EMU_SCHEDULE=SPEC emu-shrink [--budget N] [--json FILE] COMMAND "
-                 "[ARGS...]\n");
-    return 2;
-  }
   char dir[] = "/tmp/emu-shrink-XXXXXX";
   if (!mkdtemp(dir)) {
     std::perror("emu-shrink: mkdtemp");
     return 2;
   }
   Replayer replayer(o, dir);
-  const std::string first = replayer.run(spec);
+  const json first = replayer.run(spec);
   const std::string signature = signature_of(first);
   sched::Schedule failing;
   if (signature.empty() || !sched::parse_schedule(json_string(first, "schedule"), &failing)) {
@@ -184,7 +195,7 @@ int main(int argc, char** argv) {
               signature.c_str(), failing.choices.size(),
               sched::count_preemptions(json_records(first)));
   sched::ScheduleRunner runner = [&](const sched::Schedule& s) {
-    std::string j = replayer.run("replay:" + sched::format_schedule(s));
+    const json j = replayer.run("replay:" + sched::format_schedule(s));
     return sched::RunOutcome{signature_of(j), json_records(j)};
   };
   sched::ShrinkResult r =
