@@ -16,7 +16,7 @@
 //   emu-ctl fabrics                 this user's fabrics in EMU_SHM_DIR: size, processes, kept
 //   emu-ctl rm FABRIC [--force]     remove a fabric's segment
 //   emu-ctl persist FABRIC on|off   keep a fabric with no process attached, or not
-//   emu-ctl help
+//   emu-ctl help                    (or --help; `emu-ctl COMMAND --help` for one command)
 #include <unistd.h>
 
 #include <cerrno>
@@ -24,10 +24,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
-#include <string_view>
 
 #include "emu/census.h"
 #include "emu/check.h"
+#include "emu/cli.h"
 #include "emu/config.h"
 #include "emu/control.h"
 #include "emu/fabrics.h"
@@ -41,110 +41,172 @@ namespace {
 constexpr int kExitFailed = 1;  // the control could not be applied
 constexpr int kExitUsage = 2;
 
-struct Command {
-  const char* name;
-  const char* args;
-  const char* help;
-  int (*run)(int argc, char** argv);  // argv[0] is the command's name
+// What the command line gave, for whichever command it named.
+struct Args {
+  std::string dev, state, fabric, rules;
+  uint32_t port = 0;
+  bool json = false, reclaim = false, markdown = false, force = false;
+  uint64_t from = 0;
+  InjectArgs inject;
 };
 
-int cmd_port(int argc, char** argv);
-int cmd_timers(int argc, char** argv);
-int cmd_census(int argc, char** argv);
-int cmd_races(int argc, char** argv);
-int cmd_check(int argc, char** argv);
-int cmd_heap(int argc, char** argv);
-int cmd_faults(int argc, char** argv);
-int cmd_inject(int argc, char** argv);
-int cmd_knobs(int argc, char** argv);
-int cmd_fabrics(int argc, char** argv);
-int cmd_rm(int argc, char** argv);
-int cmd_persist(int argc, char** argv);
-int cmd_help(int argc, char** argv);
+struct Command {
+  const char* name;
+  const char* summary;  // a line, for the list of commands
+  const char* help;     // the whole story, under the command's own --help
+  void (*options)(CLI::App* cmd, Args& a);
+  int (*run)(const CLI::App& cmd, const Args& a);
+};
+
+int cmd_port(const CLI::App& cmd, const Args& a);
+int cmd_timers(const CLI::App& cmd, const Args& a);
+int cmd_census(const CLI::App& cmd, const Args& a);
+int cmd_races(const CLI::App& cmd, const Args& a);
+int cmd_check(const CLI::App& cmd, const Args& a);
+int cmd_heap(const CLI::App& cmd, const Args& a);
+int cmd_faults(const CLI::App& cmd, const Args& a);
+int cmd_inject(const CLI::App& cmd, const Args& a);
+int cmd_knobs(const CLI::App& cmd, const Args& a);
+int cmd_fabrics(const CLI::App& cmd, const Args& a);
+int cmd_rm(const CLI::App& cmd, const Args& a);
+int cmd_persist(const CLI::App& cmd, const Args& a);
+int cmd_help(const CLI::App& cmd, const Args& a);
+
+void no_options(CLI::App*, Args&) {}
 
 const Command kCommands[] = {
-    {"port", "DEV PORT [down|up]",
+    {"port", "print a port's state, or take it down or up",
      "print the state of port PORT (1-based) of device DEV (emu0, ...), or take it down (as a "
      "cable pull: its QPs stop reaching anyone, contexts get IBV_EVENT_PORT_ERR) or up "
      "(IBV_EVENT_PORT_ACTIVE)",
+     [](CLI::App* c, Args& a) {
+       c->add_option("DEV", a.dev, "a device: emu0, ...")->required();
+       c->add_option("PORT", a.port, "its port, 1-based")->required()->check(CLI::Range(1u, 255u));
+       c->add_option("STATE", a.state, "down (a cable pull) or up")
+           ->check(CLI::IsMember({"down", "up"}));
+     },
      cmd_port},
-    {"timers", "[hold|run]",
+    {"timers", "the transport timers: held or running",
      "print whether the fabric's transport timers run, or hold them (no QP's ACK timeout or RNR "
      "timer counts, in any process: a stalled send neither retries nor spends retry_cnt or "
      "rnr_retry, as while a debugger stops its peer) or let them run on from where they stood",
+     [](CLI::App* c, Args& a) {
+       c->add_option("STATE", a.state, "hold or run")->check(CLI::IsMember({"hold", "run"}));
+     },
      cmd_timers},
-    {"census", "[--json]",
+    {"census", "every object, its owner process, XRC domains and TGT QPs",
      "every live object of the fabric per device with its owner process (alive or dead), XRC "
      "domains with their inode and use counts, TGT QPs with their handles and holders, orphaned "
      "TGT QPs (creator gone), and the count of objects owned by dead processes that no policy "
      "keeps; as text or JSON. Attaching runs the sweep first: dead processes' objects go",
-     cmd_census},
-    {"check", "",
+     [](CLI::App* c, Args& a) { c->add_flag("--json", a.json, "as JSON"); }, cmd_census},
+    {"check", "the segment consistency checker",
      "walk the fabric's segment: every table slot, the rings each object owns, the heap's bitmaps "
      "(each block free or owned by one object), process records and shared locks; prints each "
      "problem and exits 1 if any. Run it on a quiet fabric (no object made or destroyed meanwhile)",
-     cmd_check},
-    {"heap", "[--reclaim]",
+     no_options, cmd_check},
+    {"heap", "the heap audit: blocks leaked by processes killed mid-change",
      "the heap audit (docs/design/reliability.md, \"Process death\"): the segment heap's blocks "
      "that "
      "are neither free nor named by an object — left by a process killed inside an allocation "
      "or a free, or by a sweeper killed part way — as `N leaked heap blocks (B bytes)`; "
      "--reclaim gives them back (the sweep of the dead does so too). Waits for objects being "
      "made. Attaching runs the sweep first",
+     [](CLI::App* c, Args& a) {
+       c->add_flag("--reclaim", a.reclaim, "give the leaked blocks back");
+     },
      cmd_heap},
-    {"races", "[--json] [--from N]",
+    {"races", "the race events the devices recorded",
      "the race events the devices recorded (torn BlueFlame WQEs, doorbell records going "
      "backwards or ahead, double and stale WQEs, lock-free QPs entered by two threads: "
      "docs/design/doorbells-and-mmio.md), oldest first, each with its kind, device, QP, register, "
      "slot, writer "
      "threads and what the device executed; --from N: events numbered N and later",
+     [](CLI::App* c, Args& a) {
+       c->add_flag("--json", a.json, "as JSON");
+       c->add_option("--from", a.from, "events numbered N and later")
+           ->type_name("N")
+           ->check(emu::cli::at_least(0));
+     },
      cmd_races},
-    {"faults", "[set RULES | clear]",
+    {"faults", "the fabric's wire fault rules and counters",
      "print the fabric's wire fault rules and what they did (packets dropped, duplicated, "
      "reordered, delayed, corrupted; retransmissions, NAKs, ACK timeouts), or replace the rules "
      "(RULES as EMU_FAULTS: docs/design/reliability.md), or remove them",
+     [](CLI::App* c, Args& a) {
+       c->require_subcommand(0, 1);
+       c->add_subcommand("set", "replace the rules")
+           ->add_option("RULES", a.rules, "as EMU_FAULTS")
+           ->required();
+       c->add_subcommand("clear", "remove the rules");
+     },
      cmd_faults},
-    {"inject", "[set RULES | clear | event TYPE OBJ [PORT] | qp-error QPN | overrun CQ]",
+    {"inject", "error injection: rules, async events, QP errors, overruns",
      "print the fabric's error injection rules and how often each acted, replace them (RULES as "
      "EMU_INJECT: docs/design/reliability.md) or remove them; or act now: raise async event TYPE "
      "(qp_fatal, cq_err, srq_limit_reached, port_err, device_fatal, ...) on OBJ (a QP number, a "
      "CQ or SRQ handle, a device name for port and device events, with PORT) with the state "
      "change hardware makes with it, move QP QPN to ERR (IBV_EVENT_QP_FATAL), or make CQ's next "
      "CQE find it full (IBV_EVENT_CQ_ERR, its QPs to ERR)",
-     cmd_inject},
-    {"knobs", "[--markdown]",
+     [](CLI::App* c, Args& a) { add_inject_commands(c, a.inject); }, cmd_inject},
+    {"knobs", "every EMU_* variable with its default",
      "every EMU_* variable with its default and meaning, from the table in the code; --markdown: "
      "as the table of docs/knobs.md (tools/knobs-doc.sh checks the two are the same)",
+     [](CLI::App* c, Args& a) {
+       c->add_flag("--markdown", a.markdown, "as docs/knobs.md's table");
+     },
      cmd_knobs},
-    {"fabrics", "",
+    {"fabrics", "this user's fabrics in EMU_SHM_DIR: size, processes, kept",
      "this user's fabrics in $EMU_SHM_DIR: the size each can grow to, the tmpfs it holds, its "
      "live processes, the XRC objects it keeps (policy xrcd/creator) and whether it is "
      "persistent. A fabric with none of these goes at the next attach of any fabric",
-     cmd_fabrics},
-    {"rm", "FABRIC [--force]",
+     no_options, cmd_fabrics},
+    {"rm", "remove a fabric's segment",
      "remove FABRIC's segment file; refused while a process is attached (or the file is another "
      "build's) unless --force (attached processes keep their mapping; the next attach makes a "
      "new segment)",
+     [](CLI::App* c, Args& a) {
+       c->add_option("FABRIC", a.fabric, "a fabric of `emu-ctl fabrics`")->required();
+       c->add_flag("--force", a.force, "even while processes are attached");
+     },
      cmd_rm},
-    {"persist", "FABRIC on|off",
+    {"persist", "keep a fabric with no process attached, or not",
      "on: FABRIC's segment stays when no process is attached (made now if absent), as "
      "EMU_FABRIC_PERSIST=1 does; off: it goes with its last process (now, if none is attached "
      "and no XRC domain keeps it)",
+     [](CLI::App* c, Args& a) {
+       c->add_option("FABRIC", a.fabric, "a fabric's name")->required();
+       c->add_option("STATE", a.state, "on or off")
+           ->required()
+           ->check(CLI::IsMember({"on", "off"}));
+     },
      cmd_persist},
-    {"help", "", "this text", cmd_help},
+    {"help", "this text", "this text", no_options, cmd_help},
 };
 
-void usage(FILE* out) {
-  std::fprintf(out, "usage: emu-ctl COMMAND [ARGS...]\n\ncommands:\n");
-  for (const Command& c : kCommands)
-    std::fprintf(out, "  %s %s\n      %s\n", c.name, c.args, c.help);
-  std::fprintf(out,
-               "\nThe fabric is the one of $EMU_FABRIC (default: default) in $EMU_SHM_DIR, as for "
-               "programs run through emu-run.\n");
+// The text of a command's own --help: its story, wrapped.
+std::string wrapped(const char* text, size_t width = 96) {
+  std::string out, line;
+  for (const char* p = text; *p;) {
+    const char* end = p;
+    while (*end && *end != ' ') ++end;
+    const std::string word(p, end);
+    if (!line.empty() && line.size() + 1 + word.size() > width) {
+      out += line + "\n";
+      line.clear();
+    }
+    line += (line.empty() ? "" : " ") + word;
+    p = *end ? end + 1 : end;
+  }
+  return out + line;
 }
 
-int cmd_help(int, char**) {
-  usage(stdout);
+int cmd_help(const CLI::App& cmd, const Args&) {
+  // App::help() would show the help of the command chosen (this one): the whole list instead.
+  const CLI::App* app = cmd.get_parent();
+  std::fputs(
+      app->get_formatter()->make_help(app, app->get_name(), CLI::AppFormatMode::Normal).c_str(),
+      stdout);
   return 0;
 }
 
@@ -163,43 +225,17 @@ emu::Segment* attach() {
   return emu::Segment::get();  // logs why on failure
 }
 
-bool parse_port(const char* s, uint32_t* port) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long v = std::strtoul(s, &end, 10);
-  if (errno || end == s || *end || v == 0 || v > 255) return false;
-  *port = static_cast<uint32_t>(v);
-  return true;
-}
-
 const char* state_name(uint8_t s) { return s == emu::kPortActive ? "PORT_ACTIVE" : "PORT_DOWN"; }
 const char* phys_name(uint8_t p) { return p == emu::kPhysLinkUp ? "LINK_UP" : "DISABLED"; }
 
-int cmd_port(int argc, char** argv) {
-  if (argc < 3 || argc > 4) {
-    usage(stderr);
-    return kExitUsage;
-  }
-  uint32_t port = 0;
-  if (!parse_port(argv[2], &port)) {
-    std::fprintf(stderr, "emu-ctl: bad port number '%s'\n", argv[2]);
-    return kExitUsage;
-  }
-  bool set = argc == 4;
-  bool up = false;
-  if (set) {
-    std::string_view what = argv[3];
-    if (what != "down" && what != "up") {
-      std::fprintf(stderr, "emu-ctl: port state must be 'down' or 'up', not '%s'\n", argv[3]);
-      return kExitUsage;
-    }
-    up = what == "up";
-  }
+int cmd_port(const CLI::App&, const Args& a) {
+  const bool set = !a.state.empty(), up = a.state == "up";
+  const uint32_t port = a.port;
   emu::Segment* seg = attach();
   if (!seg) return kExitFailed;
   uint32_t dev = 0;
-  if (emu::find_device(seg, argv[1], &dev) != emu::Status::ok) {
-    std::fprintf(stderr, "emu-ctl: no device '%s' on fabric '%s'\n", argv[1],
+  if (emu::find_device(seg, a.dev.c_str(), &dev) != emu::Status::ok) {
+    std::fprintf(stderr, "emu-ctl: no device '%s' on fabric '%s'\n", a.dev.c_str(),
                  emu::config().fabric.c_str());
     return kExitFailed;
   }
@@ -208,26 +244,21 @@ int cmd_port(int argc, char** argv) {
   uint8_t state = 0;
   if (st == emu::Status::ok) st = emu::get_port_state(seg, dev, port, &state);
   if (st != emu::Status::ok) {
-    std::fprintf(stderr, "emu-ctl: %s port %u: %s\n", argv[1], port, emu::status_name(st));
+    std::fprintf(stderr, "emu-ctl: %s port %u: %s\n", a.dev.c_str(), port, emu::status_name(st));
     return kExitFailed;
   }
-  std::printf("%s port %u: state %s (%u), phys_state %s (%u)%s\n", argv[1], port, state_name(state),
-              state, phys_name(emu::port_phys_state(state)), emu::port_phys_state(state),
-              set && !changed ? " (unchanged)" : "");
+  std::printf("%s port %u: state %s (%u), phys_state %s (%u)%s\n", a.dev.c_str(), port,
+              state_name(state), state, phys_name(emu::port_phys_state(state)),
+              emu::port_phys_state(state), set && !changed ? " (unchanged)" : "");
   return 0;
 }
 
-int cmd_timers(int argc, char** argv) {
-  bool set = argc == 2;
-  std::string_view what = set ? argv[1] : "";
-  if (argc > 2 || (set && what != "hold" && what != "run")) {
-    std::fprintf(stderr, "usage: emu-ctl timers [hold|run]\n");
-    return kExitUsage;
-  }
+int cmd_timers(const CLI::App&, const Args& a) {
+  const bool set = !a.state.empty();
   emu::Segment* seg = attach();
   if (!seg) return kExitFailed;
   bool changed = false;
-  if (set) emu::set_transport_timers_held(seg, what == "hold", &changed);
+  if (set) emu::set_transport_timers_held(seg, a.state == "hold", &changed);
   std::printf("transport timers: %s%s\n", emu::transport_timers_held(seg) ? "held" : "running",
               set && !changed ? " (unchanged)" : "");
   return 0;
@@ -240,12 +271,8 @@ bool fabric_is_empty() {
   return access(emu::config().segment_path().c_str(), F_OK) != 0 && errno == ENOENT;
 }
 
-int cmd_census(int argc, char** argv) {
-  bool json = argc >= 2 && std::strcmp(argv[1], "--json") == 0;
-  if (argc > 2 || (argc == 2 && !json)) {
-    std::fprintf(stderr, "usage: emu-ctl census [--json]\n");
-    return kExitUsage;
-  }
+int cmd_census(const CLI::App&, const Args& a) {
+  const bool json = a.json;
   emu::Census c;
   if (fabric_is_empty()) {
     c.fabric = emu::config().fabric;
@@ -261,11 +288,7 @@ int cmd_census(int argc, char** argv) {
   return 0;
 }
 
-int cmd_check(int argc, char**) {
-  if (argc != 1) {
-    std::fprintf(stderr, "usage: emu-ctl check\n");
-    return kExitUsage;
-  }
+int cmd_check(const CLI::App&, const Args&) {
   emu::Segment* seg = attach();
   if (!seg) return kExitFailed;
   emu::CheckReport r = emu::check_segment(seg);
@@ -273,14 +296,10 @@ int cmd_check(int argc, char**) {
   return r.ok() ? 0 : kExitFailed;
 }
 
-int cmd_inject(int argc, char** argv) { return emu_ctl_inject(argc, argv, attach); }
+int cmd_inject(const CLI::App& cmd, const Args& a) { return emu_ctl_inject(cmd, a.inject, attach); }
 
-int cmd_heap(int argc, char** argv) {
-  bool reclaim = argc == 2 && std::strcmp(argv[1], "--reclaim") == 0;
-  if (argc > 2 || (argc == 2 && !reclaim)) {
-    std::fprintf(stderr, "usage: emu-ctl heap [--reclaim]\n");
-    return kExitUsage;
-  }
+int cmd_heap(const CLI::App&, const Args& args) {
+  const bool reclaim = args.reclaim;
   if (fabric_is_empty()) {
     std::printf("0 leaked heap blocks (0 bytes): no segment\n");
     return 0;
@@ -299,18 +318,13 @@ int cmd_heap(int argc, char** argv) {
   return 0;
 }
 
-int cmd_faults(int argc, char** argv) {
-  bool set = argc >= 3 && std::strcmp(argv[1], "set") == 0;
-  bool clear = argc == 2 && std::strcmp(argv[1], "clear") == 0;
-  if (argc > 1 && !set && !clear) {
-    std::fprintf(stderr, "emu-ctl: faults takes no argument, 'set RULES' or 'clear'\n");
-    return kExitUsage;
-  }
+int cmd_faults(const CLI::App& cmd, const Args& a) {
+  const bool set = cmd.got_subcommand("set"), clear = cmd.got_subcommand("clear");
   emu::Segment* seg = attach();
   if (!seg) return kExitFailed;
   if (set) {
     std::string err;
-    if (emu::faults_set(seg, argv[2], &err) != emu::Status::ok) {
+    if (emu::faults_set(seg, a.rules.c_str(), &err) != emu::Status::ok) {
       std::fprintf(stderr, "emu-ctl: faults: %s\n", err.c_str());
       return kExitUsage;
     }
@@ -328,19 +342,9 @@ int cmd_faults(int argc, char** argv) {
   return 0;
 }
 
-int cmd_races(int argc, char** argv) {
-  bool json = false;
-  uint64_t from = 0;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else if (std::strcmp(argv[i], "--from") == 0 && i + 1 < argc) {
-      from = std::strtoull(argv[++i], nullptr, 10);
-    } else {
-      std::fprintf(stderr, "usage: emu-ctl races [--json] [--from N]\n");
-      return kExitUsage;
-    }
-  }
+int cmd_races(const CLI::App&, const Args& a) {
+  const bool json = a.json;
+  const uint64_t from = a.from;
   bool empty = fabric_is_empty();
   emu::Segment* seg = empty ? nullptr : attach();
   if (!seg && !empty) return kExitFailed;
@@ -375,12 +379,8 @@ std::string markdown_cell(const char* text) {
   return out;
 }
 
-int cmd_knobs(int argc, char** argv) {
-  bool markdown = argc == 2 && std::strcmp(argv[1], "--markdown") == 0;
-  if (argc > 2 || (argc == 2 && !markdown)) {
-    std::fprintf(stderr, "usage: emu-ctl knobs [--markdown]\n");
-    return kExitUsage;
-  }
+int cmd_knobs(const CLI::App&, const Args& a) {
+  const bool markdown = a.markdown;
   int n = 0;
   const emu::KnobDoc* knobs = emu::knob_docs(&n);
   if (markdown) std::printf("| variable | default | values | meaning |\n|---|---|---|---|\n");
@@ -402,11 +402,7 @@ std::string mib(uint64_t bytes) {
   return buf;
 }
 
-int cmd_fabrics(int argc, char**) {
-  if (argc != 1) {
-    std::fprintf(stderr, "usage: emu-ctl fabrics\n");
-    return kExitUsage;
-  }
+int cmd_fabrics(const CLI::App&, const Args&) {
   const emu::Config& cfg = emu::config();
   std::vector<emu::FabricInfo> fabrics = emu::list_fabrics(cfg);
   std::printf("%zu fabric(s) of uid %u in %s\n", fabrics.size(), getuid(), cfg.shm_dir.c_str());
@@ -425,58 +421,55 @@ int cmd_fabrics(int argc, char**) {
   return 0;
 }
 
-int cmd_rm(int argc, char** argv) {
-  bool force = argc == 3 && std::strcmp(argv[2], "--force") == 0;
-  if (argc < 2 || argc > 3 || (argc == 3 && !force)) {
-    std::fprintf(stderr, "usage: emu-ctl rm FABRIC [--force]\n");
-    return kExitUsage;
-  }
+int cmd_rm(const CLI::App&, const Args& a) {
   std::string why;
-  if (emu::remove_fabric(emu::config(), argv[1], force, &why) != emu::Status::ok) {
+  if (emu::remove_fabric(emu::config(), a.fabric, a.force, &why) != emu::Status::ok) {
     std::fprintf(stderr, "emu-ctl: %s\n", why.c_str());
     return kExitFailed;
   }
-  std::printf("fabric '%s' removed\n", argv[1]);
+  std::printf("fabric '%s' removed\n", a.fabric.c_str());
   return 0;
 }
 
-int cmd_persist(int argc, char** argv) {
-  bool on = argc == 3 && std::strcmp(argv[2], "on") == 0;
-  if (argc != 3 || (!on && std::strcmp(argv[2], "off") != 0)) {
-    std::fprintf(stderr, "usage: emu-ctl persist FABRIC on|off\n");
-    return kExitUsage;
-  }
+int cmd_persist(const CLI::App&, const Args& a) {
+  const bool on = a.state == "on";
   // This process attaches as one of FABRIC's: its exit then removes the segment if off left it
   // unused.
-  setenv("EMU_FABRIC", argv[1], 1);
+  setenv("EMU_FABRIC", a.fabric.c_str(), 1);
   if (!on && access(emu::config().segment_path().c_str(), F_OK) != 0) {
-    std::printf("fabric '%s': not persistent (no segment)\n", argv[1]);
+    std::printf("fabric '%s': not persistent (no segment)\n", a.fabric.c_str());
     return 0;
   }
   emu::Segment* seg = emu::Segment::get();  // logs why on failure
   if (!seg) return kExitFailed;
   emu::set_persistent(seg, on);
-  std::printf("fabric '%s': %s\n", argv[1], on ? "persistent" : "not persistent");
+  std::printf("fabric '%s': %s\n", a.fabric.c_str(), on ? "persistent" : "not persistent");
   return 0;
 }
 
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    usage(stderr);
-    return kExitUsage;
-  }
+  CLI::App app("controls of the emulated devices from outside any verbs program", "emu-ctl");
+  app.require_subcommand(1);
+  app.footer(
+      "The fabric is the one of $EMU_FABRIC (default: default) in $EMU_SHM_DIR, as for programs "
+      "run through emu-run.");
+  Args a;
   for (const Command& c : kCommands) {
-    if (std::strcmp(argv[1], c.name) != 0) continue;
+    CLI::App* sub = app.add_subcommand(c.name, c.summary);
+    sub->footer(wrapped(c.help));
+    c.options(sub, a);
+  }
+  const int status = emu::cli::parse(app, argc, argv);
+  if (status >= 0) return status;
+  const CLI::App& sub = *app.get_subcommands().front();
+  for (const Command& c : kCommands) {
+    if (sub.get_name() != c.name) continue;
     // A malformed knob (said on stderr) would point a command at a default fabric or directory
     // the caller did not name; only the knob listing itself runs regardless.
     if (std::strcmp(c.name, "knobs") != 0 && emu::knobs_refused()) return kExitFailed;
-    return c.run(argc - 1, argv + 1);
+    return c.run(sub, a);
   }
-  if (std::strcmp(argv[1], "-h") == 0 || std::strcmp(argv[1], "--help") == 0)
-    return cmd_help(0, nullptr);
-  std::fprintf(stderr, "emu-ctl: unknown command '%s'\n\n", argv[1]);
-  usage(stderr);
   return kExitUsage;
 }

@@ -46,6 +46,19 @@ inline CLI::Validator at_least(uint64_t min) {
 inline int parse(CLI::App& app, int argc, char** argv) {
   use_convention(app);
   try {
+    // CLI11 would say only that a command is required.
+    const auto commands = app.get_subcommands([](const CLI::App*) { return true; });
+    if (!commands.empty() && argc > 1 && argv[1][0] != '-') {
+      bool known = false;
+      std::string names;
+      for (const CLI::App* c : commands) {
+        known |= c->check_name(argv[1]);
+        names += (names.empty() ? "" : ", ") + c->get_name();
+      }
+      if (!known)
+        throw CLI::ExtrasError(std::string(argv[1]) + " is not a command (" + names + ")",
+                               CLI::ExitCodes::ExtrasError);
+    }
     app.parse(argc, argv);
     return -1;
   } catch (const CLI::ParseError& e) {
