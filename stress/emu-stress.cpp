@@ -38,12 +38,9 @@ int setup_failed(const std::string& why) {
 
 int main(int argc, char** argv) {
   Options o;
+  const int status = parse_options(argc, argv, &o);
+  if (status >= 0) return status;
   std::string err;
-  if (!parse_options(argc, argv, &o, &err)) {
-    if (!err.empty()) std::fprintf(stderr, "emu-stress: %s\n", err.c_str());
-    print_usage(err.empty() ? stdout : stderr);
-    return err.empty() ? 0 : kExitSetup;
-  }
   Run run(o);
   FabricConfig fc;
   fc.device = o.device;

@@ -1,182 +1,124 @@
 // SPDX-License-Identifier: BSD-2-Clause
 #include "options.h"
 
-#include <cerrno>
-#include <cstdlib>
-#include <cstring>
-#include <sstream>
+#include <string>
 
+#include "emu/cli.h"
 #include "message.h"
 
 namespace stress {
 namespace {
 
-bool to_u64(const char* s, uint64_t* out) {
-  char* end = nullptr;
-  errno = 0;
-  unsigned long long v = std::strtoull(s, &end, 10);
-  if (errno || !end || *end || end == s || s[0] == '-') return false;
-  *out = v;
-  return true;
+// An option whose words name one value of an enum (uctlite's parse_* functions say which): its
+// check names the words, its callback stores the value.
+template <class T>
+void add_choice(CLI::App& app, const char* name, T* out,
+                std::optional<T> (*parse)(const std::string&), const std::string& words,
+                const std::string& help, bool* given = nullptr) {
+  const CLI::Validator one_of(
+      [parse, words](const std::string& text) {
+        return parse(text) ? std::string() : text + " is not " + words;
+      },
+      words);
+  app.add_option_function<std::string>(
+         name,
+         [out, parse, given](const std::string& text) {
+           *out = *parse(text);
+           if (given) *given = true;
+         },
+         help)
+      ->check(one_of);
 }
 
-bool to_u32(const char* s, uint32_t lo, uint32_t hi, uint32_t* out) {
-  uint64_t v;
-  if (!to_u64(s, &v) || v < lo || v > hi) return false;
-  *out = static_cast<uint32_t>(v);
-  return true;
+// A whole number in [lo, hi].
+template <class T>
+CLI::Option* add_number(CLI::App& app, const char* name, T* out, uint64_t lo, uint64_t hi,
+                        const std::string& help) {
+  return app.add_option(name, *out, help)->check(emu::cli::in_range(lo, hi))->capture_default_str();
 }
 
-bool to_sizes(const char* s, std::vector<uint32_t>* out) {
-  out->clear();
-  std::stringstream in(s);
-  std::string item;
-  while (std::getline(in, item, ',')) {
-    uint32_t v;
-    if (!to_u32(item.c_str(), kMinMessage, kMaxMessage, &v)) return false;
-    out->push_back(v);
-  }
-  return !out->empty();
+void add_shape(CLI::App& app, Options* o) {
+  add_number(app, "--threads", &o->threads, 1, 255, "posting threads");
+  add_number(app, "--qps", &o->qps, 1, 4096,
+             "initiator QPs; lanes (thread i%N, QP i%M) for i < max(N, M)");
+  add_choice(app, "--api", &o->api, uctlite::parse_api, "verbs|direct",
+             "ibv_post_send/ibv_poll_cq, or uctlite's own WQEs via emudv.h (default verbs)");
+  add_choice(app, "--mmio", &o->mmio, uctlite::parse_mmio, "bf_post|bf_post_mt|db_lock",
+             "direct only (default bf_post_mt)", &o->mmio_given);
+  app.add_option_function<std::string>(
+         "--stores",
+         [o](const std::string& v) {
+           o->plain_stores = v == "plain";
+           o->stores_given = true;
+         },
+         "register writes through emudv's MMIO calls, or as plain stores into the mapped "
+         "register, as UCX makes them (direct only; default calls)")
+      ->check(CLI::IsMember({"calls", "plain"}));
+  add_choice(app, "--thread-mode", &o->thread_mode, uctlite::parse_thread_mode, "single|serialized",
+             "(default serialized)");
+  add_choice(app, "--op", &o->op, uctlite::parse_op, "write|send", "(default write)");
+  app.add_option("--sizes", o->sizes, "message sizes in bytes")
+      ->delimiter(',')
+      ->check(emu::cli::in_range(kMinMessage, kMaxMessage))
+      ->capture_default_str();
+  app.add_option("--device", o->device, "ibv device")->capture_default_str();
+  app.add_flag("--td", o->td, "each thread's QPs under its own thread domain (ibv_alloc_td)");
+}
+
+void add_amount(CLI::App& app, Options* o) {
+  CLI::Option* count = add_number(app, "--count", &o->count, 1, 1u << 24, "messages per thread");
+  CLI::Option* duration = add_number(app, "--duration-ms", &o->duration_ms, 1, UINT64_MAX,
+                                     "post for D ms instead of --count");
+  count->excludes(duration)->default_str("1000");
+  duration->default_str("");
+  add_number(app, "--drain-ms", &o->drain_ms, 1, UINT64_MAX,
+             "give up draining after D ms without progress");
+  add_number(app, "--sq-depth", &o->sq_depth, 1, 8192, "max_send_wr per QP");
+  add_number(app, "--rq-depth", &o->rq_depth, 1, 8192, "receives per target QP");
+  add_number(app, "--max-inline", &o->max_inline, 0, 1024, "max_inline_data asked for");
+  app.add_flag("--no-inline", o->sge_only, "every payload through an SGE");
+  app.add_option_function<std::string>(
+         "--pin", [o](const std::string& v) { o->pin_block = v == "block"; },
+         "block: posting thread t runs only on allowed CPU t*ncpu/N, so threads far apart in "
+         "number run on different CPUs (default none)")
+      ->check(CLI::IsMember({"block", "none"}));
+  add_number(app, "--yield-every", &o->yield_every, 0, 1u << 30,
+             "posting threads yield the CPU after every N posts, so that more threads than "
+             "cores interleave finely (0: never)");
+}
+
+void add_report(CLI::App& app, Options* o) {
+  app.add_option("--json", o->json_path, "write a JSON summary");
+  app.add_flag("--expect-clean", o->expect_clean,
+               "exit 1 on any race event, corruption, missing/duplicate or error completion");
+  add_number(app, "--races-shown", &o->races_shown, 0, 1024, "race events listed verbatim");
 }
 
 }  // namespace
 
-void print_usage(FILE* out) {
-  std::fprintf(
-      out,
-      "usage: emu-stress [options]   (under emu-run for emulated devices)\n"
-      "  --threads N            posting threads (default 2, at most 255)\n"
-      "  --qps M                initiator QPs; lanes (thread i%%N, QP i%%M) for i < max(N, M)\n"
-      "  --api verbs|direct     ibv_post_send/ibv_poll_cq, or uctlite's own WQEs via emudv.h\n"
-      "  --mmio bf_post|bf_post_mt|db_lock   (direct only; default bf_post_mt)\n"
-      "  --stores calls|plain   register writes through emudv's MMIO calls, or as plain stores\n"
-      "                         into the mapped register, as UCX makes them (direct only)\n"
-      "  --thread-mode single|serialized     (default serialized)\n"
-      "  --op write|send        (default write)\n"
-      "  --sizes a,b,...        message sizes, %u..%u bytes (default 8,64,128,200)\n"
-      "  --count K              messages per thread (default 1000)\n"
-      "  --duration-ms D        post for D ms instead of --count\n"
-      "  --device NAME          ibv device (default emu0)\n"
-      "  --td                   each thread's QPs under its own thread domain (ibv_alloc_td)\n"
-      "  --json FILE            write a JSON summary\n"
-      "  --expect-clean         exit 1 on any race event, corruption, missing/duplicate or error "
-      "completion\n"
-      "  --drain-ms D           give up draining after D ms without progress (default 2000)\n"
-      "  --sq-depth N           max_send_wr per QP (default 64)\n"
-      "  --rq-depth N           receives per target QP (default 128)\n"
-      "  --max-inline N         max_inline_data asked for (default 256)\n"
-      "  --no-inline            every payload through an SGE\n"
-      "  --races-shown N        race events listed verbatim (default 8)\n"
-      "  --pin block|none       block: posting thread t runs only on allowed CPU t*ncpu/N, so\n"
-      "                         threads far apart in number run on different CPUs (default none)\n"
-      "  --yield-every N        posting threads yield the CPU after every N posts, so that more\n"
-      "                         threads than cores interleave finely (default 0: never)\n"
-      "exit: 0 run completed (findings are in the report), 1 --expect-clean violated, 2 setup "
-      "failed\n",
-      kMinMessage, kMaxMessage);
-}
-
-bool parse_options(int argc, char** argv, Options* o, std::string* err) {
-  bool count_given = false;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) return nullptr;
-      return argv[++i];
-    };
-    auto bad = [&](const char* v) {
-      *err = "bad or missing value for " + a + (v ? std::string(": ") + v : std::string());
-      return false;
-    };
-    const char* v = nullptr;
-    if (a == "--td") {
-      o->td = true;
-      continue;
-    }
-    if (a == "--expect-clean") {
-      o->expect_clean = true;
-      continue;
-    }
-    if (a == "--no-inline") {
-      o->sge_only = true;
-      continue;
-    }
-    if (a == "--help" || a == "-h") {
-      *err = "";
-      return false;
-    }
-    v = value();
-    if (!v) return bad(v);
-    if (a == "--threads") {
-      if (!to_u32(v, 1, 255, &o->threads)) return bad(v);
-    } else if (a == "--qps") {
-      if (!to_u32(v, 1, 4096, &o->qps)) return bad(v);
-    } else if (a == "--api") {
-      auto x = uctlite::parse_api(v);
-      if (!x) return bad(v);
-      o->api = *x;
-    } else if (a == "--mmio") {
-      auto x = uctlite::parse_mmio(v);
-      if (!x) return bad(v);
-      o->mmio = *x;
-      o->mmio_given = true;
-    } else if (a == "--stores") {
-      if (std::string(v) != "calls" && std::string(v) != "plain") return bad(v);
-      o->plain_stores = std::string(v) == "plain";
-      o->stores_given = true;
-    } else if (a == "--thread-mode") {
-      auto x = uctlite::parse_thread_mode(v);
-      if (!x) return bad(v);
-      o->thread_mode = *x;
-    } else if (a == "--op") {
-      auto x = uctlite::parse_op(v);
-      if (!x) return bad(v);
-      o->op = *x;
-    } else if (a == "--sizes") {
-      if (!to_sizes(v, &o->sizes)) return bad(v);
-    } else if (a == "--count") {
-      if (!to_u64(v, &o->count) || o->count == 0 || o->count > (1u << 24)) return bad(v);
-      count_given = true;
-    } else if (a == "--duration-ms") {
-      if (!to_u64(v, &o->duration_ms) || o->duration_ms == 0) return bad(v);
-    } else if (a == "--device") {
-      o->device = v;
-    } else if (a == "--json") {
-      o->json_path = v;
-    } else if (a == "--drain-ms") {
-      if (!to_u64(v, &o->drain_ms) || o->drain_ms == 0) return bad(v);
-    } else if (a == "--sq-depth") {
-      if (!to_u32(v, 1, 8192, &o->sq_depth)) return bad(v);
-    } else if (a == "--rq-depth") {
-      if (!to_u32(v, 1, 8192, &o->rq_depth)) return bad(v);
-    } else if (a == "--max-inline") {
-      if (!to_u32(v, 0, 1024, &o->max_inline)) return bad(v);
-    } else if (a == "--pin") {
-      if (std::strcmp(v, "block") && std::strcmp(v, "none")) return bad(v);
-      o->pin_block = !std::strcmp(v, "block");
-    } else if (a == "--yield-every") {
-      if (!to_u32(v, 0, 1u << 30, &o->yield_every)) return bad(v);
-    } else if (a == "--races-shown") {
-      if (!to_u32(v, 0, 1024, &o->races_shown)) return bad(v);
-    } else {
-      *err = "unknown option " + a;
-      return false;
-    }
-  }
-  if (count_given && o->duration_ms) {
-    *err = "--count and --duration-ms exclude each other";
-    return false;
-  }
-  if (o->stores_given && o->api != uctlite::Api::direct) {
-    *err = "--stores applies to --api direct only";
-    return false;
-  }
-  if (o->mmio_given && o->api != uctlite::Api::direct) {
-    *err = "--mmio applies to --api direct only (verbs: the provider chooses)";
-    return false;
-  }
-  if (!count_given && !o->duration_ms) o->count = 1000;
-  return true;
+int parse_options(int argc, char** argv, Options* o) {
+  CLI::App app(
+      "many threads post through shared QPs and every message is checked (run it under "
+      "emu-run for emulated devices)",
+      "emu-stress");
+  add_shape(app, o);
+  add_amount(app, o);
+  add_report(app, o);
+  app.footer(
+      "exit: 0 run completed (findings are in the report), 1 --expect-clean violated, 2 "
+      "bad command line or setup failed");
+  // What the options say together, checked inside the parse so that it fails the same way.
+  app.callback([o] {
+    if (o->stores_given && o->api != uctlite::Api::direct)
+      throw CLI::ValidationError("--stores", "applies to --api direct only");
+    if (o->mmio_given && o->api != uctlite::Api::direct)
+      throw CLI::ValidationError("--mmio",
+                                 "applies to --api direct only (verbs: the provider "
+                                 "chooses)");
+  });
+  const int status = emu::cli::parse(app, argc, argv);
+  if (status < 0 && o->count == 0 && o->duration_ms == 0) o->count = 1000;
+  return status;
 }
 
 }  // namespace stress

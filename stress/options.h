@@ -38,8 +38,8 @@ struct Options {
   bool pin_block = false;    // --pin block: threads in contiguous blocks over the allowed CPUs
 };
 
-// false with the reason in *err (the caller prints usage).
-bool parse_options(int argc, char** argv, Options* o, std::string* err);
-void print_usage(FILE* out);
+// Parses argv into *o: -1 when the run goes on, else the status to exit with (0 after --help, 2
+// after a bad command line, which is said on stderr; emu/cli.h).
+int parse_options(int argc, char** argv, Options* o);
 
 }  // namespace stress

@@ -4,11 +4,14 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <vector>
 
 namespace stress {
 namespace {
+
+using Json = nlohmann::ordered_json;
 
 const char* status_name(uint32_t s) {
   static const char* const names[] = {"SUCCESS",
@@ -37,82 +40,6 @@ const char* status_name(uint32_t s) {
                                       "TM_RNDV_INCOMPLETE"};
   return s < sizeof names / sizeof *names ? names[s] : "OTHER";
 }
-
-// A small JSON builder: values are appended in order; commas are placed by depth.
-class Json {
- public:
-  Json& open(char c) {
-    sep();
-    out_ += c;
-    first_.push_back(true);
-    return *this;
-  }
-  Json& close(char c) {
-    out_ += c;
-    first_.pop_back();
-    return *this;
-  }
-  Json& key(const char* k) {
-    sep();
-    out_ += '"';
-    out_ += k;
-    out_ += "\":";
-    after_key_ = true;
-    return *this;
-  }
-  Json& str(const std::string& s) {
-    sep();
-    out_ += '"';
-    for (char ch : s) {
-      if (ch == '"' || ch == '\\') out_ += '\\';
-      out_ += ch;
-    }
-    out_ += '"';
-    return *this;
-  }
-  Json& num(double v) {
-    sep();
-    char b[64];
-    std::snprintf(b, sizeof b, "%.6g", v);
-    out_ += b;
-    return *this;
-  }
-  Json& u(uint64_t v) {
-    sep();
-    out_ += std::to_string(v);
-    return *this;
-  }
-  Json& i(int64_t v) {
-    sep();
-    out_ += std::to_string(v);
-    return *this;
-  }
-  Json& boolean(bool b) {
-    sep();
-    out_ += b ? "true" : "false";
-    return *this;
-  }
-  Json& null() {
-    sep();
-    out_ += "null";
-    return *this;
-  }
-  const std::string& text() const { return out_; }
-
- private:
-  void sep() {
-    if (after_key_) {
-      after_key_ = false;
-      return;
-    }
-    if (first_.empty()) return;
-    if (!first_.back()) out_ += ',';
-    first_.back() = false;
-  }
-  std::string out_;
-  std::vector<bool> first_;
-  bool after_key_ = false;
-};
 
 uint64_t sum(const std::atomic<uint64_t>* a, size_t n, size_t from = 0) {
   uint64_t s = 0;
@@ -211,168 +138,145 @@ void Report::print_text(FILE* out) const {
   std::fprintf(out, "%s\n", clean() ? "clean" : "NOT CLEAN");
 }
 
-bool Report::write_json(const std::string& path, std::string* err) const {
+namespace {
+
+// The run's configuration as the report's "config".
+Json config_json(const Run& run, const std::string& engine) {
   const Options& o = run.opts();
-  const Counters& c = run.counters();
-  Json j;
-  j.open('{');
-  j.key("config").open('{');
-  j.key("api").str(uctlite::api_name(o.api));
-  j.key("mmio");
-  if (o.api == uctlite::Api::direct)
-    j.str(uctlite::mmio_name(o.mmio));
-  else
-    j.null();
-  j.key("stores");
-  if (o.api == uctlite::Api::direct)
-    j.str(o.plain_stores ? "plain" : "calls");
-  else
-    j.null();
-  j.key("thread_mode").str(uctlite::thread_mode_name(o.thread_mode));
-  j.key("op").str(uctlite::op_name(o.op));
-  j.key("device").str(o.device);
-  j.key("threads").u(o.threads);
-  j.key("qps").u(o.qps);
-  j.key("td").boolean(o.td);
-  j.key("sizes").open('[');
-  for (uint32_t sz : o.sizes) j.u(sz);
-  j.close(']');
-  j.key("count");
-  if (o.count)
-    j.u(o.count);
-  else
-    j.null();
-  j.key("duration_ms");
-  if (o.duration_ms)
-    j.u(o.duration_ms);
-  else
-    j.null();
-  j.key("engine").str(engine);
-  j.key("max_inline").u(run.pairs().empty() ? 0 : run.pairs()[0]->ep->max_inline());
-  j.key("inline").boolean(!o.sge_only);
-  j.key("slots_per_lane").u(run.slots_per_lane());
-  j.close('}');
+  const bool direct = o.api == uctlite::Api::direct;
+  Json j = {{"api", uctlite::api_name(o.api)},
+            {"mmio", direct ? Json(uctlite::mmio_name(o.mmio)) : Json(nullptr)},
+            {"stores", direct ? Json(o.plain_stores ? "plain" : "calls") : Json(nullptr)},
+            {"thread_mode", uctlite::thread_mode_name(o.thread_mode)},
+            {"op", uctlite::op_name(o.op)},
+            {"device", o.device},
+            {"threads", o.threads},
+            {"qps", o.qps},
+            {"td", o.td},
+            {"sizes", o.sizes},
+            {"count", o.count ? Json(o.count) : Json(nullptr)},
+            {"duration_ms", o.duration_ms ? Json(o.duration_ms) : Json(nullptr)},
+            {"engine", engine},
+            {"max_inline", run.pairs().empty() ? 0 : run.pairs()[0]->ep->max_inline()},
+            {"inline", !o.sge_only},
+            {"slots_per_lane", run.slots_per_lane()}};
+  return j;
+}
 
-  j.key("posting_tids").open('[');
-  for (uint32_t t : run.tids()) j.u(t);
-  j.close(']');
-  j.key("registers").open('[');
-  for (const auto& p : run.pairs()) j.i(p->ep->register_index());
-  j.close(']');
+// Counts per completion status, the successful one left out.
+Json errors_json(const std::atomic<uint64_t>* by_status) {
+  Json j = Json::object();
+  for (uint32_t k = 1; k < kStatusSlots; ++k)
+    if (by_status[k].load()) j[status_name(k)] = by_status[k].load();
+  return j;
+}
 
-  double s = post_seconds > 0 ? post_seconds : 1e-9;
+Json completions_json(const Counters& c, const Tally& tally) {
+  return {{"ok", c.ok.load()},
+          {"errors", errors_json(c.errors)},
+          {"unmatched", c.unmatched.load()},
+          {"messages_once", tally.once},
+          {"messages_more_than_once", tally.more_than_once},
+          {"extra_completions", tally.extra},
+          {"messages_missing", tally.missing}};
+}
+
+Json corruption_json(const Counters& c) {
+  return {{"corrupt_messages", c.corrupt_messages.load()},
+          {"corrupt_bytes", c.corrupt_bytes.load()},
+          {"misplaced_messages", c.misplaced.load()},
+          {"found_at_completion", c.found_at_completion.load()},
+          {"found_at_receive", c.found_at_receive.load()},
+          {"found_in_sweep", c.found_in_sweep.load()},
+          {"verified", c.verified.load()},
+          {"unverifiable", c.unverifiable.load()},
+          {"delivered_without_completion", c.delivered_without_completion.load()},
+          {"overwritten_before_completion", c.overwritten_uncompleted.load()}};
+}
+
+// The race events: counts per kind, and over every event kept (up to 4096) how many of each
+// kind name two distinct posting threads; the first ones as they were recorded.
+Json races_json(const RaceCollector& races, const std::vector<uint32_t>& tids) {
+  if (!races.available()) return nullptr;
+  Json by_kind = Json::object(), two = Json::object(), checked = Json::object();
+  for (uint32_t k = 1; k < EMUDV_RACE_KINDS; ++k) {
+    by_kind[race_kind_name(k)] = races.count(k);
+    two[race_kind_name(k)] = std::count_if(
+        races.all().begin(), races.all().end(),
+        [&](const emudv_race& e) { return e.kind == k && names_two_posters(e, tids); });
+    checked[race_kind_name(k)] = std::count_if(races.all().begin(), races.all().end(),
+                                               [k](const emudv_race& e) { return e.kind == k; });
+  }
+  Json first = Json::array();
+  for (const emudv_race& e : races.first())
+    first.push_back({{"seq", e.seq},
+                     {"kind", e.kind_name ? e.kind_name : race_kind_name(e.kind)},
+                     {"qpn", e.qpn},
+                     {"context", e.context},
+                     {"register", e.reg},
+                     {"slot", e.slot},
+                     {"writer_tids", {e.writer_tids[0], e.writer_tids[1]}},
+                     {"values", {e.values[0], e.values[1]}},
+                     {"executed", e.executed ? e.executed : ""}});
+  return {{"total", races.total()},
+          {"lost", races.lost()},
+          {"by_kind", by_kind},
+          {"checked", races.all().size()},
+          {"naming_two_posting_threads", two},
+          {"checked_by_kind", checked},
+          {"first", first}};
+}
+
+// The whole report as JSON (docs/guides/stress.md lists the fields).
+Json report_json(const Report& r) {
+  const Options& o = r.run.opts();
+  const Counters& c = r.run.counters();
+  const double s = r.post_seconds > 0 ? r.post_seconds : 1e-9;
   uint64_t bytes = 0;
-  for (size_t k = 0; k < o.sizes.size(); ++k) bytes += tally.posted_per_size[k] * o.sizes[k];
-  j.key("elapsed_s").num(post_seconds);
-  j.key("messages").open('{');
-  j.key("posted").u(tally.posted);
-  j.key("not_posted").u(tally.unposted);
-  j.key("per_second").num(tally.posted / s);
-  j.key("mb_per_s").num(bytes / s / 1e6);
-  j.close('}');
-  j.key("per_size").open('[');
+  Json per_size = Json::array();
   for (size_t k = 0; k < o.sizes.size(); ++k) {
-    j.open('{');
-    j.key("size").u(o.sizes[k]);
-    j.key("posted").u(tally.posted_per_size[k]);
-    j.key("mb_per_s").num(tally.posted_per_size[k] * o.sizes[k] / s / 1e6);
-    j.close('}');
+    bytes += r.tally.posted_per_size[k] * o.sizes[k];
+    per_size.push_back({{"size", o.sizes[k]},
+                        {"posted", r.tally.posted_per_size[k]},
+                        {"mb_per_s", r.tally.posted_per_size[k] * o.sizes[k] / s / 1e6}});
   }
-  j.close(']');
+  Json registers = Json::array();
+  for (const auto& p : r.run.pairs()) registers.push_back(p->ep->register_index());
+  return {{"config", config_json(r.run, r.engine)},
+          {"posting_tids", r.run.tids()},
+          {"registers", registers},
+          {"elapsed_s", r.post_seconds},
+          {"messages",
+           {{"posted", r.tally.posted},
+            {"not_posted", r.tally.unposted},
+            {"per_second", r.tally.posted / s},
+            {"mb_per_s", bytes / s / 1e6}}},
+          {"per_size", per_size},
+          {"completions", completions_json(c, r.tally)},
+          {"receives", {{"ok", c.received.load()}, {"errors", errors_json(c.recv_errors)}}},
+          {"corruption", corruption_json(c)},
+          {"post_errors", c.post_errors.load()},
+          {"qps_abandoned", c.qps_abandoned.load()},
+          {"drain",
+           {{"ms", r.drain.ms},
+            {"complete", r.drain.complete},
+            {"device_idle", r.drain.device_idle},
+            {"error_flushed", r.drain.error_flushed},
+            {"stopped_by_bound", r.drain.bound}}},
+          {"races", races_json(r.races, r.run.tids())},
+          {"clean", r.clean()}};
+}
 
-  j.key("completions").open('{');
-  j.key("ok").u(c.ok.load());
-  j.key("errors").open('{');
-  for (uint32_t k = 1; k < kStatusSlots; ++k)
-    if (c.errors[k].load()) j.key(status_name(k)).u(c.errors[k].load());
-  j.close('}');
-  j.key("unmatched").u(c.unmatched.load());
-  j.key("messages_once").u(tally.once);
-  j.key("messages_more_than_once").u(tally.more_than_once);
-  j.key("extra_completions").u(tally.extra);
-  j.key("messages_missing").u(tally.missing);
-  j.close('}');
-  j.key("receives").open('{');
-  j.key("ok").u(c.received.load());
-  j.key("errors").open('{');
-  for (uint32_t k = 1; k < kStatusSlots; ++k)
-    if (c.recv_errors[k].load()) j.key(status_name(k)).u(c.recv_errors[k].load());
-  j.close('}');
-  j.close('}');
+}  // namespace
 
-  j.key("corruption").open('{');
-  j.key("corrupt_messages").u(c.corrupt_messages.load());
-  j.key("corrupt_bytes").u(c.corrupt_bytes.load());
-  j.key("misplaced_messages").u(c.misplaced.load());
-  j.key("found_at_completion").u(c.found_at_completion.load());
-  j.key("found_at_receive").u(c.found_at_receive.load());
-  j.key("found_in_sweep").u(c.found_in_sweep.load());
-  j.key("verified").u(c.verified.load());
-  j.key("unverifiable").u(c.unverifiable.load());
-  j.key("delivered_without_completion").u(c.delivered_without_completion.load());
-  j.key("overwritten_before_completion").u(c.overwritten_uncompleted.load());
-  j.close('}');
-  j.key("post_errors").u(c.post_errors.load());
-  j.key("qps_abandoned").u(c.qps_abandoned.load());
-  j.key("drain").open('{');
-  j.key("ms").num(drain.ms);
-  j.key("complete").u(drain.complete);
-  j.key("device_idle").u(drain.device_idle);
-  j.key("error_flushed").u(drain.error_flushed);
-  j.key("stopped_by_bound").u(drain.bound);
-  j.close('}');
-
-  j.key("races");
-  if (!races.available()) {
-    j.null();
-  } else {
-    j.open('{');
-    j.key("total").u(races.total());
-    j.key("lost").u(races.lost());
-    j.key("by_kind").open('{');
-    for (uint32_t k = 1; k < EMUDV_RACE_KINDS; ++k) j.key(race_kind_name(k)).u(races.count(k));
-    j.close('}');
-    // Over every event kept (up to 4096): per kind, how many name two distinct posting threads.
-    uint64_t two[EMUDV_RACE_KINDS] = {};
-    for (const emudv_race& e : races.all())
-      if (e.kind < EMUDV_RACE_KINDS) two[e.kind] += names_two_posters(e, run.tids());
-    j.key("checked").u(races.all().size());
-    j.key("naming_two_posting_threads").open('{');
-    for (uint32_t k = 1; k < EMUDV_RACE_KINDS; ++k) j.key(race_kind_name(k)).u(two[k]);
-    j.close('}');
-    j.key("checked_by_kind").open('{');
-    for (uint32_t k = 1; k < EMUDV_RACE_KINDS; ++k)
-      j.key(race_kind_name(k))
-          .u(static_cast<uint64_t>(
-              std::count_if(races.all().begin(), races.all().end(),
-                            [k](const emudv_race& e) { return e.kind == k; })));
-    j.close('}');
-    j.key("first").open('[');
-    for (const emudv_race& e : races.first()) {
-      j.open('{');
-      j.key("seq").u(e.seq);
-      j.key("kind").str(e.kind_name ? e.kind_name : race_kind_name(e.kind));
-      j.key("qpn").u(e.qpn);
-      j.key("context").i(e.context);
-      j.key("register").i(e.reg);
-      j.key("slot").u(e.slot);
-      j.key("writer_tids").open('[').u(e.writer_tids[0]).u(e.writer_tids[1]).close(']');
-      j.key("values").open('[').u(e.values[0]).u(e.values[1]).close(']');
-      j.key("executed").str(e.executed ? e.executed : "");
-      j.close('}');
-    }
-    j.close(']');
-    j.close('}');
-  }
-  j.key("clean").boolean(clean());
-  j.close('}');
-
+bool Report::write_json(const std::string& path, std::string* err) const {
   FILE* f = std::fopen(path.c_str(), "w");
   if (!f) {
     *err = path + ": " + std::strerror(errno);
     return false;
   }
-  std::fprintf(f, "%s\n", j.text().c_str());
+  std::fprintf(f, "%s\n",
+               report_json(*this).dump(-1, ' ', false, Json::error_handler_t::replace).c_str());
   return std::fclose(f) == 0;
 }
 

@@ -81,7 +81,9 @@ const Command kCommands[] = {
      "(IBV_EVENT_PORT_ACTIVE)",
      [](CLI::App* c, Args& a) {
        c->add_option("DEV", a.dev, "a device: emu0, ...")->required();
-       c->add_option("PORT", a.port, "its port, 1-based")->required()->check(CLI::Range(1u, 255u));
+       c->add_option("PORT", a.port, "its port, 1-based")
+           ->required()
+           ->check(emu::cli::in_range(1, 255));
        c->add_option("STATE", a.state, "down (a cable pull) or up")
            ->check(CLI::IsMember({"down", "up"}));
      },

@@ -26,20 +26,24 @@ inline void use_convention(CLI::App& app) {
   });
 }
 
-// A whole number (decimal, or hexadecimal after 0x) of at least `min`, as a check of an option's
-// text (CLI11's own range checks name the double range instead).
-inline CLI::Validator at_least(uint64_t min) {
+// A whole number (decimal, or hexadecimal after 0x) in [lo, hi], as a check of an option's text
+// (CLI11's own range checks name a double's range, and say twice what is wrong).
+inline CLI::Validator in_range(uint64_t lo, uint64_t hi) {
+  const std::string range =
+      hi == UINT64_MAX ? ">=" + std::to_string(lo) : std::to_string(lo) + ".." + std::to_string(hi);
   return CLI::Validator(
-      [min](const std::string& text) -> std::string {
+      [lo, hi, range](const std::string& text) -> std::string {
         char* end = nullptr;
         errno = 0;
         const unsigned long long v = std::strtoull(text.c_str(), &end, 0);
         if (text.empty() || text[0] == '-' || *end || errno) return text + " is not a whole number";
-        if (v < min) return text + " is less than " + std::to_string(min);
+        if (v < lo || v > hi) return text + " is not in " + range;
         return "";
       },
-      ">=" + std::to_string(min));
+      range);
 }
+
+inline CLI::Validator at_least(uint64_t lo) { return in_range(lo, UINT64_MAX); }
 
 // Parses argv into `app` (use_convention applied). Returns -1 when the program goes on, or the
 // status it exits with: 0 after --help, kExitUsage after an error.
