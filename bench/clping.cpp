@@ -23,6 +23,8 @@
 #include <new>
 #include <vector>
 
+#include "emu/cli.h"
+
 namespace {
 
 constexpr int kPerSample = 100;        // round trips between two clock reads
@@ -60,20 +62,21 @@ bool await(Line& l, uint64_t want) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int a = 0, b = 1, c;
+  int a = 0, b = 1;
   long trips = 200000;
-  while ((c = getopt(argc, argv, "a:b:n:")) != -1) {
-    if (c == 'a')
-      a = atoi(optarg);
-    else if (c == 'b')
-      b = atoi(optarg);
-    else if (c == 'n')
-      trips = atol(optarg);
-    else {
-      fprintf(stderr, "usage: clping [-a CORE] [-b CORE] [-n ROUND_TRIPS]\n");
-      return 2;
-    }
-  }
+  CLI::App app(
+      "a cache line bounced between two processes on two cores: the round trip's time "
+      "says how the vCPUs are placed",
+      "clping");
+  app.add_option("-a", a, "the first process's core")
+      ->check(emu::cli::at_least(0))
+      ->capture_default_str();
+  app.add_option("-b", b, "the second process's core")
+      ->check(emu::cli::at_least(0))
+      ->capture_default_str();
+  app.add_option("-n", trips, "round trips")->check(emu::cli::at_least(1))->capture_default_str();
+  const int usage = emu::cli::parse(app, argc, argv);
+  if (usage >= 0) return usage;
   const long samples = std::max(1L, trips / kPerSample);
   void* page = mmap(nullptr, 4096, PROT_READ | PROT_WRITE, MAP_SHARED | MAP_ANONYMOUS, -1, 0);
   if (page == MAP_FAILED) return 1;

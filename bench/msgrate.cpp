@@ -7,6 +7,7 @@
 // them: each received SEND in order, or after the run the last value written into every slot.
 //
 // Usage: msgrate [-d DEV] [-p PORT] [-o write|send] [-n MSGS] [-b BATCH] [-s SIZE] [HOST]
+//   (msgrate --help says more)
 //   Without HOST: the server (listens on PORT); with HOST: the client, whose -o/-n/-b/-s rule.
 //   The client prints its rate and, after the server's verdict, "PASS msgrate ..." (exit 0) or a
 //   FAIL line (exit 1). Links to libibverbs only: run it under emu-run for emu0.
@@ -20,17 +21,19 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "emu/cli.h"
 #include "oob.h"
 
 namespace {
 
 struct Options {
-  const char* device = "emu0";
+  std::string device = "emu0";
   int port = 18600;
-  const char* host = nullptr;  // null: the server
-  bool send = false;           // SEND instead of RDMA WRITE
+  std::string host;   // empty: the server
+  bool send = false;  // SEND instead of RDMA WRITE
   uint64_t messages = 1000000;
   uint32_t batch = 64;
   uint32_t size = 8;
@@ -63,36 +66,32 @@ double now_seconds() {
   return static_cast<double>(ts.tv_sec) + 1e-9 * static_cast<double>(ts.tv_nsec);
 }
 
-bool parse(int argc, char** argv, Options& o) {
-  int c;
-  while ((c = getopt(argc, argv, "d:p:o:n:b:s:")) != -1) {
-    switch (c) {
-      case 'd':
-        o.device = optarg;
-        break;
-      case 'p':
-        o.port = atoi(optarg);
-        break;
-      case 'o':
-        o.send = strcmp(optarg, "send") == 0;
-        break;
-      case 'n':
-        o.messages = strtoull(optarg, nullptr, 0);
-        break;
-      case 'b':
-        o.batch = static_cast<uint32_t>(atoi(optarg));
-        break;
-      case 's':
-        o.size = static_cast<uint32_t>(atoi(optarg));
-        break;
-      default:
-        return false;
-    }
-  }
-  if (optind < argc) o.host = argv[optind];
-  if (o.batch == 0 || o.batch > 1024 || o.size < 8 || o.size > 256 || o.messages == 0) return false;
+// -1 when the run goes on, else the exit status (emu/cli.h's convention).
+int parse(int argc, char** argv, Options& o) {
+  CLI::App app(
+      "the small-message rate of a verbs device: without HOST the server, with HOST the "
+      "client, whose -o/-n/-b/-s rule",
+      "msgrate");
+  app.add_option("-d,--device", o.device, "the verbs device")->capture_default_str();
+  app.add_option("-p,--port", o.port, "the TCP port of the exchange")
+      ->check(emu::cli::in_range(1, 65535))
+      ->capture_default_str();
+  app.add_option_function<std::string>(
+         "-o,--op", [&o](const std::string& v) { o.send = v == "send"; }, "write (default) or send")
+      ->check(CLI::IsMember({"write", "send"}));
+  app.add_option("-n,--messages", o.messages, "messages (rounded up to whole batches)")
+      ->check(emu::cli::at_least(1))
+      ->capture_default_str();
+  app.add_option("-b,--batch", o.batch, "WRs per posted list")
+      ->check(emu::cli::in_range(1, 1024))
+      ->capture_default_str();
+  app.add_option("-s,--size", o.size, "message size in bytes")
+      ->check(emu::cli::in_range(8, 256))
+      ->capture_default_str();
+  app.add_option("HOST", o.host, "the server to connect to (the client)");
+  const int status = emu::cli::parse(app, argc, argv);
   o.messages = (o.messages + o.batch - 1) / o.batch * o.batch;  // whole batches
-  return true;
+  return status;
 }
 
 // The verbs objects of one side; the buffer holds the slots (server) or the payloads (client).
@@ -111,10 +110,10 @@ bool open_side(const Options& o, Side& s, bool server) {
   int n = 0;
   ibv_device** list = ibv_get_device_list(&n);
   for (int i = 0; list && i < n && !s.ctx; ++i)
-    if (strcmp(ibv_get_device_name(list[i]), o.device) == 0) s.ctx = ibv_open_device(list[i]);
+    if (o.device == ibv_get_device_name(list[i])) s.ctx = ibv_open_device(list[i]);
   if (list) ibv_free_device_list(list);
   if (!s.ctx) {
-    fprintf(stderr, "FAIL msgrate: no device %s\n", o.device);
+    fprintf(stderr, "FAIL msgrate: no device %s\n", o.device.c_str());
     return false;
   }
   const uint32_t sq = o.batch * kBatchesInFlight;
@@ -309,18 +308,14 @@ void report(const Options& o, const std::vector<double>& stamps) {
 
 int main(int argc, char** argv) {
   Options o;
-  if (!parse(argc, argv, o)) {
-    fprintf(stderr,
-            "usage: msgrate [-d DEV] [-p PORT] [-o write|send] [-n MSGS] [-b BATCH<=1024] "
-            "[-s SIZE 8..256] [HOST]\n");
-    return 2;
-  }
-  const bool server = o.host == nullptr;
+  const int status = parse(argc, argv, o);
+  if (status >= 0) return status;
+  const bool server = o.host.empty();
   signal(SIGPIPE, SIG_IGN);  // a peer that ended is reported by the exchange, not a signal
-  const int fd = bench::oob_connect(o.host, o.port);
+  const int fd = bench::oob_connect(server ? nullptr : o.host.c_str(), o.port);
   Side s;
   if (fd < 0 || !open_side(o, s, server)) {
-    fprintf(stderr, "FAIL msgrate: setting up %s\n", o.device);
+    fprintf(stderr, "FAIL msgrate: setting up %s\n", o.device.c_str());
     return 1;
   }
   Address peer{};

@@ -27,6 +27,8 @@
 #include <string>
 #include <vector>
 
+#include "emu/cli.h"
+
 namespace {
 
 uint64_t now_ns() {
@@ -236,16 +238,49 @@ void time_attach(uint64_t* attach, uint64_t* detach) {
 
 }  // namespace
 
+// Each of LIVE's comma-separated counts: a whole number or "max".
+const CLI::Validator kLiveCounts(
+    [](const std::string& text) -> std::string {
+      size_t start = 0;
+      do {
+        const size_t comma = text.find(',', start);
+        const std::string one = text.substr(start, comma - start);
+        if (one != "max" && !emu::cli::at_least(0)(one).empty())
+          return one + " is not a count or max";
+        start = comma == std::string::npos ? comma : comma + 1;
+      } while (start != std::string::npos);
+      return "";
+    },
+    "LIVE[,LIVE...]");
+
 int main(int argc, char** argv) {
-  if (argc != 5) {
-    std::fprintf(stderr, "usage: emu-run emu-scale PROCS LIVE[,LIVE...] PAIRS ATTACHES\n");
-    return 1;
-  }
-  int procs = std::atoi(argv[1]);
+  int procs = 0, pairs = 0, attaches = 0;
+  std::string live_list;
+  CLI::App app(
+      "the scale benchmark's one round: the time to make and destroy objects with "
+      "LIVE of each kind alive among PROCS processes, and to attach and detach",
+      "emu-scale");
+  app.add_option("PROCS", procs, "processes attached to the fabric")
+      ->required()
+      ->check(emu::cli::at_least(1));
+  app.add_option("LIVE", live_list, "objects of each kind alive while timing (or max)")
+      ->required()
+      ->check(kLiveCounts);
+  app.add_option("PAIRS", pairs, "creations and destructions timed")
+      ->required()
+      ->check(emu::cli::at_least(1));
+  app.add_option("ATTACHES", attaches, "attaches and detaches timed")
+      ->required()
+      ->check(emu::cli::at_least(1));
+  app.footer("Run it under emu-run (bench/scale.sh does).");
+  const int status = emu::cli::parse(app, argc, argv);
+  if (status >= 0) return status;
   std::vector<std::string> lives;
-  for (char* s = std::strtok(argv[2], ","); s; s = std::strtok(nullptr, ",")) lives.push_back(s);
-  int pairs = std::atoi(argv[3]);
-  int attaches = std::atoi(argv[4]);
+  for (size_t start = 0; start != std::string::npos;) {
+    const size_t comma = live_list.find(',', start);
+    lives.push_back(live_list.substr(start, comma - start));
+    start = comma == std::string::npos ? comma : comma + 1;
+  }
   int ready[2], quit[2];
   if (pipe(ready) || pipe(quit)) die("pipe");
   std::vector<pid_t> helpers;
