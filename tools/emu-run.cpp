@@ -11,6 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <string>
+#include <vector>
+
+#include "emu/cli.h"
 
 namespace {
 
@@ -22,13 +25,30 @@ std::string find_lib(const std::string& dir, const std::string& name) {
   return "";
 }
 
+// The index in argv of COMMAND (after emu-run's own options and an optional --), or the status
+// to exit with.
+int parse_command_line(int argc, char** argv, int* command) {
+  CLI::App app("runs COMMAND with the emulated devices visible", "emu-run");
+  app.prefix_command();
+  app.footer(
+      "Usage: emu-run [--] COMMAND [ARGS...]\nThe devices' knobs are EMU_* variables "
+      "(emu-ctl knobs).");
+  const int status = emu::cli::parse(app, argc, argv);
+  if (status >= 0) return status;
+  const size_t rest = app.remaining_size();
+  *command = argc - static_cast<int>(rest);
+  if (*command < argc && std::strcmp(argv[*command], "--") == 0) ++*command;
+  if (*command < argc) return -1;
+  std::fprintf(stderr, "emu-run: COMMAND is required\nRun with --help for more information.\n");
+  return emu::cli::kExitUsage;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  if (argc < 2) {
-    std::fprintf(stderr, "usage: emu-run COMMAND [ARGS...]\n");
-    return 2;
-  }
+  int command = 1;
+  const int status = parse_command_line(argc, argv, &command);
+  if (status >= 0) return status;
   char self[PATH_MAX];
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) {
@@ -69,7 +89,7 @@ int main(int argc, char** argv) {
     preload = std::string(EMU_SANITIZER_RUNTIME) + ":" + preload;
 #endif
   setenv("LD_PRELOAD", preload.c_str(), 1);
-  execvp(argv[1], argv + 1);
-  std::fprintf(stderr, "emu-run: %s: %s\n", argv[1], std::strerror(errno));
+  execvp(argv[command], argv + command);
+  std::fprintf(stderr, "emu-run: %s: %s\n", argv[command], std::strerror(errno));
   return 127;
 }
