@@ -7,7 +7,7 @@ PKGS=(build-essential cmake g++ python3 procps
       libibverbs-dev ibverbs-utils perftest ucx-utils openmpi-bin libopenmpi-dev
       librdmacm-dev rdmacm-utils libucx-dev
       pkg-config libnl-3-dev libnl-route-3-dev
-      googletest libgtest-dev clang-format shellcheck python3-pyflakes universal-ctags
+      googletest libgtest-dev clang-format clang-tidy shellcheck python3-pyflakes universal-ctags
       # the tools' command lines and JSON (header-only)
       libcli11-dev nlohmann-json3-dev
       python3-pyverbs python3-dev pybind11-dev python3-pytest python3-pytest-xdist

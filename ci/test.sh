@@ -2,8 +2,8 @@
 # SPDX-License-Identifier: BSD-2-Clause
 # Installs what is missing, checks the format, the layers' includes and the functions' length
 # (fast, so first), builds with warnings as errors, and runs every test (unit, verbs-level,
-# acceptance with the unmodified Debian binaries), then the sanitizer subset. Exits non-zero on
-# any failure.
+# acceptance with the unmodified Debian binaries), clang-tidy over the changed sources, then the
+# sanitizer subset. Exits non-zero on any failure.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
@@ -23,6 +23,9 @@ cd build
 # a CPU hog as well); tests that must be alone say so (RUN_SERIAL).
 ctest -j2 --output-on-failure --no-tests=error --timeout 900 "$@"
 cd ..
+# clang-tidy's small check set over the sources changed since ci/tidy-base (after the suite: it
+# reads the build's compile commands, and the sanitizer builds are still going).
+bash ci/tidy.sh
 wait $san_build || { tail -50 build/sanitize-build.log; exit 1; }
 trap - EXIT
 SAN_STEPS=run bash ci/sanitize.sh

@@ -67,7 +67,7 @@ static const char* g_store;
 static const char* g_role = "requester";
 static int g_peer_fd = -1;  // the socket to the other process (its number in DV_POST_TARGET)
 
-static void die(const char* fmt, ...) {
+__attribute__((noreturn)) static void die(const char* fmt, ...) {
   va_list ap;
   va_start(ap, fmt);
   fprintf(stderr, "FAIL %s (%s): ", g_store, g_role);
@@ -537,7 +537,7 @@ static void run_requester(struct ibv_device* dev) {
   raddr(&w, peer.addr + 8, peer.rkey);
   gather(&s, &w, back, 4096);
   expect_send_cqe(&s, post_one(&s, &w, MLX5_OPCODE_RDMA_READ), "READ");
-  if (memcmp(back, src, 4096)) die("READ brought back other bytes");
+  if (memcmp(back, src, 4096) != 0) die("READ brought back other bytes");
   // Fetch-and-add 0x1234566800, then compare-and-swap from 0x1234567800 to itself (succeeds,
   // fetches it); each fetched value lands in the local buffer as the remote word held it.
   w = (struct wqe){.ds = 1};

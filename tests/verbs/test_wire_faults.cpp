@@ -173,11 +173,11 @@ Outcome run_workload(ibv_context* ctx, ibv_pd* pd, const std::string& faults,
   }
   // The failed WR itself may have reached the responder (its answer lost): at most one more.
   bool failed_send = good < kWrs && good % 4 == 1, failed_faa = good < kWrs && good % 4 == 3;
-  if (wb.size() < size_t(good_sends) || wb.size() > size_t(good_sends + failed_send))
+  if (wb.size() < size_t(good_sends) || wb.size() > size_t(good_sends) + failed_send)
     return fail("receives do not match the SENDs");
   for (const ibv_wc& wc : wb)
     if (wc.status != IBV_WC_SUCCESS || wc.byte_len != 2500) return fail("bad receive");
-  if (*counter < uint64_t(good_faas) || *counter > uint64_t(good_faas + failed_faa))
+  if (*counter < uint64_t(good_faas) || *counter > uint64_t(good_faas) + failed_faa)
     return fail("counter is not the number of FETCH_ADDs");
   for (int i = 0; i < good; ++i) {
     size_t off = i * kSlot;
