@@ -4,7 +4,8 @@
 # ibv_rc_pingpong between two processes, then the headline: the seed's case (two threads sharing
 # one SINGLE-mode endpoint, ucx#2464) found by the deterministic scheduler, its shrunk
 # interleaving, its exact replay, and its locked counterpart clean over a fixed budget; then the
-# same question asked of UCX 1.13 itself (uct-shared-single over rc_mlx5).
+# same question asked of UCX 1.13 itself (uct-shared-single over rc_mlx5) under the scheduler:
+# found by a fixed seed, replayed to the same trace hash, its locked form clean.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash ci/setup.sh
@@ -39,18 +40,51 @@ $run $race run ucx-2464-2t-serialized --strategy dfs --bound 2 --budget 200000
 echo "== the failing run as a Perfetto trace (open it at https://ui.perfetto.dev): $trace"
 
 seed=build/bin/uct-shared-single
-echo "== the same question asked of UCX 1.13 itself (uct-shared-single, rc_mlx5 under the mlx5"
-echo "   personality): the SERIALIZED endpoint under a lock delivers every message"
-EMU_PERSONALITY=mlx5 $run $seed --tl rc_mlx5 --mode serialized --iters 2000
-echo "== and the SINGLE one shared by two threads fails (UCX's own assertion, or the device's"
-echo "   race log, or a payload check)"
+# One scheduled run of UCX in a fabric of its own, removed after it (a run stopped by its failure
+# leaves its segment, and a replay is exact from a fresh fabric): ucx FABRIC VAR=VALUE... COMMAND.
+ucx() {
+  local fabric=$1 rc=0
+  shift
+  env EMU_FABRIC="$fabric" EMU_PERSONALITY=mlx5 UCX_WARN_UNUSED_ENV_VARS=n "$@" || rc=$?
+  build/bin/emu-ctl rm "$fabric" --force >/dev/null 2>&1 || true
+  return $rc
+}
+# The lines of a scheduled run worth reading: its verdict (schedules cut), the trace hash, UCX's.
+verdict() { grep -E "^emu-sched: [a-z0-9:=,]+: |trace hash|^PASS|^FAIL" "$1" | cut -c1-110; }
+echo "== the same question asked of UCX 1.13 itself: uct-shared-single (UCX's rc_mlx5 under the"
+echo "   mlx5 personality), run unmodified under the scheduler (random walk, seed 8)"
 set +e
-EMU_PERSONALITY=mlx5 EMU_RACE_LOG=1 $run $seed --tl rc_mlx5 --mode single --iters 2000 \
-  > build/demo-seed.txt 2>&1
+ucx demo-seed EMU_SCHEDULE=random:seed=8 EMU_SCHEDULE_TRACE=build/uct-shared-single.trace.json \
+  $run $seed --tl rc_mlx5 --mode single --iters 200 >build/demo-seed.txt 2>&1
 single=$?
 set -e
-grep -E "Assertion|^RACE|^FAIL|rdmaemu race" build/demo-seed.txt | head -3
-if [ "$single" = 0 ]; then
-  echo "demo: the shared SINGLE endpoint did not fail" >&2
+verdict build/demo-seed.txt
+echo "   the stores that tore the BlueFlame WQE, as the scheduler saw UCX make them:"
+grep -E "mmio store .* by uct_" build/demo-seed.txt | tail -3
+replay=$(sed -n 's/^emu-sched: replay: EMU_SCHEDULE=\(replay:[^ ]*\) .*/\1/p' build/demo-seed.txt)
+if [ "$single" = 0 ] || ! grep -q "failed (race bf_torn)" build/demo-seed.txt || [ -z "$replay" ]
+then
+  echo "demo: the shared SINGLE endpoint did not fail with a torn BlueFlame WQE" >&2
   exit 1
 fi
+echo "== that schedule replayed in a new process: the same failure, the same trace hash"
+set +e
+ucx demo-seed-replay EMU_SCHEDULE="$replay" $run $seed --tl rc_mlx5 --mode single --iters 200 \
+  >build/demo-seed-replay.txt 2>&1
+set -e
+verdict build/demo-seed-replay.txt
+hash_of() { sed -n 's/.*trace hash \(0x[0-9a-f]*\).*/\1/p' "$1" | tail -1; }
+if [ "$(hash_of build/demo-seed.txt)" != "$(hash_of build/demo-seed-replay.txt)" ]; then
+  echo "demo: the replay's trace hash differs" >&2
+  exit 1
+fi
+echo "== (the failing run as a Perfetto trace: build/uct-shared-single.trace.json)"
+echo "== the SERIALIZED endpoint under the program's lock: random-walk seeds 1 to 5, every"
+echo "   message checked"
+for s in 1 2 3 4 5; do
+  ucx demo-seed-serialized EMU_SCHEDULE=random:seed=$s \
+    $run $seed --tl rc_mlx5 --mode serialized --iters 200 \
+    >build/demo-seed-serialized.txt 2>&1 || { verdict build/demo-seed-serialized.txt; exit 1; }
+  echo "   seed $s: $(grep -oE 'ok after [0-9]+ steps' build/demo-seed-serialized.txt);" \
+    "$(grep -E '^PASS' build/demo-seed-serialized.txt)"
+done
