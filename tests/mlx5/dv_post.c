@@ -11,6 +11,7 @@
 // an error CQE as mlx5 writes it (a bad remote key) and the flush that follows.
 //
 //   dv_post <store> [device]   store: db | bf8 | bf16 | bf32 | rep | memcpy
+//   DV_POST_CQE_SIZE=128: both sides' CQs of 128-byte CQEs (mlx5dv_create_cq), 64 by default
 //
 // Prints "PASS <store>" and exits 0; exits 77 with the reason when the device is not one mlx5dv
 // drives (rxe, siw, emu0 in its own personality): the program is the same on every device.
@@ -107,6 +108,18 @@ static struct ibv_device* pick_device(const char* name) {
   return NULL;
 }
 
+// The CQ of 64-byte CQEs ibv_create_cq makes, or with DV_POST_CQE_SIZE=128 one of 128-byte CQEs
+// from mlx5dv_create_cq (the form UCX asks for; each CQE64 in the second half of its slot).
+static struct ibv_cq* create_cq(struct side* s) {
+  const char* size = getenv("DV_POST_CQE_SIZE");
+  if (!size || !strcmp(size, "64")) return ibv_create_cq(s->ctx, 64, NULL, s->channel, 0);
+  struct ibv_cq_init_attr_ex attr = {.cqe = 64, .channel = s->channel};
+  struct mlx5dv_cq_init_attr dv = {.comp_mask = MLX5DV_CQ_INIT_ATTR_MASK_CQE_SIZE,
+                                   .cqe_size = (uint32_t)atoi(size)};
+  struct ibv_cq_ex* cq = mlx5dv_create_cq(s->ctx, &attr, &dv);
+  return cq ? ibv_cq_ex_to_cq(cq) : NULL;
+}
+
 static void open_side(struct side* s, struct ibv_device* dev) {
   memset(s, 0, sizeof *s);
   s->ctx = ibv_open_device(dev);
@@ -116,7 +129,7 @@ static void open_side(struct side* s, struct ibv_device* dev) {
   s->roce = port.link_layer == IBV_LINK_LAYER_ETHERNET;
   s->pd = ibv_alloc_pd(s->ctx);
   s->channel = ibv_create_comp_channel(s->ctx);
-  s->cq = s->pd && s->channel ? ibv_create_cq(s->ctx, 64, NULL, s->channel, 0) : NULL;
+  s->cq = s->pd && s->channel ? create_cq(s) : NULL;
   if (!s->cq) die("pd/channel/cq");
   if (posix_memalign((void**)&s->mem, 4096, kRegion)) die("memory");
   memset(s->mem, 0, kRegion);
@@ -137,7 +150,9 @@ static void open_side(struct side* s, struct ibv_device* dev) {
   int err = mlx5dv_init_obj(&obj, MLX5DV_OBJ_QP | MLX5DV_OBJ_CQ);
   if (err) die("mlx5dv_init_obj: %s", strerror(err));
   if (s->dq.sq.stride != 64 || (s->dq.sq.wqe_cnt & (s->dq.sq.wqe_cnt - 1)) ||
-      s->dq.rq.stride != 16 || (s->dc.cqe_size != 64 && s->dc.cqe_size != 128) ||
+      s->dq.rq.stride != 16 ||
+      s->dc.cqe_size !=
+          (uint32_t)(getenv("DV_POST_CQE_SIZE") ? atoi(getenv("DV_POST_CQE_SIZE")) : 64) ||
       (s->dq.bf.size != 0 && s->dq.bf.size != 256))
     die("queues not as mlx5dv describes them: sq stride %u count %u, rq stride %u, cqe %u, bf %u",
         s->dq.sq.stride, s->dq.sq.wqe_cnt, s->dq.rq.stride, s->dc.cqe_size, s->dq.bf.size);
