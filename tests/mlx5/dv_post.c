@@ -20,6 +20,7 @@
 #include <immintrin.h>
 #include <infiniband/mlx5dv.h>
 #include <infiniband/verbs.h>
+#include <poll.h>
 #include <pthread.h>
 #include <setjmp.h>
 #include <signal.h>
@@ -287,6 +288,30 @@ static struct mlx5_cqe64* next_cqe(struct side* s) {
   return cqe;
 }
 
+// Requests one completion event (solicited or not) for a CQE at or past the consumer index,
+// as libmlx5's ibv_req_notify_cq does: the arm record, then the CQ's 64-bit doorbell. `sn` is
+// the arm's sequence number, one more (mod 4) after each event.
+static void arm_cq(struct side* s, uint32_t sn) {
+  uint32_t arm = (sn & 3) << 28 | MLX5_CQ_DB_REQ_NOT | (s->cq_ci & 0xffffff);
+  s->dc.dbrec[kCqArmDb] = htobe32(arm);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  uint64_t doorbell = (uint64_t)arm << 32 | s->dc.cqn;
+  *(volatile uint64_t*)((uint8_t*)s->dc.cq_uar + MLX5_CQ_DOORBELL) = htobe64(doorbell);
+  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+}
+
+// The channel's next event (a hang guard as next_cqe's: none within the deadline fails).
+static void await_cq_event(struct side* s, const char* what) {
+  struct pollfd p = {.fd = s->channel->fd, .events = POLLIN};
+  if (poll(&p, 1, kDeadlineSeconds * 1000) != 1)
+    die("no completion event for %s in %d s", what, kDeadlineSeconds);
+  struct ibv_cq* ev_cq;
+  void* ev_ctx;
+  if (ibv_get_cq_event(s->channel, &ev_cq, &ev_ctx) || ev_cq != s->cq)
+    die("no completion event for %s", what);
+  ibv_ack_cq_events(s->cq, 1);
+}
+
 static void consumed(struct side* s) {
   ++s->cq_ci;
   s->dc.dbrec[kCqSetCi] = htobe32(s->cq_ci & 0xffffff);
@@ -451,22 +476,18 @@ static void run_target(struct ibv_device* dev) {
   }
   // Event mode: armed through the CQ's register (the arm record, then the 64-bit doorbell), the
   // next completion comes as an event on the channel.
-  uint32_t sn = 0, cmd = MLX5_CQ_DB_REQ_NOT;
-  uint32_t arm = sn << 28 | cmd | (s.cq_ci & 0xffffff);
-  s.dc.dbrec[kCqArmDb] = htobe32(arm);
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  uint64_t doorbell = (uint64_t)arm << 32 | s.dc.cqn;
-  *(volatile uint64_t*)((uint8_t*)s.dc.cq_uar + MLX5_CQ_DOORBELL) = htobe64(doorbell);
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  arm_cq(&s, 0);
   s.dq.dbrec[MLX5_RCV_DBR] = htobe32(kSends + 1);
   tell(&ready, 1);
-  struct ibv_cq* ev_cq;
-  void* ev_ctx;
-  if (ibv_get_cq_event(s.channel, &ev_cq, &ev_ctx) || ev_cq != s.cq) die("no completion event");
-  ibv_ack_cq_events(s.cq, 1);
+  await_cq_event(&s, "the receive after the arm");
   struct mlx5_cqe64* cqe = next_cqe(&s);
   if (mlx5dv_get_cqe_opcode(cqe) != MLX5_CQE_RESP_SEND || be32toh(cqe->byte_cnt) != kSendLen)
     die("the evented receive");
+  // Armed again (the next sequence number) at the index of that CQE, still unconsumed: the CQ
+  // already holds a completion at or past the armed index, so the event fires at once, as the
+  // hardware compares the index it is armed at with what it has written.
+  arm_cq(&s, 1);
+  await_cq_event(&s, "the arm at an unconsumed CQE");
   consumed(&s);
   uint8_t done;
   hear(&done, 1);  // the requester's WRITEs, READs and atomics are over: check the region
