@@ -8,7 +8,8 @@
 // into the receive ring by plain stores too, polls its CQ from memory and arms it through the
 // CQ's register for one completion event. WRITE (inline and gathered), READ, SEND (inline,
 // gathered, and both in one WQE), fetch-and-add and compare-and-swap, every byte checked; then
-// an error CQE as mlx5 writes it (a bad remote key) and the flush that follows.
+// an error CQE as mlx5 writes it (a bad remote key) and the flush that follows. One SEND carries
+// an immediate, which the receive's CQE gives back as the WQE carried it.
 //
 //   dv_post <store> [device]   store: db | bf8 | bf16 | bf32 | rep | memcpy
 //   DV_POST_CQE_SIZE=128: both sides' CQs of 128-byte CQEs (mlx5dv_create_cq), 64 by default
@@ -36,7 +37,10 @@
 #include <time.h>
 #include <unistd.h>
 
-enum { kRegion = 65536, kSends = 8, kSendLen = 64, kInlineSendLen = 24 };
+enum { kRegion = 65536, kSends = 8, kSendLen = 64, kInlineSendLen = 24, kImmSend = 5 };
+
+// The immediate SEND kImmSend carries: bytes that differ, so that an order swapped shows.
+static uint32_t immediate_of(uint32_t send) { return 0xfeed0100u | send; }
 enum { kDeadlineSeconds = 60 };
 // The CQ's doorbell record: the consumer index, then the arm request (mlx5's order).
 enum { kCqSetCi = 0, kCqArmDb = 1 };
@@ -349,7 +353,8 @@ static void expect_error_cqe(struct side* s, uint16_t index, uint8_t syndrome, c
 
 struct wqe {
   uint8_t b[256] __attribute__((aligned(64)));
-  uint32_t ds;  // 16-byte units so far
+  uint32_t ds;   // 16-byte units so far
+  uint32_t imm;  // the immediate of a SEND_IMM (host order; the WQE carries it big-endian)
 };
 
 static void* seg(struct wqe* w, uint32_t units) {
@@ -360,7 +365,7 @@ static void* seg(struct wqe* w, uint32_t units) {
 
 static uint32_t finish(struct side* s, struct wqe* w, uint8_t opcode) {
   mlx5dv_set_ctrl_seg((struct mlx5_wqe_ctrl_seg*)w->b, (uint16_t)s->sq_pi, opcode, 0, s->qp->qp_num,
-                      MLX5_WQE_CTRL_CQ_UPDATE, (uint8_t)w->ds, 0, 0);
+                      MLX5_WQE_CTRL_CQ_UPDATE, (uint8_t)w->ds, 0, htobe32(w->imm));
   return (w->ds * 16 + 63) / 64;
 }
 
@@ -465,8 +470,12 @@ static void run_target(struct ibv_device* dev) {
   for (uint32_t i = 0; i < kSends; ++i) {
     struct mlx5_cqe64* cqe = next_cqe(&s);
     uint32_t len = i % 2 ? kSendLen : kInlineSendLen;
-    if (mlx5dv_get_cqe_opcode(cqe) != MLX5_CQE_RESP_SEND)
-      die("receive %u: CQE opcode %u", i, mlx5dv_get_cqe_opcode(cqe));
+    uint8_t opcode = i == kImmSend ? MLX5_CQE_RESP_SEND_IMM : MLX5_CQE_RESP_SEND;
+    if (mlx5dv_get_cqe_opcode(cqe) != opcode)
+      die("receive %u: CQE opcode %u, not %u", i, mlx5dv_get_cqe_opcode(cqe), opcode);
+    // The immediate as the WQE carried it (big-endian), where verbs' imm_data reads it.
+    if (i == kImmSend && cqe->imm_inval_pkey != htobe32(immediate_of(i)))
+      die("receive %u: immediate 0x%x", i, be32toh(cqe->imm_inval_pkey));
     if (be32toh(cqe->byte_cnt) != len) die("receive %u: %u bytes", i, be32toh(cqe->byte_cnt));
     if (be16toh(cqe->wqe_counter) != i)
       die("receive %u: wqe_counter %u", i, be16toh(cqe->wqe_counter));
@@ -609,7 +618,9 @@ static void run_requester(struct ibv_device* dev) {
     } else {
       gather(&s, &w, out + i * kSendLen, len);
     }
-    expect_send_cqe(&s, post_one(&s, &w, MLX5_OPCODE_SEND), "SEND");
+    w.imm = i == kImmSend ? immediate_of(i) : 0;
+    expect_send_cqe(&s, post_one(&s, &w, i == kImmSend ? MLX5_OPCODE_SEND_IMM : MLX5_OPCODE_SEND),
+                    "SEND");
   }
   // Laps of the send ring, so that WQEs wrap its end (by BlueFlame, copied from both ends).
   for (uint32_t i = 0; i < 3 * s.dq.sq.wqe_cnt / 2; ++i) {
