@@ -37,6 +37,8 @@
 #include <time.h>
 #include <unistd.h>
 
+#include "dv_peer.h"
+
 enum { kRegion = 65536, kSends = 8, kSendLen = 64, kInlineSendLen = 24, kImmSend = 5 };
 
 // The immediate SEND kImmSend carries: bytes that differ, so that an order swapped shows.
@@ -52,6 +54,8 @@ struct wire {  // what each side tells the other
   uint64_t addr;
   uint32_t rkey;
 };
+
+static const char* g_store;  // how the register is written: the run's name (g_test)
 
 struct side {
   struct ibv_context* ctx;
@@ -69,52 +73,8 @@ struct side {
   bool roce;
 };
 
-static const char* g_store;
-static const char* g_role = "requester";
-static int g_peer_fd = -1;  // the socket to the other process (its number in DV_POST_TARGET)
-
-__attribute__((noreturn)) static void die(const char* fmt, ...) {
-  va_list ap;
-  va_start(ap, fmt);
-  fprintf(stderr, "FAIL %s (%s): ", g_store, g_role);
-  vfprintf(stderr, fmt, ap);
-  fputc('\n', stderr);
-  va_end(ap);
-  exit(1);
-}
-
-static void tell(const void* p, size_t n) {
-  if (write(g_peer_fd, p, n) != (ssize_t)n) die("write to peer");
-}
-static void hear(void* p, size_t n) {
-  for (size_t got = 0; got < n;) {
-    ssize_t r = read(g_peer_fd, (char*)p + got, n - got);
-    if (r <= 0) die("peer went away");
-    got += (size_t)r;
-  }
-}
-
-static double now_s(void) {
-  struct timespec t;
-  clock_gettime(CLOCK_MONOTONIC, &t);
-  return (double)t.tv_sec + t.tv_nsec / 1e9;
-}
-
-static uint8_t pattern(uint32_t seed, uint32_t i) { return (uint8_t)(seed * 31 + i * 7 + 3); }
-
 // ---- Setting up: verbs objects, then their mlx5dv form.
 
-static struct ibv_device* pick_device(const char* name) {
-  int n = 0;
-  struct ibv_device** list = ibv_get_device_list(&n);
-  for (int i = 0; list && i < n; ++i)
-    if (!name || strcmp(ibv_get_device_name(list[i]), name) == 0) return list[i];
-  die("no device %s", name ? name : "at all");
-  return NULL;
-}
-
-// The CQ of 64-byte CQEs ibv_create_cq makes, or with DV_POST_CQE_SIZE=128 one of 128-byte CQEs
-// from mlx5dv_create_cq (the form UCX asks for; each CQE64 in the second half of its slot).
 static struct ibv_cq* create_cq(struct side* s) {
   const char* size = getenv("DV_POST_CQE_SIZE");
   if (!size || !strcmp(size, "64")) return ibv_create_cq(s->ctx, 64, NULL, s->channel, 0);
@@ -455,7 +415,6 @@ static struct wire open_connected(struct side* s, struct ibv_device* dev, bool t
 }
 
 static void run_target(struct ibv_device* dev) {
-  g_role = "target";
   struct side s;
   open_connected(&s, dev, true);
   // Receives, by plain stores into the receive ring: one data segment each, at the region's end.
@@ -652,16 +611,13 @@ static void run_requester(struct ibv_device* dev) {
 }
 
 int main(int argc, char** argv) {
-  g_store = argc > 1 ? argv[1] : "db";
+  g_store = g_test = argc > 1 ? argv[1] : "db";
   const char* known[] = {"db", "bf8", "bf16", "bf32", "rep", "memcpy"};
   bool ok = false;
   for (size_t i = 0; i < sizeof known / sizeof *known; ++i) ok |= !strcmp(g_store, known[i]);
   if (!ok) die("usage: dv_post db|bf8|bf16|bf32|rep|memcpy [device]");
   struct ibv_device* dev = pick_device(argc > 2 ? argv[2] : NULL);
-  if (getenv("DV_POST_TARGET")) {
-    g_peer_fd = atoi(getenv("DV_POST_TARGET"));
-    run_target(dev);
-  }
+  if (is_target("DV_POST_TARGET")) run_target(dev);
   if (!mlx5dv_is_supported(dev)) {
     printf("SKIP %s: %s is not a device mlx5dv drives (mlx5dv_is_supported: no)\n", g_store,
            ibv_get_device_name(dev));
@@ -669,20 +625,7 @@ int main(int argc, char** argv) {
   }
   if (!strcmp(g_store, "bf32") && !__builtin_cpu_supports("avx"))
     die("32-byte stores need AVX, which this CPU does not have");
-  int sv[2];
-  if (socketpair(AF_UNIX, SOCK_STREAM, 0, sv)) die("socketpair");
-  pid_t pid = fork();
-  if (pid == 0) {
-    close(sv[0]);
-    char fd[16];
-    snprintf(fd, sizeof fd, "%d", sv[1]);
-    setenv("DV_POST_TARGET", fd, 1);
-    execv("/proc/self/exe", argv);
-    _exit(127);
-  }
-  if (pid < 0) die("fork");
-  close(sv[1]);  // the target's end: its exit is then the end of this one's stream
-  g_peer_fd = sv[0];
+  start_target(argv, "DV_POST_TARGET");
   run_requester(dev);
   return 0;
 }
