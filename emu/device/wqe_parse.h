@@ -21,6 +21,18 @@ inline bool is_atomic(uint8_t opcode) {
   return opcode == kOpAtomicCs || opcode == kOpAtomicFa || opcode == kOpAtomicWrite;
 }
 
+// The address vector at *p, compact or extended (emu/wqe.h kAvExtended); *p then after it.
+inline bool take_av(const uint8_t** p, const uint8_t* end, AvSeg* av) {
+  if (*p + kAvCompactSize > end) return false;
+  *av = AvSeg{};
+  std::memcpy(av, *p, kAvCompactSize);
+  const size_t size = be32(av->dqp) & kAvExtended ? sizeof(AvSeg) : kAvCompactSize;
+  if (*p + size > end) return false;
+  std::memcpy(av, *p, size);
+  *p += size;
+  return true;
+}
+
 struct ParsedWqe {
   const CtrlSeg* ctrl = nullptr;  // in the fetched copy (inline data points into it too)
   uint8_t opcode = 0;
@@ -56,8 +68,9 @@ struct ParsedWqe {
     return true;
   };
   if (qp.type == kQptXrcSend && !take(&w->xrc)) return kSynLocalQpOp;
-  // A datagram's address: UD's, and a DCI's (the DCT's number and access key in it).
-  if ((qp.type == kQptUd || qp.type == kQptDci) && !take(&w->av)) return kSynLocalQpOp;
+  // A datagram's address: UD's, and a DCI's (the DCT's number and access key in it); compact (16
+  // bytes, no GRH) unless its dqp says extended.
+  if ((qp.type == kQptUd || qp.type == kQptDci) && !take_av(&p, end, &w->av)) return kSynLocalQpOp;
   bool atomic = is_atomic(w->opcode);
   if (has_raddr(w->opcode) && !take(&w->raddr)) return kSynLocalQpOp;
   if (atomic && !take(&w->atom)) return kSynLocalQpOp;

@@ -93,7 +93,9 @@ void ring_doorbell(EmuQp* qp, uint32_t ctrl_block, uint32_t bbs, bool single) {
   qp->stage_size = sizeof(CtrlSeg);
   if (qp->qpx.qp_base.qp_type == IBV_QPT_UD) {
     // Room for the address vector, filled by wqe_set_av (ibv_wr_set_ud_addr may come later).
-    std::memset(qp->stage + qp->stage_size, 0, sizeof(AvSeg));
+    AvSeg none{};
+    none.dqp = be32(kAvExtended);  // the full vector, as libmlx5 writes it
+    std::memcpy(qp->stage + qp->stage_size, &none, sizeof none);
     qp->stage_size += sizeof(AvSeg);
   } else if (qp->qpx.qp_base.qp_type == IBV_QPT_XRC_SEND) {
     // Room for the XRC segment, filled by wqe_set_xrc_srqn (or ibv_wr_set_xrc_srqn).
@@ -114,7 +116,7 @@ int wqe_set_av(EmuQp* qp, ibv_ah* ah, uint32_t remote_qpn, uint32_t remote_qkey)
   if (!ah || ah->context != qp->qpx.qp_base.context) return EINVAL;
   AvSeg av = to_ah(ah)->av;
   av.qkey = be32(remote_qkey);
-  av.dqp = be32(remote_qpn & 0xffffff);
+  av.dqp = be32((remote_qpn & 0xffffff) | kAvExtended);  // the full vector, as libmlx5 writes it
   std::memcpy(qp->stage + sizeof(CtrlSeg), &av, sizeof av);
   return 0;
 }

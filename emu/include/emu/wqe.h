@@ -125,6 +125,13 @@ static_assert(sizeof(AvSeg) == 48);
 static_assert(offsetof(AvSeg, rlid) == 14);
 static_assert(offsetof(AvSeg, grh_gid_fl) == 28);
 constexpr uint32_t kAvGrh = 1u << 30;
+// In `dqp`: the full 48 bytes follow the control segment. Without it the address vector is
+// compact, its first 16 bytes only (Q_Key or DC key, dqp, SL, path bits, LID: no GRH), as a
+// ConnectX reads it; the AV mlx5dv_init_obj gives out leaves the bit clear, which tells code such
+// as UCX that the device takes compact ones.
+constexpr uint32_t kAvExtended = 0x80000000u;
+constexpr size_t kAvCompactSize = 16;
+static_assert(offsetof(AvSeg, rsvd1) == kAvCompactSize);  // key, dqp, SL, path bits, LID
 constexpr uint32_t kQkeyUseQp = 0x80000000u;
 
 // An XRC send's target SRQ, right after the control segment (mlx5_wqe_xrc_seg).
