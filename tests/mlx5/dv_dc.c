@@ -28,7 +28,9 @@
 
 #include "dv_peer.h"
 
-enum { kRegion = 65536, kSendLen = 32, kRounds = 4, kDeadlineSeconds = 60 };
+enum { kRegion = 65536, kSendLen = 32, kRounds = 4 };
+static const int kAccess =
+    IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ;
 static const uint64_t kDcKey = 0x1ee7a330c0ffee01ull;
 
 struct target_wire {  // what the target tells the requester
@@ -38,30 +40,6 @@ struct target_wire {  // what the target tells the requester
   uint64_t addr;
   uint32_t rkey;
 };
-
-struct node {  // one process's verbs objects
-  struct ibv_context* ctx;
-  struct ibv_pd* pd;
-  struct ibv_cq* cq;
-  struct ibv_mr* mr;
-  uint8_t* mem;
-  bool roce;
-};
-
-static void open_node(struct node* n, struct ibv_device* dev) {
-  memset(n, 0, sizeof *n);
-  n->ctx = ibv_open_device(dev);
-  struct ibv_port_attr port;
-  if (!n->ctx || ibv_query_port(n->ctx, 1, &port)) die("ibv_open_device/ibv_query_port");
-  n->roce = port.link_layer == IBV_LINK_LAYER_ETHERNET;
-  n->pd = ibv_alloc_pd(n->ctx);
-  n->cq = n->pd ? ibv_create_cq(n->ctx, 64, NULL, NULL, 0) : NULL;
-  if (!n->cq || posix_memalign((void**)&n->mem, 4096, kRegion)) die("pd/cq/memory");
-  memset(n->mem, 0, kRegion);
-  n->mr = ibv_reg_mr(n->pd, n->mem, kRegion,
-                     IBV_ACCESS_LOCAL_WRITE | IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-  if (!n->mr) die("ibv_reg_mr");
-}
 
 static struct ibv_qp* create_dc(struct node* n, enum mlx5dv_dc_type type, struct ibv_srq* srq) {
   struct ibv_qp_init_attr_ex attr = {.qp_type = IBV_QPT_DRIVER,
@@ -87,11 +65,9 @@ static void to_init(struct ibv_qp* qp, int access) {
 // ---- The target: a DCT on an SRQ; receives posted through verbs, completions polled through it.
 
 static void expect_receive(struct node* n, uint32_t dctn, uint32_t from_dci, uint32_t seed) {
-  struct ibv_wc wc;
-  for (double until = now_s() + kDeadlineSeconds; ibv_poll_cq(n->cq, 1, &wc) == 0;)
-    if (now_s() > until) die("no receive from DCI 0x%x in %d s", from_dci, kDeadlineSeconds);
-  if (wc.status != IBV_WC_SUCCESS || wc.opcode != IBV_WC_RECV || wc.byte_len != kSendLen)
-    die("receive: status %d opcode %d, %u bytes", wc.status, wc.opcode, wc.byte_len);
+  struct ibv_wc wc = await_wc(n, IBV_WC_SUCCESS, "receive");
+  if (wc.opcode != IBV_WC_RECV || wc.byte_len != kSendLen)
+    die("receive: opcode %d, %u bytes", wc.opcode, wc.byte_len);
   if (wc.qp_num != dctn || wc.src_qp != from_dci)
     die("receive names QP 0x%x from 0x%x, not the DCT 0x%x from DCI 0x%x", wc.qp_num, wc.src_qp,
         dctn, from_dci);
@@ -102,7 +78,7 @@ static void expect_receive(struct node* n, uint32_t dctn, uint32_t from_dci, uin
 
 static void run_target(struct ibv_device* dev) {
   struct node n;
-  open_node(&n, dev);
+  open_node(&n, dev, kRegion, kAccess);
   struct ibv_srq_init_attr sa = {.attr = {.max_wr = 4 * kRounds, .max_sge = 1}};
   struct ibv_srq* srq = ibv_create_srq(n.pd, &sa);
   if (!srq) die("ibv_create_srq");
@@ -114,18 +90,14 @@ static void run_target(struct ibv_device* dev) {
   }
   struct ibv_qp* dct = create_dc(&n, MLX5DV_DCTYPE_DCT, srq);
   to_init(dct, IBV_ACCESS_REMOTE_WRITE | IBV_ACCESS_REMOTE_READ);
-  struct ibv_port_attr port;
-  union ibv_gid gid;
-  if (ibv_query_port(n.ctx, 1, &port) || ibv_query_gid(n.ctx, 1, 0, &gid)) die("port/gid");
+  struct target_wire w = {.dctn = dct->qp_num, .addr = (uintptr_t)n.mem, .rkey = n.mr->rkey};
+  port_address(n.ctx, &w.lid, w.gid);
   struct ibv_qp_attr rtr = {.qp_state = IBV_QPS_RTR,
                             .path_mtu = IBV_MTU_1024,
                             .min_rnr_timer = 12,
-                            .ah_attr = {.port_num = 1, .dlid = port.lid, .is_global = n.roce}};
+                            .ah_attr = {.port_num = 1, .dlid = w.lid, .is_global = n.roce}};
   if (ibv_modify_qp(dct, &rtr, IBV_QP_STATE | IBV_QP_MIN_RNR_TIMER | IBV_QP_AV | IBV_QP_PATH_MTU))
     die("DCT to RTR");
-  struct target_wire w = {
-      .dctn = dct->qp_num, .lid = port.lid, .addr = (uintptr_t)n.mem, .rkey = n.mr->rkey};
-  memcpy(w.gid, gid.raw, 16);
   tell(&w, sizeof w);
   uint32_t dcis[2];
   hear(dcis, sizeof dcis);
@@ -203,30 +175,16 @@ static void post(struct dci* d, struct node* n, const struct mlx5_wqe_av* av, ui
                       (uintptr_t)data);
   mlx5dv_set_ctrl_seg((struct mlx5_wqe_ctrl_seg*)wqe, (uint16_t)d->sq_pi, opcode, 0, d->qp->qp_num,
                       MLX5_WQE_CTRL_CQ_UPDATE, (uint8_t)ds, 0, 0);
-  uint32_t blocks = (ds * 16 + 63) / 64;
-  for (uint32_t b = 0; b < blocks; ++b)
-    memcpy((uint8_t*)d->dq.sq.buf + 64 * ((d->sq_pi + b) & (d->dq.sq.wqe_cnt - 1)), wqe + 64 * b,
-           64);
-  d->sq_pi += blocks;
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);  // the WQE, then the record
-  d->dq.dbrec[MLX5_SND_DBR] = htobe32(d->sq_pi & 0xffff);
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);  // the record, then the doorbell
-  uint64_t head;
-  memcpy(&head, wqe, 8);
-  *(volatile uint64_t*)d->dq.bf.reg = head;
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
+  ring_doorbell(&d->dq, &d->sq_pi, wqe, ds);
 }
 
 // The DCI's completion with the status libmlx5 reads from mlx5's syndrome (0x13 remote access,
 // 0x15 transport retries exceeded).
 static void expect_completion(struct node* n, struct dci* d, enum ibv_wc_status status,
                               const char* what) {
-  struct ibv_wc wc;
-  for (double until = now_s() + kDeadlineSeconds; ibv_poll_cq(n->cq, 1, &wc) == 0;)
-    if (now_s() > until) die("%s: no completion in %d s", what, kDeadlineSeconds);
-  if (wc.status != status || wc.qp_num != d->qp->qp_num)
-    die("%s: %s on QP 0x%x, expected %s on DCI 0x%x", what, ibv_wc_status_str(wc.status), wc.qp_num,
-        ibv_wc_status_str(status), d->qp->qp_num);
+  struct ibv_wc wc = await_wc(n, status, what);
+  if (wc.qp_num != d->qp->qp_num)
+    die("%s: completion on QP 0x%x, not DCI 0x%x", what, wc.qp_num, d->qp->qp_num);
 }
 
 static void send_from(struct node* n, struct dci* d, const struct mlx5_wqe_av* av, uint32_t seed,
@@ -238,7 +196,7 @@ static void send_from(struct node* n, struct dci* d, const struct mlx5_wqe_av* a
 
 static void run_requester(struct ibv_device* dev) {
   struct node n;
-  open_node(&n, dev);
+  open_node(&n, dev, kRegion, kAccess);
   struct target_wire t;
   hear(&t, sizeof t);
   struct dci d[3];

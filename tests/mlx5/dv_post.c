@@ -125,11 +125,7 @@ static void open_side(struct side* s, struct ibv_device* dev) {
 
 static struct wire wire_of(struct side* s) {
   struct wire w = {.qpn = s->qp->qp_num, .addr = (uintptr_t)s->mem, .rkey = s->mr->rkey};
-  struct ibv_port_attr port;
-  union ibv_gid gid;
-  if (ibv_query_port(s->ctx, 1, &port) || ibv_query_gid(s->ctx, 1, 0, &gid)) die("port/gid");
-  w.lid = port.lid;
-  memcpy(w.gid, gid.raw, 16);
+  port_address(s->ctx, &w.lid, w.gid);
   return w;
 }
 

@@ -23,7 +23,7 @@
 
 #include "dv_peer.h"
 
-enum { kRegion = 16384, kMsgLen = 48, kGrh = 40, kMsgs = 4, kDeadlineSeconds = 60 };
+enum { kRegion = 16384, kMsgLen = 48, kGrh = 40, kMsgs = 4 };
 static const uint32_t kQkey = 0x11111111;
 
 struct ud_wire {
@@ -32,77 +32,48 @@ struct ud_wire {
   uint8_t gid[16];
 };
 
-struct node {
-  struct ibv_context* ctx;
-  struct ibv_pd* pd;
-  struct ibv_cq* cq;
-  struct ibv_qp* qp;
-  struct ibv_mr* mr;
-  uint8_t* mem;
-  bool roce;
-};
-
-static void open_node(struct node* n, struct ibv_device* dev) {
-  memset(n, 0, sizeof *n);
-  n->ctx = ibv_open_device(dev);
-  struct ibv_port_attr port;
-  if (!n->ctx || ibv_query_port(n->ctx, 1, &port)) die("ibv_open_device/ibv_query_port");
-  n->roce = port.link_layer == IBV_LINK_LAYER_ETHERNET;
-  n->pd = ibv_alloc_pd(n->ctx);
-  n->cq = n->pd ? ibv_create_cq(n->ctx, 64, NULL, NULL, 0) : NULL;
-  if (!n->cq || posix_memalign((void**)&n->mem, 4096, kRegion)) die("pd/cq/memory");
-  memset(n->mem, 0, kRegion);
-  n->mr = ibv_reg_mr(n->pd, n->mem, kRegion, IBV_ACCESS_LOCAL_WRITE);
+// This process's objects and its UD QP, moved to RTS.
+static void open_ud(struct node* n, struct ibv_qp** qp, struct ibv_device* dev) {
+  open_node(n, dev, kRegion, IBV_ACCESS_LOCAL_WRITE);
   struct ibv_qp_init_attr qa = {
       .send_cq = n->cq,
       .recv_cq = n->cq,
       .cap = {.max_send_wr = 16, .max_recv_wr = 2 * kMsgs, .max_send_sge = 1, .max_recv_sge = 1},
       .qp_type = IBV_QPT_UD};
-  n->qp = n->mr ? ibv_create_qp(n->pd, &qa) : NULL;
-  if (!n->qp) die("mr/qp");
+  *qp = ibv_create_qp(n->pd, &qa);
+  if (!*qp) die("ibv_create_qp");
   struct ibv_qp_attr a = {.qp_state = IBV_QPS_INIT, .port_num = 1, .qkey = kQkey};
-  if (ibv_modify_qp(n->qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
+  if (ibv_modify_qp(*qp, &a, IBV_QP_STATE | IBV_QP_PKEY_INDEX | IBV_QP_PORT | IBV_QP_QKEY))
     die("INIT");
   a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTR};
-  if (ibv_modify_qp(n->qp, &a, IBV_QP_STATE)) die("RTR");
+  if (ibv_modify_qp(*qp, &a, IBV_QP_STATE)) die("RTR");
   a = (struct ibv_qp_attr){.qp_state = IBV_QPS_RTS};
-  if (ibv_modify_qp(n->qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN)) die("RTS");
+  if (ibv_modify_qp(*qp, &a, IBV_QP_STATE | IBV_QP_SQ_PSN)) die("RTS");
 }
 
-static struct ud_wire wire_of(struct node* n) {
-  struct ud_wire w = {.qpn = n->qp->qp_num};
-  struct ibv_port_attr port;
-  union ibv_gid gid;
-  if (ibv_query_port(n->ctx, 1, &port) || ibv_query_gid(n->ctx, 1, 0, &gid)) die("port/gid");
-  w.lid = port.lid;
-  memcpy(w.gid, gid.raw, 16);
+static struct ud_wire wire_of(struct node* n, struct ibv_qp* qp) {
+  struct ud_wire w = {.qpn = qp->qp_num};
+  port_address(n->ctx, &w.lid, w.gid);
   return w;
-}
-
-static struct ibv_wc next_completion(struct node* n, const char* what) {
-  struct ibv_wc wc;
-  for (double until = now_s() + kDeadlineSeconds; ibv_poll_cq(n->cq, 1, &wc) == 0;)
-    if (now_s() > until) die("%s: no completion in %d s", what, kDeadlineSeconds);
-  if (wc.status != IBV_WC_SUCCESS) die("%s: %s", what, ibv_wc_status_str(wc.status));
-  return wc;
 }
 
 static void run_target(struct ibv_device* dev) {
   struct node n;
-  open_node(&n, dev);
+  struct ibv_qp* qp;
+  open_ud(&n, &qp, dev);
   for (uint32_t i = 0; i < 2 * kMsgs; ++i) {  // each receive's wr_id is its buffer (GRH first)
     uint8_t* buf = n.mem + i * 128;
     struct ibv_sge sge = {.addr = (uintptr_t)buf, .length = kGrh + kMsgLen, .lkey = n.mr->lkey};
     struct ibv_recv_wr wr = {.wr_id = (uintptr_t)buf, .sg_list = &sge, .num_sge = 1}, *bad;
-    if (ibv_post_recv(n.qp, &wr, &bad)) die("ibv_post_recv");
+    if (ibv_post_recv(qp, &wr, &bad)) die("ibv_post_recv");
   }
-  struct ud_wire me = wire_of(&n), peer;
+  struct ud_wire me = wire_of(&n, qp), peer;
   tell(&me, sizeof me);
   hear(&peer, sizeof peer);
   uint32_t count;
   hear(&count, sizeof count);
   for (uint32_t i = 0; i < count; ++i) {
-    struct ibv_wc wc = next_completion(&n, "receive");
+    struct ibv_wc wc = await_wc(&n, IBV_WC_SUCCESS, "receive");
     if (wc.opcode != IBV_WC_RECV || wc.byte_len != kGrh + kMsgLen || wc.src_qp != peer.qpn)
       die("receive %u: opcode %d, %u bytes from QP 0x%x", i, wc.opcode, wc.byte_len, wc.src_qp);
     const uint8_t* got = (const uint8_t*)(uintptr_t)wc.wr_id + kGrh;
@@ -114,6 +85,7 @@ static void run_target(struct ibv_device* dev) {
 }
 
 struct sender {
+  struct ibv_qp* qp;
   struct mlx5dv_qp dq;
   uint32_t sq_pi;
 };
@@ -127,26 +99,16 @@ static void post_send(struct node* n, struct sender* s, const struct mlx5_wqe_av
   mlx5dv_set_data_seg((struct mlx5_wqe_data_seg*)(wqe + 16 * ds++), kMsgLen, n->mr->lkey,
                       (uintptr_t)data);
   mlx5dv_set_ctrl_seg((struct mlx5_wqe_ctrl_seg*)wqe, (uint16_t)s->sq_pi, MLX5_OPCODE_SEND, 0,
-                      n->qp->qp_num, MLX5_WQE_CTRL_CQ_UPDATE, (uint8_t)ds, 0, 0);
-  uint32_t blocks = (ds * 16 + 63) / 64;
-  for (uint32_t b = 0; b < blocks; ++b)
-    memcpy((uint8_t*)s->dq.sq.buf + 64 * ((s->sq_pi + b) & (s->dq.sq.wqe_cnt - 1)), wqe + 64 * b,
-           64);
-  s->sq_pi += blocks;
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);  // the WQE, then the record
-  s->dq.dbrec[MLX5_SND_DBR] = htobe32(s->sq_pi & 0xffff);
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);  // the record, then the doorbell
-  uint64_t head;
-  memcpy(&head, wqe, 8);
-  *(volatile uint64_t*)s->dq.bf.reg = head;
-  __atomic_thread_fence(__ATOMIC_SEQ_CST);
-  next_completion(n, "SEND");
+                      s->qp->qp_num, MLX5_WQE_CTRL_CQ_UPDATE, (uint8_t)ds, 0, 0);
+  ring_doorbell(&s->dq, &s->sq_pi, wqe, ds);
+  await_wc(n, IBV_WC_SUCCESS, "SEND");
 }
 
 static void run_requester(struct ibv_device* dev) {
   struct node n;
-  open_node(&n, dev);
-  struct ud_wire peer, me = wire_of(&n);
+  struct sender s = {.sq_pi = 0};
+  open_ud(&n, &s.qp, dev);
+  struct ud_wire peer, me = wire_of(&n, s.qp);
   hear(&peer, sizeof peer);
   tell(&me, sizeof me);
   struct ibv_ah_attr aa = {.dlid = peer.lid, .port_num = 1, .is_global = n.roce};
@@ -156,9 +118,7 @@ static void run_requester(struct ibv_device* dev) {
   }
   struct ibv_ah* ah = ibv_create_ah(n.pd, &aa);
   struct mlx5dv_ah dah = {0};
-  struct mlx5dv_obj obj = {.ah = {.in = ah, .out = &dah}, .qp = {.in = n.qp, .out = NULL}};
-  struct sender s = {.sq_pi = 0};
-  obj.qp.out = &s.dq;
+  struct mlx5dv_obj obj = {.ah = {.in = ah, .out = &dah}, .qp = {.in = s.qp, .out = &s.dq}};
   if (!ah || mlx5dv_init_obj(&obj, MLX5DV_OBJ_AH | MLX5DV_OBJ_QP)) die("AH/QP in mlx5 form");
   // Compact vectors where the device takes them (the AH's vector says so) and no GRH is needed.
   const bool compact = !(be32toh(dah.av->dqp_dct) & MLX5_EXTENDED_UD_AV) && !n.roce;
