@@ -507,6 +507,32 @@ static void own_handlers(struct side* s, const struct wire* peer, const uint8_t*
   munmap((void*)guard, 4096);
 }
 
+static void write_laps(struct side* s, const struct wire* peer, const uint8_t* text, uint32_t n) {
+  for (uint32_t i = 0; i < n; ++i) {
+    struct wqe w = {.ds = 1};
+    raddr(&w, peer->addr + 8192, peer->rkey);
+    inline_data(&w, text, 40);
+    expect_send_cqe(s, post_one(s, &w, MLX5_OPCODE_RDMA_WRITE), "WRITE around the ring");
+  }
+}
+
+static void resize_cq_with_unpolled(struct side* s, const struct wire* peer, const uint8_t* text) {
+  uint16_t index[2];
+  for (int i = 0; i < 2; ++i) {
+    struct wqe w = {.ds = 1};
+    raddr(&w, peer->addr + 8192, peer->rkey);
+    inline_data(&w, text, 40);
+    index[i] = post_one(s, &w, MLX5_OPCODE_RDMA_WRITE);
+    next_cqe(s);  // there, not consumed
+  }
+  const uint32_t before = s->dc.cqe_cnt;
+  if (ibv_resize_cq(s->cq, (int)(4 * before - 1))) die("ibv_resize_cq");
+  struct mlx5dv_obj obj = {.cq = {.in = s->cq, .out = &s->dc}};
+  if (mlx5dv_init_obj(&obj, MLX5DV_OBJ_CQ)) die("mlx5dv_init_obj after the resize");
+  if (s->dc.cqe_cnt < 4 * before) die("resized to %u CQEs, asked %u", s->dc.cqe_cnt, 4 * before);
+  for (int i = 0; i < 2; ++i) expect_send_cqe(s, index[i], "a WRITE completed before the resize");
+}
+
 static void run_requester(struct ibv_device* dev) {
   struct side s;
   struct wire peer = open_connected(&s, dev, false);
@@ -578,12 +604,12 @@ static void run_requester(struct ibv_device* dev) {
                     "SEND");
   }
   // Laps of the send ring, so that WQEs wrap its end (by BlueFlame, copied from both ends).
-  for (uint32_t i = 0; i < 3 * s.dq.sq.wqe_cnt / 2; ++i) {
-    w = (struct wqe){.ds = 1};
-    raddr(&w, peer.addr + 8192, peer.rkey);
-    inline_data(&w, text, sizeof text);
-    expect_send_cqe(&s, post_one(&s, &w, MLX5_OPCODE_RDMA_WRITE), "WRITE around the ring");
-  }
+  write_laps(&s, &peer, text, 3 * s.dq.sq.wqe_cnt / 2);
+  // The CQ resized with two completions unpolled, then taken again with mlx5dv_init_obj (its ring
+  // moved, as code polling from memory must expect): the two are found in the new ring at the
+  // consumer index, and laps of the CQ's new ring follow.
+  resize_cq_with_unpolled(&s, &peer, text);
+  write_laps(&s, &peer, text, 2 * s.dc.cqe_cnt + 3);
   if (s.dq.bf.size) two_posters(&s, &peer);
   own_handlers(&s, &peer, text);
   // Errors as mlx5 reports them: a WRITE with a key the target never gave is a requester error
