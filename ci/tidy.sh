@@ -1,9 +1,13 @@
 #!/bin/bash
 # SPDX-License-Identifier: BSD-2-Clause
 # clang-tidy (Debian's) with the project's small check set (.clang-tidy) over the C and C++ sources
-# changed since ci/tidy-base, the last commit at which every source was checked (TIDY_ALL=1 checks
-# every source: do so before moving the base forward). The files are those of a build's compile
-# commands (BUILD_DIR, default build): run it after ci/build.sh. Exits 1 if anything was found.
+# that differ from ci/tidy-base: the sources as they were when every one was last checked, one
+# "<git blob hash> <path>" line each. A source whose content hashes to another blob, or that is
+# not listed, is checked; the comparison needs no history, so a shallow clone runs it the same.
+# TIDY_ALL=1 checks every source: after a clean run of it, write the base anew with
+#   git ls-files -s -- '*.c' '*.cpp' | awk '{print $2, $4}' >ci/tidy-base
+# The files are those of a build's compile commands (BUILD_DIR, default build): run it after
+# ci/build.sh. Exits 1 if anything was found.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${BUILD_DIR:-build}
@@ -25,10 +29,11 @@ if [ "${TIDY_ALL:-0}" = 1 ]; then
   files=$compiled
   what="every compiled source"
 else
-  base=$(cat ci/tidy-base)
-  changed=$(git diff --name-only --diff-filter=AMR "$base" -- '*.c' '*.cpp')
-  files=$(comm -12 <(sort <<<"$compiled") <(sort <<<"$changed"))
-  what="the sources changed since $(git rev-parse --short "$base")"
+  # Each compiled source as "<blob> <path>" (its content now), less the lines the base has.
+  hashes=$(git hash-object --stdin-paths <<<"$compiled")
+  files=$(comm -13 <(sort ci/tidy-base) <(paste -d' ' <(echo "$hashes") <(echo "$compiled") | sort) |
+          cut -d' ' -f2-)
+  what="the sources changed since ci/tidy-base"
 fi
 n=$(grep -c . <<<"$files" || true)
 if [ "$n" = 0 ]; then
