@@ -24,12 +24,16 @@ inline bool is_atomic(uint8_t opcode) {
 // The address vector at *p, compact or extended (emu/wqe.h kAvExtended); *p then after it.
 inline bool take_av(const uint8_t** p, const uint8_t* end, AvSeg* av) {
   if (*p + kAvCompactSize > end) return false;
-  *av = AvSeg{};
   std::memcpy(av, *p, kAvCompactSize);
-  const size_t size = be32(av->dqp) & kAvExtended ? sizeof(AvSeg) : kAvCompactSize;
-  if (*p + size > end) return false;
-  std::memcpy(av, *p, size);
-  *p += size;
+  auto* rest = reinterpret_cast<uint8_t*>(av) + kAvCompactSize;
+  if (!(be32(av->dqp) & kAvExtended)) {  // compact: no GRH, the rest zero
+    std::memset(rest, 0, sizeof(AvSeg) - kAvCompactSize);
+    *p += kAvCompactSize;
+    return true;
+  }
+  if (*p + sizeof(AvSeg) > end) return false;
+  std::memcpy(rest, *p + kAvCompactSize, sizeof(AvSeg) - kAvCompactSize);
+  *p += sizeof(AvSeg);
   return true;
 }
 
