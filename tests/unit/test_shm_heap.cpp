@@ -108,10 +108,14 @@ TEST(ShmHeap, ABackingWithNoRoomFailsTheAllocationAndLeavesTheHeapWhole) {
   EXPECT_EQ(b.reserved - before, 128u);
   uint64_t page = heap.alloc(8192, 4096);
   ASSERT_NE(page, 0u);
+  uint64_t big = heap.alloc(64 << 10, 4096);
+  ASSERT_NE(big, 0u);
   heap.free(small);
   EXPECT_EQ(b.released, 0u) << "a block smaller than a page shares its page";
   heap.free(page);
-  EXPECT_EQ(b.released, 8192u) << "a block of whole pages gives them back";
+  EXPECT_EQ(b.released, 0u) << "a block under 64 KiB keeps its pages for the next";
+  heap.free(big);
+  EXPECT_EQ(b.released, 64u << 10) << "a block of 64 KiB or more gives them back";
   EXPECT_EQ(heap.free_bytes(), initial);
 }
 
