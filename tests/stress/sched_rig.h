@@ -19,22 +19,53 @@ namespace sched_rig {
 
 constexpr int kSlotBytes = 64;  // two blocks per WQE with the control and address segments
 
-struct Rig {
+// The verbs objects of a test's schedules: a loopback pair on emu0 and its target buffer, made by
+// the first schedule and handed on (a context made and released per schedule was most of a
+// schedule's time). Each later schedule finds them as the first did: the pair through RESET and
+// connected again (PSNs from 0), its send ring, doorbell record and the target zeroed; the
+// schedule before drained its completions (Rig::drain).
+struct Objects {
   stress::Fabric fabric;
+  bool made = false;
+
+  bool ready() {
+    if (!made) {
+      stress::FabricConfig fc;
+      fc.device = "emu0";
+      fc.sq_depth = 16;
+      fc.target_bytes = 4096;
+      std::string err;
+      bool td_missing;
+      made = fabric.setup(fc, &err, &td_missing);
+      EXPECT_TRUE(made) << err;
+      return made;
+    }
+    std::string err;
+    const stress::QpPair& p = fabric.pairs()[0];
+    EXPECT_TRUE(fabric.reconnect(0, &err)) << err;
+    emudv_qp q;
+    if (!err.empty() || uctlite::emudv_fns()->init_qp(p.initiator, &q) != 0) return false;
+    std::memset(q.sq_buf, 0, size_t{q.sq_wqe_cnt} * q.sq_stride);
+    q.dbrec[1] = 0;
+    std::memset(fabric.target(), 0, 4096);
+    return true;
+  }
+};
+
+struct Rig {
+  std::shared_ptr<Objects> objects;
   std::unique_ptr<uctlite::Worker> worker;
   uctlite::Ep* ep = nullptr;
   std::unique_ptr<emu::sched::DeviceActor> device;
   std::unique_ptr<stress::RaceCollector> races;
   uint8_t payload[4][kSlotBytes];
 
-  bool setup(const uctlite::WorkerConfig& wc) {
-    stress::FabricConfig fc;
-    fc.device = "emu0";
-    fc.sq_depth = 16;
-    fc.target_bytes = 4096;
+  // `shared`: the objects of the schedules before this one (made now if none has yet).
+  bool setup(const uctlite::WorkerConfig& wc, std::shared_ptr<Objects> shared) {
+    objects = std::move(shared);
+    if (!objects->ready()) return false;
+    stress::Fabric& fabric = objects->fabric;
     std::string err;
-    bool td_missing;
-    if (!fabric.setup(fc, &err, &td_missing)) return false;
     worker = uctlite::Worker::create(fabric.initiator_ctx(), wc, &err);
     if (!worker) return false;
     const stress::QpPair& p = fabric.pairs()[0];
@@ -45,14 +76,22 @@ struct Rig {
     return ep != nullptr;
   }
 
+  // The run is over: its completions polled, so that the next schedule's CQ holds none of them.
+  void drain() {
+    uctlite::Completion c[8];
+    if (ep)
+      while (ep->poll(c, 8) > 0) {
+      }
+  }
+
   // One inline WRITE of slot n (0..3).
   void post(int n) {
     std::memset(payload[n], 'a' + n, sizeof payload[n]);
     uctlite::PostArgs a;
     a.payload = payload[n];
     a.length = sizeof payload[n];
-    a.raddr = reinterpret_cast<uintptr_t>(fabric.target() + kSlotBytes * n);
-    a.rkey = fabric.target_rkey();
+    a.raddr = reinterpret_cast<uintptr_t>(objects->fabric.target() + kSlotBytes * n);
+    a.rkey = objects->fabric.target_rkey();
     a.wr_id = n;
     ep->post(a);
   }
@@ -64,7 +103,7 @@ struct Rig {
       if (races->count(k)) return std::string("race:") + stress::race_kind_name(k);
     for (int t = 0; t < n; ++t)
       for (int i = 0; i < kSlotBytes; ++i)
-        if (fabric.target()[kSlotBytes * t + i] != 'a' + t) return "payload";
+        if (objects->fabric.target()[kSlotBytes * t + i] != 'a' + t) return "payload";
     return "";
   }
 };

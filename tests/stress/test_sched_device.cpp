@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: BSD-2-Clause
 // The scheduler over the real post path and the device: uctlite's direct endpoints on emu0, the
 // device as an actor. Linked with the provider (its copy of the scheduler is the one its points
-// call). Each run builds its own loopback pair, so runs share nothing.
+// call). A factory's runs share one loopback pair, reset between them (sched_rig::Objects).
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -17,21 +17,23 @@ namespace {
 
 // Two threads post one inline WRITE each through one endpoint of a worker in `mode`.
 struct TwoPosters : sched_rig::Rig {
-  bool setup(ThreadMode mode) {
+  bool setup(ThreadMode mode, std::shared_ptr<sched_rig::Objects> shared) {
     WorkerConfig wc;
     wc.api = Api::direct;
     wc.mmio = MmioMode::bf_post;
     wc.thread_mode = mode;
-    return Rig::setup(wc);
+    return Rig::setup(wc, std::move(shared));
   }
   std::string check() { return Rig::check(2); }
 };
 
 ScenarioFactory two_posters(ThreadMode mode, std::shared_ptr<TwoPosters>* keep) {
-  return [mode, keep] {
-    *keep = nullptr;  // the previous run's objects go before this run's are made
+  auto objects = std::make_shared<sched_rig::Objects>();
+  return [mode, keep, objects] {
+    if (*keep) (*keep)->drain();
+    *keep = nullptr;  // the previous run's worker goes before this run's is made
     auto s = std::make_shared<TwoPosters>();
-    EXPECT_TRUE(s->setup(mode));
+    EXPECT_TRUE(s->setup(mode, objects));
     *keep = s;
     Scenario sc;
     sc.actors.push_back({"t0", [s] { s->post(0); }});
