@@ -1,11 +1,12 @@
 // SPDX-License-Identifier: BSD-2-Clause
-// emu-shrink [--budget N] [--json FILE] COMMAND [ARGS...]: shrinks the failing schedule of an
-// unmodified program run under EMU_SCHEDULE (docs/guides/races.md, "Scheduled"). EMU_SCHEDULE
-// names the failing run (a seed, or a replay); COMMAND is how it was run (emu-run PROGRAM ...).
-// Each replay is a process of its own in a fabric of its own (removed after it), whose outcome
-// comes back through EMU_SCHEDULE_OUT; the shrinking itself is emu-race's (emu/sched/shrink.h):
-// only replays that fail with the same signature are kept. Prints the shrunk schedule and the
-// command that replays it; exit status 0 when the failure was reproduced, 1 when not, 2 on usage.
+// emu-shrink [--budget N] [--goal-preemptions N] [--json FILE] COMMAND [ARGS...]: shrinks the
+// failing schedule of an unmodified program run under EMU_SCHEDULE (docs/guides/races.md,
+// "Scheduled"). EMU_SCHEDULE names the failing run (a seed, or a replay); COMMAND is how it was run
+// (emu-run PROGRAM ...). Each replay is a process of its own in a fabric of its own (removed after
+// it), whose outcome comes back through EMU_SCHEDULE_OUT; the shrinking itself is emu-race's
+// (emu/sched/shrink.h): only replays that fail with the same signature are kept. Prints the shrunk
+// schedule and the command that replays it; exit status 0 when the failure was reproduced, 1 when
+// not, 2 on usage.
 #include <fcntl.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -30,6 +31,7 @@ namespace sched = emu::sched;
 
 struct Options {
   uint32_t budget = 1000;
+  uint32_t goal_preemptions = sched::ShrinkOptions::kNoGoal;
   std::string json;
   std::vector<std::string> words;  // COMMAND [ARGS...]
   std::vector<char*> command;      // the same for execvp, null-terminated
@@ -135,6 +137,8 @@ void write_json(const Options& o, const std::string& signature, const sched::Shr
                                     {"preemptions_before", r.stats.preemptions_before},
                                     {"choices_after", r.stats.choices_after},
                                     {"preemptions_after", r.stats.preemptions_after},
+                                    {"budget_spent", r.stats.budget_exhausted},
+                                    {"goal_reached", r.stats.goal_reached},
                                     {"schedule", sched::format_schedule(r.schedule)}};
   std::ofstream(o.json) << j.dump(-1, ' ', false, json::error_handler_t::replace) << "\n";
 }
@@ -149,6 +153,8 @@ int parse_args(int argc, char** argv, Options* o) {
   app.add_option("--budget", o->budget, "replays at most")
       ->check(emu::cli::at_least(1))
       ->capture_default_str();
+  app.add_option("--goal-preemptions", o->goal_preemptions,
+                 "stop as soon as the schedule fails with at most N preemptions");
   app.add_option("--json", o->json, "also write the result to this file as JSON");
   app.footer(
       "Usage: EMU_SCHEDULE=SPEC emu-shrink [OPTIONS] [--] COMMAND [ARGS...]\n"
@@ -198,13 +204,15 @@ int main(int argc, char** argv) {
     const json j = replayer.run("replay:" + sched::format_schedule(s));
     return sched::RunOutcome{signature_of(j), json_records(j)};
   };
-  sched::ShrinkResult r =
-      sched::shrink_schedule(failing, signature, runner, sched::ShrinkOptions{o.budget});
+  sched::ShrinkResult r = sched::shrink_schedule(
+      failing, signature, runner, sched::ShrinkOptions{o.budget, o.goal_preemptions});
   const std::string text = sched::format_schedule(r.schedule);
   std::printf("emu-shrink: %s in %u replays%s: %zu decisions, %u preemptions: %s\n",
               r.stats.reproduced ? "shrunk" : "not reproduced", replayer.runs() - 1,
-              r.stats.budget_exhausted ? " (budget spent)" : "", r.stats.choices_after,
-              r.stats.preemptions_after, text.c_str());
+              r.stats.budget_exhausted ? " (budget spent)"
+              : r.stats.goal_reached   ? " (goal reached)"
+                                       : "",
+              r.stats.choices_after, r.stats.preemptions_after, text.c_str());
   if (r.stats.reproduced)
     std::printf("emu-shrink: replay: EMU_SCHEDULE=replay:%s %s\n", text.c_str(),
                 quoted_command(o).c_str());

@@ -33,11 +33,12 @@ Schedule prefix(const Schedule& s, size_t len) {
 // through try_accept, so the schedule it holds has always been seen failing with the signature.
 class Shrinker {
  public:
-  Shrinker(const std::string& signature, const ScheduleRunner& run, uint32_t max_runs)
-      : signature_(signature), run_(run), max_runs_(max_runs) {}
+  Shrinker(const std::string& signature, const ScheduleRunner& run, const ShrinkOptions& options)
+      : signature_(signature), run_(run), options_(options) {}
 
   bool try_accept(Schedule s) {
-    if (runs_ >= max_runs_) {
+    if (done()) return false;
+    if (runs_ >= options_.max_runs) {
       exhausted_ = true;
       return false;
     }
@@ -48,6 +49,8 @@ class Shrinker {
     record_ = std::move(o.record);
     // Choices past the run's last decision were never consumed: without them it replays the same.
     if (current_.choices.size() > record_.size()) current_.choices.resize(record_.size());
+    goal_reached_ = options_.goal_preemptions != ShrinkOptions::kNoGoal &&
+                    count_preemptions(record_) <= options_.goal_preemptions;
     return true;
   }
 
@@ -55,7 +58,7 @@ class Shrinker {
     const Schedule whole = current_;  // every probe below is a prefix of it
     std::set<size_t> passing;
     size_t lo = 0, hi = current_.choices.size();
-    while (lo < hi && !exhausted_) {
+    while (lo < hi && !done()) {
       const size_t mid = lo + (hi - lo) / 2;
       if (try_accept(prefix(whole, mid))) {
         hi = current_.choices.size();
@@ -65,7 +68,7 @@ class Shrinker {
       }
     }
     size_t passes_in_a_row = 0;
-    for (size_t len = hi; len-- > 0 && passes_in_a_row < kTightenWindow && !exhausted_;) {
+    for (size_t len = hi; len-- > 0 && passes_in_a_row < kTightenWindow && !done();) {
       if (passing.count(len)) {
         ++passes_in_a_row;
       } else if (try_accept(prefix(whole, len))) {
@@ -83,7 +86,7 @@ class Shrinker {
   // lead to one (a first choice of another actor, which the next preemption then undoes).
   bool edit_pass(bool preemptions_only) {
     bool changed = false;
-    for (size_t i = 0; i < current_.choices.size() && !exhausted_;) {
+    for (size_t i = 0; i < current_.choices.size() && !done();) {
       const bool preempts = is_preemption(record_[i]);
       if (preemptions_only && !preempts) {
         ++i;
@@ -109,8 +112,8 @@ class Shrinker {
   // edit_pass). True when it changed the schedule.
   bool block_pass(bool preemptions_only) {
     bool changed = false;
-    for (size_t block = current_.choices.size() / 2; block >= 2 && !exhausted_; block /= 2) {
-      for (size_t start = 0; start < current_.choices.size() && !exhausted_;) {
+    for (size_t block = current_.choices.size() / 2; block >= 2 && !done(); block /= 2) {
+      for (size_t start = 0; start < current_.choices.size() && !done();) {
         const size_t end = std::min(start + block, current_.choices.size());
         Schedule edited = current_;
         bool any = false;
@@ -138,13 +141,16 @@ class Shrinker {
   const std::vector<ChoiceRecord>& record() const { return record_; }
   uint32_t runs() const { return runs_; }
   bool exhausted() const { return exhausted_; }
+  bool goal_reached() const { return goal_reached_; }
+  bool done() const { return exhausted_ || goal_reached_; }
 
  private:
   const std::string& signature_;
   const ScheduleRunner& run_;
-  const uint32_t max_runs_;
+  const ShrinkOptions options_;
   uint32_t runs_ = 0;
   bool exhausted_ = false;
+  bool goal_reached_ = false;
   Schedule current_;
   std::vector<ChoiceRecord> record_;
 };
@@ -155,20 +161,22 @@ ShrinkResult shrink_schedule(const Schedule& failing, const std::string& signatu
                              const ScheduleRunner& run, const ShrinkOptions& options) {
   ShrinkResult out{failing, {}};
   out.stats.choices_before = failing.choices.size();
-  Shrinker shrinker(signature, run, options.max_runs);
+  Shrinker shrinker(signature, run, options);
   if (!signature.empty() && shrinker.try_accept(failing)) {
     out.stats.reproduced = true;
     out.stats.preemptions_before = count_preemptions(shrinker.record());
-    do {
+    while (!shrinker.done()) {
       shrinker.truncate();
-    } while ((shrinker.block_pass(true) || shrinker.edit_pass(true) || shrinker.block_pass(false) ||
-              shrinker.edit_pass(false)) &&
-             !shrinker.exhausted());
+      if (!(shrinker.block_pass(true) || shrinker.edit_pass(true) || shrinker.block_pass(false) ||
+            shrinker.edit_pass(false)))
+        break;
+    }
     out.schedule = shrinker.current();
     out.stats.preemptions_after = count_preemptions(shrinker.record());
   }
   out.stats.runs = shrinker.runs();
   out.stats.budget_exhausted = shrinker.exhausted();
+  out.stats.goal_reached = shrinker.goal_reached();
   out.stats.choices_after = out.schedule.choices.size();
   return out;
 }

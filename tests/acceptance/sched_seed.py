@@ -96,7 +96,9 @@ def main():
                   f"{first['trace_hash']}, {args.signature}, every time")
             shrunk_json = os.path.join(tmp, "shrunk.json")
             env = dict(os.environ, EMU_FABRIC=f"{fabric}-shrink", EMU_SCHEDULE=args.schedule)
-            p = subprocess.run([args.emu_shrink, "--budget", str(args.budget), "--json",
+            # Shrunk until within the bound (--goal-preemptions), not as far as it goes.
+            p = subprocess.run([args.emu_shrink, "--budget", str(args.budget),
+                                "--goal-preemptions", str(args.max_preemptions), "--json",
                                 shrunk_json, args.emu_run, *args.program], env=env,
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
             print(p.stdout)

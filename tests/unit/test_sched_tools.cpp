@@ -89,6 +89,24 @@ TEST(Shrink, StopsAtTheBudgetWithAScheduleThatStillFails) {
   EXPECT_EQ(run_synthetic(r.schedule).signature, kSignature);
 }
 
+TEST(Shrink, StopsAtTheGoalWithAScheduleThatStillFailsWithinIt) {
+  int shrunk = 0;
+  for (const Schedule& failing : failing_schedules(5)) {
+    const ShrinkResult whole = shrink_schedule(failing, kSignature, run_synthetic);
+    if (whole.stats.preemptions_before <= 3) continue;  // the goal would hold before any edit
+    ++shrunk;
+    const ShrinkResult r =
+        shrink_schedule(failing, kSignature, run_synthetic, {.goal_preemptions = 3});
+    EXPECT_TRUE(r.stats.goal_reached);
+    EXPECT_FALSE(r.stats.budget_exhausted);
+    EXPECT_LT(r.stats.runs, whole.stats.runs) << "the goal leaves replays unspent";
+    EXPECT_LE(r.stats.preemptions_after, 3u);
+    EXPECT_EQ(run_synthetic(r.schedule).signature, kSignature);
+    EXPECT_EQ(r.stats.preemptions_after, count_preemptions(run_synthetic(r.schedule).record));
+  }
+  EXPECT_GE(shrunk, 2) << "failing schedules with more than 3 preemptions to shrink";
+}
+
 TEST(Shrink, ReturnsAScheduleThatDoesNotReproduceUnchanged) {
   const Schedule passing{{0, 0, 0}};
   const ShrinkResult r = shrink_schedule(passing, kSignature, run_synthetic);

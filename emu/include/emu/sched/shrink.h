@@ -29,6 +29,11 @@ using ScheduleRunner = std::function<RunOutcome(const Schedule&)>;
 
 struct ShrinkOptions {
   uint32_t max_runs = 1000;  // replays, counting the first one that confirms the failure
+  // Stop as soon as the schedule held fails with at most this many preemptions: a shrink that need
+  // only be good enough (a test's bound) leaves the rest of the budget unspent. kNoGoal: shrink
+  // until no pass changes the schedule.
+  static constexpr uint32_t kNoGoal = UINT32_MAX;
+  uint32_t goal_preemptions = kNoGoal;
 };
 
 struct ShrinkStats {
@@ -37,6 +42,7 @@ struct ShrinkStats {
   uint32_t preemptions_before = 0, preemptions_after = 0;
   bool reproduced = false;        // the input failed with the signature when replayed
   bool budget_exhausted = false;  // stopped by max_runs, so a smaller schedule may exist
+  bool goal_reached = false;      // stopped at goal_preemptions, so a smaller one may exist
 };
 
 struct ShrinkResult {
