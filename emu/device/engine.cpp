@@ -324,6 +324,47 @@ void Engine::write_staged_cqe(CqSlot& cq, const CqeInfo& info) {
     release_staged(cq, info);
 }
 
+inline void Engine::fill_cqe(CqSlot& cq, uint64_t ring_word, uint32_t pi, const CqeInfo& info,
+                             const QpSlot* qp) {
+  uint32_t log_cnt = cq_ring_log(ring_word);
+  Cqe64& c =
+      cq_entry(seg_->at<uint8_t>(cq_ring_off(ring_word)), pi, log_cnt, cq_log_entry(cq.format));
+  bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;
+  // Written field by field into the ring (the owner byte last): composing the CQE on the stack and
+  // copying it reads back narrow stores as wide loads, a store-forwarding stall per CQE.
+  std::memset(&c, 0, offsetof(Cqe64, op_own));
+  c.emu_flags = info.emu_flags;
+  if (info.inline_scatter) {
+    copy_small(&c, info.inline_data, info.byte_cnt);
+  } else {
+    if (info.staged) std::memcpy(&c, &info.staged_ref, sizeof info.staged_ref);
+    c.slid = be16(info.slid);
+    c.flags_rqpn = be32(info.src_qpn);
+  }
+  if (info.tm_op) [[unlikely]] {
+    CqeTmInfo tm{be64(info.tm_tag), be32(info.tm_app_ctx)};
+    std::memcpy(&c, &tm, sizeof tm);
+    c.app_op = info.tm_op;
+  }
+  c.imm_inval_pkey = info.imm_be;
+  c.srqn_uidx = be32(info.srqn);
+  c.byte_cnt = be32(info.byte_cnt);
+  if (cq.stamp) c.timestamp = be64(now());
+  cqe_set_opcode_qpn(c, info.wqe_opcode, info.qpn);
+  c.wqe_counter = be16(info.wqe_counter);
+  // The slot of the QP the CQE names: the caller's, or found by the number's index.
+  const QpSlot& named = qp && qp->qpn == info.qpn ? *qp : qp_slot(h_, info.qpn & (kMaxQps - 1));
+  c.qp_gen = static_cast<uint16_t>(named.incarnation.load(std::memory_order_relaxed));
+  if (err) {
+    auto* e = reinterpret_cast<ErrCqe*>(&c);
+    e->syndrome = info.syndrome;
+    e->vendor_err_synd = info.vendor_err ? info.vendor_err : info.syndrome;
+  }
+  uint8_t owner = (pi >> log_cnt) & 1;
+  uint8_t inline_bit = info.inline_scatter ? kCqeInlineScatter32 : 0;
+  cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | inline_bit | owner));
+}
+
 bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp,
                             std::atomic<uint64_t>* owed) {
   sched::point(sched::kPointDevCqe, info.qpn, info.wqe_counter);
@@ -365,47 +406,6 @@ bool Engine::step_write_cqe(CqSlot& cq, const CqeInfo& info, const QpSlot* qp,
   }
   fill_cqe(cq, ring_word, pi, info, qp);
   return true;
-}
-
-void Engine::fill_cqe(CqSlot& cq, uint64_t ring_word, uint32_t pi, const CqeInfo& info,
-                      const QpSlot* qp) {
-  uint32_t log_cnt = cq_ring_log(ring_word);
-  Cqe64& c =
-      cq_entry(seg_->at<uint8_t>(cq_ring_off(ring_word)), pi, log_cnt, cq_log_entry(cq.format));
-  bool err = info.cqe_opcode == kCqeReqErr || info.cqe_opcode == kCqeRespErr;
-  // Written field by field into the ring (the owner byte last): composing the CQE on the stack and
-  // copying it reads back narrow stores as wide loads, a store-forwarding stall per CQE.
-  std::memset(&c, 0, offsetof(Cqe64, op_own));
-  c.emu_flags = info.emu_flags;
-  if (info.inline_scatter) {
-    copy_small(&c, info.inline_data, info.byte_cnt);
-  } else {
-    if (info.staged) std::memcpy(&c, &info.staged_ref, sizeof info.staged_ref);
-    c.slid = be16(info.slid);
-    c.flags_rqpn = be32(info.src_qpn);
-  }
-  if (info.tm_op) [[unlikely]] {
-    CqeTmInfo tm{be64(info.tm_tag), be32(info.tm_app_ctx)};
-    std::memcpy(&c, &tm, sizeof tm);
-    c.app_op = info.tm_op;
-  }
-  c.imm_inval_pkey = info.imm_be;
-  c.srqn_uidx = be32(info.srqn);
-  c.byte_cnt = be32(info.byte_cnt);
-  if (cq.stamp) c.timestamp = be64(now());
-  cqe_set_opcode_qpn(c, info.wqe_opcode, info.qpn);
-  c.wqe_counter = be16(info.wqe_counter);
-  // The slot of the QP the CQE names: the caller's, or found by the number's index.
-  const QpSlot& named = qp && qp->qpn == info.qpn ? *qp : qp_slot(h_, info.qpn & (kMaxQps - 1));
-  c.qp_gen = static_cast<uint16_t>(named.incarnation.load(std::memory_order_relaxed));
-  if (err) {
-    auto* e = reinterpret_cast<ErrCqe*>(&c);
-    e->syndrome = info.syndrome;
-    e->vendor_err_synd = info.vendor_err ? info.vendor_err : info.syndrome;
-  }
-  uint8_t owner = (pi >> log_cnt) & 1;
-  uint8_t inline_bit = info.inline_scatter ? kCqeInlineScatter32 : 0;
-  cqe_publish(&c.op_own, static_cast<uint8_t>(info.cqe_opcode << 4 | inline_bit | owner));
 }
 
 void Engine::cq_error(CqSlot& cq) {
@@ -466,35 +466,16 @@ bool Engine::cqe_placed(const CqSlot& cq, uint32_t pi) {
   return cqe_is_new(cqe_owner_load(&c.op_own), pi, log_cnt);
 }
 
-bool Engine::complete_recv(RecvRef& q, CqSlot& cq, const CqeInfo& rc, const QpSlot* qp) {
-  std::atomic<uint64_t>& owed = recv_owed_of(q);
-  uint16_t next = q.srq ? srq_next(*q.srq) : 0;
-  bool placed;
-  if (rc.staged && rc.cqe_opcode == kCqeRespErr) [[unlikely]] {
-    // Staged, then failed at the responder (a SEND with invalidate naming a bad key): no payload.
-    release_staged(cq, rc);
-    CqeInfo bare = rc;
-    bare.staged = false;
-    bare.emu_flags &= static_cast<uint8_t>(~kCqeFlagStaged);
-    placed = step_write_cqe(cq, bare, qp, &owed);
-  } else {
-    placed = step_write_cqe(cq, rc, qp, &owed);
-    if (!placed && rc.staged) release_staged(cq, rc);
-  }
-  EMU_KILL_POINT(KillPoint::recv_cqe);
-  if (q.srq) [[unlikely]]
-    srq_consume(*q.srq, next);
-  else
-    ++q.qp->rq_ci;
-  owed.store(0, std::memory_order_release);
-  return placed;
+bool Engine::complete_recv_unstaged(RecvRef& q, CqSlot& cq, const CqeInfo& rc, const QpSlot* qp) {
+  release_staged(cq, rc);
+  CqeInfo bare = rc;
+  bare.staged = false;
+  bare.emu_flags &= static_cast<uint8_t>(~kCqeFlagStaged);
+  return complete_recv(q, cq, bare, qp);
 }
 
-void Engine::settle_owed(RecvRef& q) {
+void Engine::settle_owed_record(RecvRef& q, uint64_t v) {
   std::atomic<uint64_t>& owed = recv_owed_of(q);
-  uint64_t v = owed.load(std::memory_order_acquire);
-  if (v == 0) [[likely]]
-    return;
   CqSlot& cq = recv_cq(q);
   uint32_t pi = recv_owed_pi(v);
   if (cqe_placed(cq, pi)) {

@@ -344,6 +344,33 @@ ExecOutcome Engine::exec_atomic(Exchange& x) {
 
 // ---- SEND, SEND_WITH_IMM ----
 
+// The receive CQE of a SEND whose payload is in (or failed at the responder: *resp_syndrome).
+// SEND with invalidate frees the type 2 window named in the immediate field here, with the
+// receive: its failure is the responder's local protection error.
+inline void Engine::send_cqe(const Exchange& x, const RecvRef& rq, CqeInfo* rc,
+                             uint8_t* resp_syndrome, const TmVerdict& tm) {
+  if (tm.op) {
+    rc->emu_flags = kCqeFlagTm;
+    rc->tm_op = tm.op;
+    rc->srqn = rq.srq->srqn;
+  }
+  bool inval = x.w.opcode == kOpSendInval;
+  uint32_t inval_pd = rq.srq && rq.srq->xrcd_ref ? rq.srq->pd : x.r.pd;
+  if (inval && !*resp_syndrome && !invalidate_mw(inval_pd, be32(x.w.ctrl->imm)))
+    *resp_syndrome = kSynLocalProt;
+  if (*resp_syndrome) {
+    rc->cqe_opcode = kCqeRespErr;
+    rc->syndrome = *resp_syndrome;
+    return;
+  }
+  bool imm = x.w.opcode == kOpSendImm;
+  rc->cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
+  rc->byte_cnt = static_cast<uint32_t>(x.w.local.total);
+  rc->imm_be = x.w.ctrl->imm;
+  rc->emu_flags |= recv_cqe_flags(*x.w.ctrl, imm);
+  if (inval) rc->emu_flags |= kCqeFlagInv;
+}
+
 ExecOutcome Engine::exec_send(Exchange& x) {
   // The responder's next receive WQE: its own queue or its SRQ.
   RecvRef rq;
@@ -382,33 +409,6 @@ ExecOutcome Engine::exec_send(Exchange& x) {
   }
   advance_psn(x.qp, &x.r, x.npk);
   return ExecOutcome::done;
-}
-
-// The receive CQE of a SEND whose payload is in (or failed at the responder: *resp_syndrome).
-// SEND with invalidate frees the type 2 window named in the immediate field here, with the
-// receive: its failure is the responder's local protection error.
-void Engine::send_cqe(const Exchange& x, const RecvRef& rq, CqeInfo* rc, uint8_t* resp_syndrome,
-                      const TmVerdict& tm) {
-  if (tm.op) {
-    rc->emu_flags = kCqeFlagTm;
-    rc->tm_op = tm.op;
-    rc->srqn = rq.srq->srqn;
-  }
-  bool inval = x.w.opcode == kOpSendInval;
-  uint32_t inval_pd = rq.srq && rq.srq->xrcd_ref ? rq.srq->pd : x.r.pd;
-  if (inval && !*resp_syndrome && !invalidate_mw(inval_pd, be32(x.w.ctrl->imm)))
-    *resp_syndrome = kSynLocalProt;
-  if (*resp_syndrome) {
-    rc->cqe_opcode = kCqeRespErr;
-    rc->syndrome = *resp_syndrome;
-    return;
-  }
-  bool imm = x.w.opcode == kOpSendImm;
-  rc->cqe_opcode = imm ? kCqeRespSendImm : kCqeRespSend;
-  rc->byte_cnt = static_cast<uint32_t>(x.w.local.total);
-  rc->imm_be = x.w.ctrl->imm;
-  rc->emu_flags |= recv_cqe_flags(*x.w.ctrl, imm);
-  if (inval) rc->emu_flags |= kCqeFlagInv;
 }
 
 bool Engine::recv_windows(const RecvRef& rq, const uint8_t* rwqe, const Sges& scatter,
