@@ -4,8 +4,7 @@
 # unit tests, the cross-process verbs tests and unmodified Debian programs with the instrumented
 # provider preloaded. ci/sanitize.sh [address,undefined|thread]... (both by default). The two
 # builds run side by side, each of only the targets the subset runs; any report fails the run.
-# SAN_STEPS (default "build run") does only one of the two: ci/test.sh builds beside the main
-# suite and runs after it.
+# SAN_STEPS (default "build run") does only one of the two ("build" or "run").
 set -euo pipefail
 cd "$(dirname "$0")/.."
 kinds=("$@")
