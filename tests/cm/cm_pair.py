@@ -146,7 +146,7 @@ def parse():
     ap.add_argument("--emu-ctl", required=True)
     ap.add_argument("--name", required=True)
     ap.add_argument("--port", type=int, default=0, help="CM port the server listens on")
-    ap.add_argument("--ps", default="106", help="its port space in hex (106 TCP, 111 UDP)")
+    ap.add_argument("--ps", default="106", help="its port space in hex (106 TCP, 111 UDP, 13f IB)")
     ap.add_argument("--server")
     ap.add_argument("--client", required=True)
     ap.add_argument("--timeout", type=float, default=120)

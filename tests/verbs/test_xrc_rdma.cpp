@@ -56,6 +56,22 @@ class XrcRdma : public VerbsTest {
   ibv_qp* ini = nullptr;
 };
 
+// A TGT QP made with a PD in its attributes keeps it in ibv_qp::pd, as libibverbs records it for
+// every QP type (the QP itself uses none): librdmacm's rdma_create_qp_ex takes the id's PD from
+// there, and rdma_xserver's XRC SRQ, made next on that id, failed with EINVAL when it was null.
+TEST_F(XrcRdma, ATgtQpKeepsThePdItWasGiven) {
+  EXPECT_EQ(tgt->pd, nullptr);  // none given
+  ibv_qp_init_attr_ex a{};
+  a.qp_type = IBV_QPT_XRC_RECV;
+  a.comp_mask = IBV_QP_INIT_ATTR_XRCD | IBV_QP_INIT_ATTR_PD;
+  a.xrcd = xrcd;
+  a.pd = pd;
+  ibv_qp* with_pd = ibv_create_qp_ex(ctx, &a);
+  ASSERT_NE(with_pd, nullptr);
+  EXPECT_EQ(with_pd->pd, pd);
+  EXPECT_EQ(ibv_destroy_qp(with_pd), 0);
+}
+
 TEST_F(XrcRdma, WriteReadAndAtomicsReachTheSrqsMemory) {
   Buf target = make_buf(64);
   Buf local = make_buf(64, kAllAccess, 0x5a);

@@ -136,6 +136,9 @@ ibv_qp* create_tgt_qp(ibv_context* context, ibv_qp_init_attr_ex* attr) {
     return fail_null<ibv_qp>(ENOMEM);
   }
   qp->xrc_handle = handle;
+  // The PD the program passed, as libibverbs records it for every QP type: a TGT QP uses none, but
+  // librdmacm takes the id's PD from it (rdma_create_qp_ex) for the XRC SRQ it makes next.
+  qp->qpx.qp_base.pd = (attr->comp_mask & IBV_QP_INIT_ATTR_PD) ? attr->pd : nullptr;
   x->own_objects.fetch_add(1);
   registry_put(qp->handle_uid, &qp->qpx.qp_base);
   return &qp->qpx.qp_base;
